@@ -1,0 +1,55 @@
+// The op policy: which precision each op runs in, as data.
+//
+// Every entry names a qualified op ("aten::conv2d", all overloads), its category and the reason it is there.
+// Ops in no list are fp32: an op we know nothing about is never run in low precision. The defaults start from
+// torch.autocast's lists (aten/src/ATen/autocast_mode.h) and what TVM, TensorFlow and MXNet learned; users edit a
+// copy (set/remove) before converting. This file knows nothing about TorchScript, so other fronts can reuse it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace torch_mp::core {
+
+enum class OpCategory {
+  kLowPrecision,  // always runs in the low-precision dtype: the ops tensor cores / AMX / AVX512-BF16 speed up
+  kFollow,        // precision-neutral: runs in whichever precision the planner finds cheaper in casts
+  kWidest,        // type-promoting: runs in fp32 whenever any floating input arrives in fp32
+  kFp32,          // numerically sensitive (or unknown): always fp32
+};
+
+// The hardware and dtype a default policy is tuned for.
+enum class Target { kCudaFloat16, kCudaBFloat16, kCpuBFloat16, kCpuFloat16 };
+
+struct PolicyEntry {
+  OpCategory category;
+  std::string reason;
+};
+
+class OpPolicy {
+ public:
+  static OpPolicy defaults(Target target);
+
+  // The entry for a qualified op name, or nullptr when the op is in no list (and therefore fp32).
+  const PolicyEntry* find(const std::string& op) const;
+  OpCategory categoryOf(const std::string& op) const;
+
+  void set(const std::string& op, OpCategory category, std::string reason);
+  // Returns whether the op was listed.
+  bool remove(const std::string& op);
+
+  const std::map<std::string, PolicyEntry>& entries() const {
+    return entries_;
+  }
+
+ private:
+  std::map<std::string, PolicyEntry> entries_;
+};
+
+const char* toString(OpCategory category);
+std::optional<OpCategory> categoryFromString(const std::string& name);
+const char* toString(Target target);
+std::optional<Target> targetFromString(const std::string& name);
+
+} // namespace torch_mp::core

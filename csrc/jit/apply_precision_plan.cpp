@@ -1,0 +1,203 @@
+#include "jit/apply_precision_plan.h"
+
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/jit_log.h>
+
+#include <map>
+#include <utility>
+
+namespace torch_mp::jit {
+namespace {
+
+using core::Precision;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+// A constant with every fp32 tensor inside it cast to `dtype`; other entries are kept as they are.
+c10::IValue castConstant(const c10::IValue& value, c10::ScalarType dtype) {
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    return tensor.scalar_type() == c10::ScalarType::Float ? c10::IValue(tensor.detach().to(dtype)) : value;
+  }
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> cast;
+    for (const at::Tensor& tensor : value.toTensorVector()) {
+      cast.push_back(tensor.scalar_type() == c10::ScalarType::Float ? tensor.detach().to(dtype) : tensor);
+    }
+    return cast;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> elements;
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      elements.push_back(castConstant(element, dtype));
+    }
+    return c10::ivalue::Tuple::create(std::move(elements));
+  }
+  return value;
+}
+
+bool holdsFp32Tensor(const c10::IValue& value) {
+  if (value.isTensor()) {
+    return value.toTensor().scalar_type() == c10::ScalarType::Float;
+  }
+  if (value.isTensorList()) {
+    for (const at::Tensor& tensor : value.toTensorVector()) {
+      if (tensor.scalar_type() == c10::ScalarType::Float) {
+        return true;
+      }
+    }
+    return false;
+  }
+  if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      if (holdsFp32Tensor(element)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+class PlanApplier {
+ public:
+  PlanApplier(
+      const std::shared_ptr<Graph>& graph,
+      const DataflowMapping& mapping,
+      const core::PrecisionPlan& plan,
+      const ObservedValues& observed,
+      c10::ScalarType lowDtype)
+      : graph_(graph), mapping_(mapping), plan_(plan), observed_(observed), lowDtype_(lowDtype) {}
+
+  std::unordered_set<const Node*> run() {
+    const auto& dataflow = mapping_.dataflow;
+    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
+      if (plan_.precision[n] != Precision::kLow) {
+        continue;
+      }
+      for (Value* output : mapping_.nodes[n]->outputs()) {
+        if (isObservedFp32(observed_, output)) {
+          setDtype(output, lowDtype_);
+        }
+      }
+    }
+    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
+      Node* node = mapping_.nodes[n];
+      if (node->kind() == c10::prim::Param) {
+        continue;
+      }
+      const Precision wanted = plan_.precision[n];
+      for (size_t i = 0; i < node->inputs().size(); ++i) {
+        Value* input = node->input(i);
+        if (input->node()->kind() == c10::prim::Constant) {
+          if (wanted == Precision::kLow) {
+            if (Value* low = lowConstant(input)) {
+              node->replaceInput(i, low);
+            }
+          }
+          continue;
+        }
+        auto it = mapping_.values.find(input);
+        if (it == mapping_.values.end()) {
+          continue;
+        }
+        const core::DataflowGraph::Value& value = dataflow.values[it->second];
+        if (value.castable && plan_.precision[value.producer] != wanted) {
+          node->replaceInput(i, castOf(input, wanted == Precision::kLow ? lowDtype_ : c10::ScalarType::Float));
+        }
+      }
+    }
+    return std::move(inserted_);
+  }
+
+ private:
+  static void setDtype(Value* value, c10::ScalarType dtype) {
+    if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+      value->setType(tensorType->withScalarType(dtype));
+    }
+  }
+
+  Value* castOf(Value* value, c10::ScalarType dtype) {
+    auto key = std::make_pair(value, dtype);
+    auto it = casts_.find(key);
+    if (it != casts_.end()) {
+      return it->second;
+    }
+    torch::jit::WithInsertPoint guard(value->node()->next());
+    Value* cast = insertCast(*graph_, value, dtype);
+    inserted_.insert(cast->node());
+    GRAPH_UPDATE("Cast ", value->debugName(), " to ", c10::toString(dtype));
+    casts_.emplace(key, cast);
+    return cast;
+  }
+
+  // The low-precision version of a constant, or nullptr when it holds no fp32 tensor.
+  Value* lowConstant(Value* constant) {
+    auto it = lowConstants_.find(constant);
+    if (it != lowConstants_.end()) {
+      return it->second;
+    }
+    const c10::IValue original = torch::jit::toIValue(constant).value();
+    Value* low = nullptr;
+    if (holdsFp32Tensor(original)) {
+      torch::jit::WithInsertPoint guard(constant->node()->next());
+      low = graph_->insertConstant(castConstant(original, lowDtype_));
+      if (constant->hasDebugName()) {
+        low->setDebugName(constant->debugName() + "_" + shortName(lowDtype_));
+      }
+      GRAPH_UPDATE("Stored constant ", constant->debugName(), " in ", c10::toString(lowDtype_));
+    }
+    lowConstants_.emplace(constant, low);
+    return low;
+  }
+
+  static std::string shortName(c10::ScalarType dtype) {
+    return dtype == c10::ScalarType::BFloat16 ? "bf16" : "fp16";
+  }
+
+  const std::shared_ptr<Graph>& graph_;
+  const DataflowMapping& mapping_;
+  const core::PrecisionPlan& plan_;
+  const ObservedValues& observed_;
+  c10::ScalarType lowDtype_;
+  std::map<std::pair<Value*, c10::ScalarType>, Value*> casts_;
+  std::unordered_map<Value*, Value*> lowConstants_;
+  std::unordered_set<const Node*> inserted_;
+};
+
+} // namespace
+
+Value* insertCast(Graph& graph, Value* value, c10::ScalarType dtype) {
+  Node* cast = graph.create(
+      c10::aten::to,
+      {value,
+       graph.insertConstant(dtype),
+       graph.insertConstant(false),
+       graph.insertConstant(false),
+       graph.insertConstant(c10::IValue())});
+  graph.insertNode(cast);
+  c10::TypePtr type = c10::TensorType::get();
+  if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+    type = tensorType->withScalarType(dtype);
+  }
+  cast->output()->setType(type);
+  return cast->output();
+}
+
+std::optional<c10::ScalarType> recordedDtype(const Value* value) {
+  if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+    return tensorType->scalarType();
+  }
+  return std::nullopt;
+}
+
+std::unordered_set<const Node*> applyPrecisionPlan(
+    const std::shared_ptr<Graph>& graph,
+    const DataflowMapping& mapping,
+    const core::PrecisionPlan& plan,
+    const ObservedValues& observed,
+    c10::ScalarType lowDtype) {
+  return PlanApplier(graph, mapping, plan, observed, lowDtype).run();
+}
+
+} // namespace torch_mp::jit

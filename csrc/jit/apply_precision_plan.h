@@ -1,0 +1,35 @@
+// Rewrites a graph to follow a precision plan.
+//
+// For every planner node, each input it reads in the other precision than its producer wrote is replaced by an
+// explicit cast, `aten::to(%v, dtype, false, false, None)`, created once per (value, dtype) right after the
+// value's definition (so it dominates every use, in nested blocks too) and shared by all consumers. Constants read
+// in low precision are replaced by low-precision constants computed now (one per constant), so weights are stored
+// pre-cast and the fp32 originals die. Outputs of low-precision nodes get the low dtype in their type.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <memory>
+#include <unordered_set>
+
+#include "core/precision_planner.h"
+#include "jit/graph_to_dataflow.h"
+#include "jit/value_observer.h"
+
+namespace torch_mp::jit {
+
+// Returns the cast nodes it inserted.
+std::unordered_set<const torch::jit::Node*> applyPrecisionPlan(
+    const std::shared_ptr<torch::jit::Graph>& graph,
+    const DataflowMapping& mapping,
+    const core::PrecisionPlan& plan,
+    const ObservedValues& observed,
+    c10::ScalarType lowDtype);
+
+// Inserts `aten::to(value, dtype)` at the current insertion point, typed with the new dtype.
+torch::jit::Value* insertCast(torch::jit::Graph& graph, torch::jit::Value* value, c10::ScalarType dtype);
+
+// The dtype a value's type records, if any.
+std::optional<c10::ScalarType> recordedDtype(const torch::jit::Value* value);
+
+} // namespace torch_mp::jit

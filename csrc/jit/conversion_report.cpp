@@ -1,0 +1,119 @@
+#include "jit/conversion_report.h"
+
+#include <torch/csrc/jit/ir/constants.h>
+
+#include <functional>
+#include <iomanip>
+#include <sstream>
+#include <unordered_set>
+
+namespace torch_mp::jit {
+namespace {
+
+std::string quoted(const std::string& text) {
+  std::ostringstream out;
+  out << '"';
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out << "\\\"";
+        break;
+      case '\\':
+        out << "\\\\";
+        break;
+      case '\n':
+        out << "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out << "\\u" << std::hex << std::setw(4) << std::setfill('0') << static_cast<int>(c) << std::dec;
+        } else {
+          out << c;
+        }
+    }
+  }
+  out << '"';
+  return out.str();
+}
+
+void collectTensors(const c10::IValue& value, const std::function<void(const at::Tensor&)>& visit) {
+  if (value.isTensor()) {
+    visit(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const at::Tensor& tensor : value.toTensorVector()) {
+      visit(tensor);
+    }
+  } else if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      collectTensors(element, visit);
+    }
+  } else if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      collectTensors(element, visit);
+    }
+  }
+}
+
+void sumConstantBytes(const torch::jit::Block* block, std::unordered_set<const void*>& seen, int64_t& total) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    for (const torch::jit::Block* sub : node->blocks()) {
+      sumConstantBytes(sub, seen, total);
+    }
+    if (node->kind() != c10::prim::Constant || node->outputs().size() != 1) {
+      continue;
+    }
+    auto value = torch::jit::toIValue(node->output());
+    if (!value) {
+      continue;
+    }
+    collectTensors(*value, [&](const at::Tensor& tensor) {
+      if (tensor.has_storage() && seen.insert(tensor.storage().unsafeGetStorageImpl()).second) {
+        total += static_cast<int64_t>(tensor.storage().nbytes());
+      }
+    });
+  }
+}
+
+} // namespace
+
+int ConversionReport::lowPrecisionNodes() const {
+  int count = 0;
+  for (const NodeDecision& node : nodes) {
+    count += node.precision == "low";
+  }
+  return count;
+}
+
+std::string ConversionReport::toJson() const {
+  std::ostringstream out;
+  out << "{\"dtype\": " << quoted(dtype) << ", \"policy\": " << quoted(policy) << ", \"planner\": " << quoted(planner)
+      << ", \"seconds\": " << seconds << ", \"weight_bytes_before\": " << weightBytesBefore
+      << ", \"weight_bytes_after\": " << weightBytesAfter << ", \"cast_bytes\": " << castBytes
+      << ", \"unobserved_nodes\": " << unobservedNodes << ", \"unknown_ops\": [";
+  for (size_t i = 0; i < unknownOps.size(); ++i) {
+    out << (i ? ", " : "") << quoted(unknownOps[i]);
+  }
+  out << "], \"nodes\": [";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const NodeDecision& node = nodes[i];
+    out << (i ? ", " : "") << "{\"op\": " << quoted(node.op) << ", \"output\": " << quoted(node.output)
+        << ", \"precision\": " << quoted(node.precision) << ", \"rule\": " << quoted(node.rule) << "}";
+  }
+  out << "], \"casts\": [";
+  for (size_t i = 0; i < casts.size(); ++i) {
+    const CastRecord& cast = casts[i];
+    out << (i ? ", " : "") << "{\"value\": " << quoted(cast.value) << ", \"from\": " << quoted(cast.from)
+        << ", \"to\": " << quoted(cast.to) << ", \"bytes\": " << cast.bytes << "}";
+  }
+  out << "]}";
+  return out.str();
+}
+
+int64_t constantBytes(const torch::jit::Graph& graph) {
+  std::unordered_set<const void*> seen;
+  int64_t total = 0;
+  sumConstantBytes(graph.block(), seen, total);
+  return total;
+}
+
+} // namespace torch_mp::jit

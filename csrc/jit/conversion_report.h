@@ -1,0 +1,48 @@
+// What a conversion decided and what it cost: per node the precision and the rule that chose it, every cast with
+// the bytes it moves per inference, weight bytes before and after, ops in no policy list. Serialises to JSON.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_mp::jit {
+
+struct NodeDecision {
+  std::string op;         // "aten::conv2d"
+  std::string output;     // debug name of the first output
+  std::string precision;  // "low" or "fp32"
+  std::string rule;       // why
+};
+
+struct CastRecord {
+  std::string value;  // debug name of the value cast
+  std::string from;   // dtype names, e.g. "Float"
+  std::string to;
+  int64_t bytes = 0;  // read + written per inference, at the example inputs' sizes
+};
+
+struct ConversionReport {
+  std::string dtype;
+  std::string policy;
+  std::string planner;
+  std::vector<NodeDecision> nodes;
+  std::vector<CastRecord> casts;
+  int64_t castBytes = 0;
+  int64_t weightBytesBefore = 0;
+  int64_t weightBytesAfter = 0;
+  std::vector<std::string> unknownOps;
+  int unobservedNodes = 0;
+  double seconds = 0.0;
+
+  int lowPrecisionNodes() const;
+  std::string toJson() const;
+};
+
+// Bytes held by the tensor constants of a graph (each storage counted once).
+int64_t constantBytes(const torch::jit::Graph& graph);
+
+} // namespace torch_mp::jit

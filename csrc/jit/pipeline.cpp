@@ -1,0 +1,213 @@
+#include "jit/pipeline.h"
+
+#include <torch/csrc/jit/passes/constant_pooling.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/freeze_module.h>
+#include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
+#include <torch/csrc/jit/passes/remove_mutation.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <chrono>
+#include <sstream>
+#include <unordered_set>
+
+#include "jit/apply_precision_plan.h"
+#include "jit/cancel_casts.h"
+#include "jit/graph_to_dataflow.h"
+#include "jit/value_observer.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Stack;
+
+// The dtypes of every tensor in a (nested) output, e.g. "(Float, [Long, Float])".
+std::string dtypeSignature(const c10::IValue& value) {
+  std::ostringstream out;
+  if (value.isTensor()) {
+    out << value.toTensor().scalar_type();
+  } else if (value.isTuple()) {
+    out << '(';
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      out << dtypeSignature(element) << ',';
+    }
+    out << ')';
+  } else if (value.isList()) {
+    out << '[';
+    for (const c10::IValue& element : value.toListRef()) {
+      out << dtypeSignature(element) << ',';
+    }
+    out << ']';
+  } else if (value.isGenericDict()) {
+    out << '{';
+    for (const auto& entry : value.toGenericDict()) {
+      out << dtypeSignature(entry.key()) << ':' << dtypeSignature(entry.value()) << ',';
+    }
+    out << '}';
+  } else {
+    out << value.tagKind();
+  }
+  return out.str();
+}
+
+std::string signatureOf(const Stack& outputs) {
+  std::string signature;
+  for (const c10::IValue& output : outputs) {
+    signature += dtypeSignature(output) + ";";
+  }
+  return signature;
+}
+
+Stack runGraph(const std::shared_ptr<Graph>& graph, const Stack& inputs) {
+  Stack stack;
+  for (const c10::IValue& input : inputs) {
+    stack.push_back(input.deepcopy());
+  }
+  torch::jit::Code code(graph->copy(), "torch_mp_verify");
+  torch::jit::InterpreterState(code).run(stack);
+  return stack;
+}
+
+std::vector<NodeDecision> decisionsOf(const DataflowMapping& mapping, const core::PrecisionPlan& plan) {
+  std::vector<NodeDecision> decisions;
+  for (size_t n = 0; n < mapping.nodes.size(); ++n) {
+    const Node* node = mapping.nodes[n];
+    if (node->kind() == c10::prim::Param || node->kind() == c10::prim::Return) {
+      continue;
+    }
+    NodeDecision decision;
+    decision.op = node->kind().toQualString();
+    decision.output = node->outputs().empty() ? "" : node->output(0)->debugName();
+    const bool low = plan.precision[n] == core::Precision::kLow;
+    decision.precision = low ? "low" : "fp32";
+    decision.rule = mapping.rules[n];
+    const core::OpCategory category = mapping.dataflow.nodes[n].category;
+    if (plan.forcedToFp32[n]) {
+      decision.rule += " [forced to fp32: shares a container or mutated tensor with an fp32 op, or reads fp32 "
+                       "into a type-promoting op]";
+    } else if (category == core::OpCategory::kFollow || category == core::OpCategory::kWidest) {
+      decision.rule += low ? " [planned low: fewest cast bytes]" : " [planned fp32: fewest cast bytes]";
+    }
+    decisions.push_back(std::move(decision));
+  }
+  return decisions;
+}
+
+void collectCasts(
+    const torch::jit::Block* block,
+    const std::unordered_set<const Node*>& inserted,
+    const ObservedValues& observed,
+    ConversionReport& report) {
+  for (const Node* node : block->nodes()) {
+    for (const torch::jit::Block* sub : node->blocks()) {
+      collectCasts(sub, inserted, observed, report);
+    }
+    if (!inserted.count(node)) {
+      continue;
+    }
+    const torch::jit::Value* source = node->input(0);
+    const c10::ScalarType from = recordedDtype(source).value();
+    const c10::ScalarType to = recordedDtype(node->output()).value();
+    auto it = observed.find(source);
+    const int64_t numel = it == observed.end() ? 0 : it->second.numel;
+    CastRecord cast{source->debugName(), c10::toString(from), c10::toString(to),
+                    numel * static_cast<int64_t>(c10::elementSize(from) + c10::elementSize(to))};
+    report.castBytes += cast.bytes;
+    report.casts.push_back(std::move(cast));
+  }
+}
+
+} // namespace
+
+ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype) {
+  TORCH_CHECK(
+      lowDtype == c10::ScalarType::Half || lowDtype == c10::ScalarType::BFloat16,
+      "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", lowDtype);
+  const bool cuda = device == c10::DeviceType::CUDA;
+  const bool half = lowDtype == c10::ScalarType::Half;
+  const core::Target target = cuda ? (half ? core::Target::kCudaFloat16 : core::Target::kCudaBFloat16)
+                                   : (half ? core::Target::kCpuFloat16 : core::Target::kCpuBFloat16);
+  ConvertOptions options;
+  options.lowDtype = lowDtype;
+  options.policy = core::OpPolicy::defaults(target);
+  options.policyName = core::toString(target);
+  return options;
+}
+
+ConversionReport ConvertToMixedPrecision(
+    std::shared_ptr<Graph>& graph,
+    const Stack& inputs,
+    const ConvertOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  TORCH_CHECK(
+      options.lowDtype == c10::ScalarType::Half || options.lowDtype == c10::ScalarType::BFloat16,
+      "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", options.lowDtype);
+  TORCH_CHECK(
+      inputs.size() == graph->inputs().size(),
+      "torch_mp: the graph takes ", graph->inputs().size(), " inputs but ", inputs.size(), " were given");
+  ConversionReport report;
+  report.dtype = c10::toString(options.lowDtype);
+  report.policy = options.policyName;
+  report.planner = options.planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
+
+  // 1. fp32 clean-up, before any cast exists.
+  torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
+  torch::jit::RemoveTensorMutation(graph);
+  torch::jit::RemoveListMutation(graph);
+  torch::jit::EliminateDeadCode(graph);
+  report.weightBytesBefore = constantBytes(*graph);
+
+  // 2. Dtype knowledge.
+  Observation observation = observeValues(graph, inputs);
+  recordObservedDtypes(observation.values);
+
+  // 3. Plan.
+  DataflowMapping mapping = buildDataflow(graph, observation.values, options.policy, options.lowDtype);
+  core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.planner);
+  report.nodes = decisionsOf(mapping, plan);
+  report.unknownOps = mapping.unknownOps;
+  report.unobservedNodes = mapping.unobservedNodes;
+
+  // 4. Apply.
+  std::unordered_set<const Node*> inserted =
+      applyPrecisionPlan(graph, mapping, plan, observation.values, options.lowDtype);
+
+  // 5. Cancel casts that change nothing; drop the fp32 constants nobody reads any more; share equal constants.
+  CancelCasts(graph);
+  torch::jit::EliminateDeadCode(graph);
+  torch::jit::ConstantPooling(graph);
+
+  // 6. Check and report.
+  graph->lint();
+  if (options.verifyOutputs) {
+    const std::string expected = signatureOf(observation.outputs);
+    const std::string actual = signatureOf(runGraph(graph, inputs));
+    TORCH_CHECK(
+        expected == actual, "torch_mp internal error: converted outputs have dtypes ", actual, " instead of ",
+        expected);
+  }
+  collectCasts(graph->block(), inserted, observation.values, report);
+  report.weightBytesAfter = constantBytes(*graph);
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+ConvertedModule convertModule(
+    const torch::jit::Module& module,
+    const std::vector<c10::IValue>& exampleInputs,
+    const ConvertOptions& options) {
+  TORCH_CHECK(
+      !module.hasattr("training") || !module.is_training(),
+      "torch_mp: the module is in training mode; call .eval() before converting");
+  torch::jit::Module frozen = torch::jit::freeze_module(module);
+  std::shared_ptr<Graph> graph = frozen.get_method("forward").graph();
+  Stack inputs;
+  inputs.push_back(frozen._ivalue());
+  inputs.insert(inputs.end(), exampleInputs.begin(), exampleInputs.end());
+  ConversionReport report = ConvertToMixedPrecision(graph, inputs, options);
+  return {std::move(frozen), std::move(report)};
+}
+
+} // namespace torch_mp::jit

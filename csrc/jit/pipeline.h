@@ -1,0 +1,56 @@
+// The conversion pipeline, in order. Each step is its own pass; this file only sequences them.
+//
+//   1. fp32 clean-up     PyTorch's frozen-graph folding (conv+bn, conv+add/mul, linear+bn) and removal of
+//                        in-place mutation, while every constant is still fp32
+//   2. dtype knowledge   one observed run on the example inputs (value_observer)
+//   3. plan              graph -> dataflow (graph_to_dataflow), min-cut precision plan (core/precision_planner)
+//   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
+//   5. cancel casts      lossless round trips and no-op casts (cancel_casts), dead code
+//   6. check and report  lint, outputs keep their dtypes (checked by running the result), report
+#pragma once
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/op_policy.h"
+#include "core/precision_planner.h"
+#include "jit/conversion_report.h"
+
+namespace torch_mp::jit {
+
+struct ConvertOptions {
+  c10::ScalarType lowDtype = c10::ScalarType::Half;
+  core::OpPolicy policy;
+  std::string policyName = "custom";
+  core::PlanMethod planner = core::PlanMethod::kMinCut;
+  // Run the converted graph once on the example inputs and check that every output keeps its dtype.
+  bool verifyOutputs = true;
+};
+
+// The default options for the device the model runs on and the low-precision dtype.
+ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype);
+
+// Converts a frozen graph in place. `inputs` are the graph's inputs in order (the module first for a method).
+// Throws c10::Error on bad options or internal failure; the caller converts a copy it can throw away.
+ConversionReport ConvertToMixedPrecision(
+    std::shared_ptr<torch::jit::Graph>& graph,
+    const torch::jit::Stack& inputs,
+    const ConvertOptions& options);
+
+struct ConvertedModule {
+  torch::jit::Module module;
+  ConversionReport report;
+};
+
+// Freezes a copy of a scripted module in eval mode (or of an already frozen one) and converts its forward.
+// The module passed in is not modified.
+ConvertedModule convertModule(
+    const torch::jit::Module& module,
+    const std::vector<c10::IValue>& exampleInputs,
+    const ConvertOptions& options);
+
+} // namespace torch_mp::jit

@@ -1,0 +1,138 @@
+#include "jit/value_observer.h"
+
+#include <torch/csrc/jit/runtime/custom_operator.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Stack;
+using torch::jit::Value;
+
+constexpr const char* kObserveOp = "torch_mp::_observe";
+
+// Where the observer op running on this thread writes; one recorder per conversion, so threads never share one.
+thread_local std::vector<ObservedValue>* activeRecorder = nullptr;
+thread_local std::vector<bool>* activeSeen = nullptr;
+
+void observe(Stack& stack) {
+  const int64_t id = stack.back().toInt();
+  stack.pop_back();
+  const c10::IValue value = std::move(stack.back());
+  stack.pop_back();
+  if (!activeRecorder) {
+    return;
+  }
+  ObservedValue& slot = (*activeRecorder)[id];
+  (*activeSeen)[id] = true;
+  if (!value.isTensor()) {
+    return;
+  }
+  const at::Tensor& tensor = value.toTensor();
+  slot.isTensor = true;
+  slot.dtype = tensor.scalar_type();
+  slot.device = tensor.device();
+  slot.numel = std::max(slot.numel, tensor.numel());
+}
+
+const torch::jit::RegisterOperators registerObserve({torch::jit::Operator(
+    std::string(kObserveOp) + "(Any value, int id) -> ()",
+    observe,
+    c10::AliasAnalysisKind::CONSERVATIVE)});
+
+// Values in a fixed order (block inputs, then per node its blocks and outputs), identical for a graph and its copy.
+void collectValues(Block* block, std::vector<Value*>& out) {
+  for (Value* input : block->inputs()) {
+    out.push_back(input);
+  }
+  for (Node* node : block->nodes()) {
+    for (Block* sub : node->blocks()) {
+      collectValues(sub, out);
+    }
+    for (Value* output : node->outputs()) {
+      out.push_back(output);
+    }
+  }
+}
+
+struct ScopedRecorder {
+  ScopedRecorder(std::vector<ObservedValue>* recorder, std::vector<bool>* seen) {
+    activeRecorder = recorder;
+    activeSeen = seen;
+  }
+  ~ScopedRecorder() {
+    activeRecorder = nullptr;
+    activeSeen = nullptr;
+  }
+};
+
+} // namespace
+
+bool mayHoldTensor(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) {
+    return true;
+  }
+  if (auto optional = type->cast<c10::OptionalType>()) {
+    return optional->getElementType()->kind() == c10::TypeKind::TensorType;
+  }
+  return false;
+}
+
+Observation observeValues(const std::shared_ptr<Graph>& graph, const Stack& inputs) {
+  std::shared_ptr<Graph> instrumented = graph->copy();
+  std::vector<Value*> originals;
+  std::vector<Value*> copies;
+  collectValues(graph->block(), originals);
+  collectValues(instrumented->block(), copies);
+  TORCH_INTERNAL_ASSERT(originals.size() == copies.size());
+
+  const auto observeSymbol = c10::Symbol::fromQualString(kObserveOp);
+  for (size_t id = 0; id < copies.size(); ++id) {
+    Value* value = copies[id];
+    if (!mayHoldTensor(value->type())) {
+      continue;
+    }
+    torch::jit::WithInsertPoint guard(value->node()->next());
+    Value* idConstant = instrumented->insertConstant(static_cast<int64_t>(id));
+    instrumented->insertNode(instrumented->create(observeSymbol, {value, idConstant}, 0));
+  }
+
+  Stack stack;
+  stack.reserve(inputs.size());
+  for (const c10::IValue& input : inputs) {
+    stack.push_back(input.deepcopy());
+  }
+  std::vector<ObservedValue> recorded(copies.size());
+  std::vector<bool> seen(copies.size(), false);
+  {
+    ScopedRecorder scope(&recorded, &seen);
+    torch::jit::Code code(instrumented, "torch_mp_observe");
+    torch::jit::InterpreterState(code).run(stack);
+  }
+
+  Observation observation;
+  for (size_t id = 0; id < originals.size(); ++id) {
+    if (seen[id]) {
+      observation.values.emplace(originals[id], recorded[id]);
+    }
+  }
+  observation.outputs = std::move(stack);
+  return observation;
+}
+
+void recordObservedDtypes(const ObservedValues& observed) {
+  for (const auto& [constValue, seen] : observed) {
+    auto tensorType = constValue->type()->cast<c10::TensorType>();
+    if (seen.isTensor && tensorType) {
+      const_cast<Value*>(constValue)->setType(tensorType->withScalarType(seen.dtype));
+    }
+  }
+}
+
+} // namespace torch_mp::jit

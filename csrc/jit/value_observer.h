@@ -1,0 +1,43 @@
+// Dtype knowledge by observation: runs a copy of the graph once on example inputs and records, for every value
+// that may hold a tensor, the dtype, device and element count it had.
+//
+// Frozen graphs type most values as plain `Tensor`; static propagation would need a dtype rule for every op.
+// Running the graph gives exact answers for every value the inputs reach, nested blocks and loop iterations
+// included (the largest element count across iterations is kept). Values in branches the inputs never take stay
+// unobserved: the converter leaves their nodes as they are and reports them. The graph itself is not modified.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <memory>
+#include <unordered_map>
+
+namespace torch_mp::jit {
+
+struct ObservedValue {
+  bool isTensor = false;  // false: an Optional[Tensor] that held None
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  c10::Device device = c10::Device(c10::kCPU);
+  int64_t numel = 0;
+};
+
+using ObservedValues = std::unordered_map<const torch::jit::Value*, ObservedValue>;
+
+struct Observation {
+  ObservedValues values;
+  torch::jit::Stack outputs;  // what the graph returned
+};
+
+// `inputs` are the graph's inputs in order (the module itself first for a method graph). They are deep-copied, so
+// a graph that mutates its inputs leaves the caller's tensors alone.
+Observation observeValues(const std::shared_ptr<torch::jit::Graph>& graph, const torch::jit::Stack& inputs);
+
+// Writes each observed dtype into its value's TensorType, so later passes can read dtypes off the graph.
+void recordObservedDtypes(const ObservedValues& observed);
+
+// Whether a static type may hold a tensor at run time (Tensor or Optional[Tensor]).
+bool mayHoldTensor(const c10::TypePtr& type);
+
+} // namespace torch_mp::jit

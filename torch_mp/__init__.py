@@ -1,0 +1,23 @@
+"""torch_mp: turns an fp32 PyTorch model into a fast mixed-precision frozen TorchScript module.
+
+    mp = torch_mp.convert(model, example_inputs=(x,), dtype=torch.float16)
+    torch.jit.save(mp, "model_fp16.pt")   # loads with torch.jit.load / torch::jit::load, no torch_mp needed
+"""
+import torch  # noqa: F401  (loads libtorch before the extension)
+
+from ._convert import ConversionError, InputSpec, convert
+from .policy import CATEGORIES, TARGETS, OpPolicy, PolicyEntry, target_for
+from .report import Report
+
+__all__ = [
+    "CATEGORIES",
+    "TARGETS",
+    "ConversionError",
+    "InputSpec",
+    "OpPolicy",
+    "PolicyEntry",
+    "Report",
+    "convert",
+    "target_for",
+]
+__version__ = "0.1.0"

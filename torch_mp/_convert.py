@@ -1,0 +1,190 @@
+"""torch_mp.convert: capture (script, else trace), then the C++ pipeline on a frozen copy."""
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
+
+import torch
+
+from . import _C
+from .policy import OpPolicy, target_for
+from .report import Report
+
+LOW_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+PLANNERS = ("min-cut", "greedy")
+
+
+class ConversionError(RuntimeError):
+    """The conversion itself failed. The user's model is untouched."""
+
+
+class InputSpec(NamedTuple):
+    """An input given by shape and dtype instead of a tensor: it is filled with random normals (floating dtypes)
+    or zeros (integer and bool dtypes) for the one observed run."""
+
+    shape: Sequence[int]
+    dtype: torch.dtype = torch.float32
+    device: Union[str, torch.device] = "cpu"
+
+    def materialize(self) -> torch.Tensor:
+        if self.dtype.is_floating_point:
+            return torch.randn(*self.shape, dtype=self.dtype, device=self.device)
+        return torch.zeros(*self.shape, dtype=self.dtype, device=self.device)
+
+
+def convert(
+    model: torch.nn.Module,
+    example_inputs: Any = None,
+    dtype: torch.dtype = torch.float16,
+    *,
+    policy: Optional[OpPolicy] = None,
+    planner: str = "min-cut",
+    verify: bool = True,
+    return_report: bool = False,
+):
+    """Converts an fp32 model into a frozen mixed-precision TorchScript module.
+
+    Args:
+        model: an nn.Module in eval mode, a ScriptModule in eval mode, or a frozen ScriptModule. It is not modified.
+        example_inputs: the positional inputs of one forward call (a tensor, or a tuple of tensors / nested
+            containers / InputSpec). The model runs once on them to learn every value's dtype and size.
+        dtype: torch.float16 or torch.bfloat16.
+        policy: an OpPolicy; default: the one for the inputs' device and `dtype`.
+        planner: "min-cut" (fewest cast bytes, exact) or "greedy" (painting, for comparison).
+        verify: run the result once and check every output keeps its dtype.
+        return_report: also return the Report.
+
+    Returns:
+        the converted torch.jit.ScriptModule, or (module, Report) with return_report=True.
+    """
+    dtype_name = _check_dtype(dtype)
+    if planner not in PLANNERS:
+        raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
+    if policy is not None and not isinstance(policy, OpPolicy):
+        raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
+    _refuse_autocast()
+    inputs = _normalize_inputs(example_inputs)
+    scripted = _capture(model, inputs)
+    if policy is None:
+        policy = OpPolicy.default(target_for(_device_of(inputs, model), dtype))
+    try:
+        with torch.no_grad():
+            converted, report_json = _C.convert_module(
+                scripted._c, inputs, dtype_name, policy.name, policy.rows(), planner, verify
+            )
+    except (ValueError, TypeError):
+        raise
+    except RuntimeError as error:
+        raise ConversionError(f"torch_mp could not convert {type(model).__name__}: {error}") from error
+    module = torch.jit._recursive.wrap_cpp_module(converted)
+    report = Report.from_json(report_json)
+    return (module, report) if return_report else module
+
+
+def _check_dtype(dtype: Any) -> str:
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype!r}")
+    if dtype not in LOW_DTYPES:
+        raise ValueError(f"dtype must be a low-precision floating dtype (torch.float16 or torch.bfloat16), got {dtype}")
+    return LOW_DTYPES[dtype]
+
+
+def _refuse_autocast() -> None:
+    for device_type in ("cpu", "cuda"):
+        if torch.is_autocast_enabled(device_type):
+            raise RuntimeError(
+                f"torch_mp.convert was called inside an active torch.autocast('{device_type}') region; "
+                "autocast would change the fp32 reference the conversion is planned from. Convert outside it."
+            )
+
+
+def _normalize_inputs(example_inputs: Any) -> Tuple[Any, ...]:
+    if example_inputs is None:
+        return ()
+    if isinstance(example_inputs, (torch.Tensor, InputSpec)):
+        example_inputs = (example_inputs,)
+    if isinstance(example_inputs, list):
+        example_inputs = tuple(example_inputs)
+    if not isinstance(example_inputs, tuple):
+        raise TypeError(
+            "example_inputs must be a tensor or a tuple of the forward's positional inputs, "
+            f"got {type(example_inputs).__name__}"
+        )
+    return tuple(_materialize(item) for item in example_inputs)
+
+
+def _materialize(item: Any) -> Any:
+    if isinstance(item, InputSpec):
+        return item.materialize()
+    if isinstance(item, tuple):
+        return tuple(_materialize(x) for x in item)
+    if isinstance(item, list):
+        return [_materialize(x) for x in item]
+    if isinstance(item, dict):
+        return {k: _materialize(v) for k, v in item.items()}
+    return item
+
+
+def _is_frozen(module: torch.jit.ScriptModule) -> bool:
+    return not module._c.hasattr("training")
+
+
+def _capture(model: Any, inputs: Tuple[Any, ...]) -> torch.jit.ScriptModule:
+    if isinstance(model, torch.jit.ScriptModule):
+        if not _is_frozen(model) and model.training:
+            raise ValueError("the module is in training mode; call model.eval() before converting")
+        if not inputs:
+            raise ValueError("example_inputs are required: torch_mp runs the model once to learn dtypes and sizes")
+        return model
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"expected a torch.nn.Module or torch.jit.ScriptModule, got {type(model).__name__}")
+    if model.training:
+        raise ValueError(
+            f"{type(model).__name__} is in training mode (dropout and batch-norm statistics would be wrong); "
+            "call model.eval() before converting"
+        )
+    try:
+        scripted = torch.jit.script(model)
+    except Exception as script_error:  # noqa: BLE001 - any scripting failure falls back to tracing
+        if not inputs:
+            raise ValueError(
+                f"{type(model).__name__} cannot be scripted ({_first_line(script_error)}); "
+                "pass example_inputs so it can be traced instead"
+            ) from script_error
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                scripted = torch.jit.trace(model, inputs, check_trace=False)
+        except Exception as trace_error:  # noqa: BLE001
+            raise ValueError(
+                f"{type(model).__name__} can be neither scripted ({_first_line(script_error)}) "
+                f"nor traced with the example inputs ({_first_line(trace_error)})"
+            ) from trace_error
+    if not inputs:
+        raise ValueError("example_inputs are required: torch_mp runs the model once to learn dtypes and sizes")
+    return scripted
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _device_of(inputs: Tuple[Any, ...], model: Any) -> torch.device:
+    for tensor in _tensors(inputs):
+        return tensor.device
+    if isinstance(model, torch.nn.Module):
+        for parameter in model.parameters():
+            return parameter.device
+    return torch.device("cpu")
+
+
+def _tensors(value: Any):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)

@@ -1,0 +1,88 @@
+"""The conversion report: per node the precision and the rule that chose it, casts with bytes, weight sizes."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any, Dict
+
+
+class Report:
+    """Wraps the JSON the C++ pipeline writes (schema: see README, "Report")."""
+
+    def __init__(self, data: Dict[str, Any]):
+        self.data = data
+
+    @classmethod
+    def from_json(cls, text: str) -> "Report":
+        return cls(json.loads(text))
+
+    def to_json(self, indent: int = 2) -> str:
+        return json.dumps(self.data, indent=indent)
+
+    @property
+    def nodes(self):
+        return self.data["nodes"]
+
+    @property
+    def casts(self):
+        return self.data["casts"]
+
+    @property
+    def unknown_ops(self):
+        return self.data["unknown_ops"]
+
+    @property
+    def weight_ratio(self) -> float:
+        before = self.data["weight_bytes_before"]
+        return self.data["weight_bytes_after"] / before if before else 1.0
+
+    @property
+    def cast_bytes(self) -> int:
+        return self.data["cast_bytes"]
+
+    @property
+    def seconds(self) -> float:
+        return self.data["seconds"]
+
+    def low_precision_ops(self) -> Counter:
+        return Counter(n["op"] for n in self.nodes if n["precision"] == "low")
+
+    def fp32_ops(self) -> Counter:
+        return Counter(n["op"] for n in self.nodes if n["precision"] == "fp32")
+
+    def summary(self) -> str:
+        d = self.data
+        low = sum(1 for n in self.nodes if n["precision"] == "low")
+        lines = [
+            f"torch_mp conversion to {d['dtype']} (policy {d['policy']}, planner {d['planner']}, "
+            f"{d['seconds'] * 1e3:.1f} ms)",
+            f"  nodes: {low} low precision, {len(self.nodes) - low} fp32",
+            f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference",
+            f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
+            f"({self.weight_ratio:.2f}x)",
+        ]
+        if self.unknown_ops:
+            lines.append(f"  unknown ops kept in fp32: {', '.join(self.unknown_ops)}")
+        if d["unobserved_nodes"]:
+            lines.append(f"  {d['unobserved_nodes']} nodes not reached by the example inputs were left as they are")
+        return "\n".join(lines)
+
+    def table(self) -> str:
+        """One row per op kind and precision, with the rule that decided it."""
+        groups: Counter = Counter((n["op"], n["precision"], n["rule"]) for n in self.nodes)
+        width = max([len(op) for op, _, _ in groups] + [2])
+        rows = [f"{'op'.ljust(width)}  count  precision  rule", "-" * (width + 40)]
+        for (op, precision, rule), count in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
+            rows.append(f"{op.ljust(width)}  {count:5d}  {precision:9s}  {rule}")
+        if self.casts:
+            rows.append("")
+            rows.append("casts:")
+            for cast in self.casts:
+                rows.append(f"  {cast['value']}: {cast['from']} -> {cast['to']}  {cast['bytes']} bytes")
+        return "\n".join(rows)
+
+    def __str__(self) -> str:
+        return self.summary() + "\n\n" + self.table()
+
+    def __repr__(self) -> str:
+        return f"<torch_mp.Report {self.summary().splitlines()[0]}>"
