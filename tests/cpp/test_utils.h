@@ -1,0 +1,52 @@
+// Shared helpers for the C++ tests: graphs from IR strings, running them, comparing outputs.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace torch_mp::jit {
+
+inline std::shared_ptr<torch::jit::Graph> parseGraph(const std::string& ir) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(ir, graph.get());
+  return graph;
+}
+
+// Runs a copy of the graph on copies of the inputs.
+inline std::vector<c10::IValue> runGraph(const std::shared_ptr<torch::jit::Graph>& graph,
+                                         const std::vector<c10::IValue>& inputs) {
+  torch::jit::Stack stack;
+  for (const c10::IValue& input : inputs) {
+    stack.push_back(input.deepcopy());
+  }
+  torch::jit::Code code(graph->copy(), "test");
+  torch::jit::InterpreterState(code).run(stack);
+  return stack;
+}
+
+// Same dtypes and values within a tolerance relative to the largest magnitude of the expected tensor.
+inline void expectCloseOutputs(const std::vector<c10::IValue>& expected, const std::vector<c10::IValue>& actual,
+                               double relativeTolerance) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_TRUE(expected[i].isTensor() && actual[i].isTensor()) << "output " << i;
+    const at::Tensor e = expected[i].toTensor();
+    const at::Tensor a = actual[i].toTensor();
+    EXPECT_EQ(e.scalar_type(), a.scalar_type()) << "output " << i;
+    const double scale = std::max(e.abs().max().item<double>(), 1e-6);
+    const double error = (e.to(at::kDouble) - a.to(at::kDouble)).abs().max().item<double>();
+    EXPECT_LE(error, relativeTolerance * scale) << "output " << i;
+  }
+}
+
+inline void expectSameOutputs(const std::vector<c10::IValue>& expected, const std::vector<c10::IValue>& actual) {
+  expectCloseOutputs(expected, actual, 0.0);
+}
+
+} // namespace torch_mp::jit
