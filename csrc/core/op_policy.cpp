@@ -52,6 +52,7 @@ constexpr const char* kPool = "pooling: max is exact; averages accumulate in fp3
 constexpr const char* kActivation = "pointwise activation: bounded error, autocast runs it in its input dtype";
 constexpr const char* kArith = "pointwise arithmetic: one rounding per element, autocast runs it as it arrives";
 constexpr const char* kCompare = "comparison or selection: exact on already-rounded inputs";
+constexpr const char* kMetadata = "reads shape or rank only, never values";
 constexpr const char* kContainer = "packs or unpacks tensors without touching them";
 constexpr const char* kEval = "identity at inference time";
 constexpr const char* kFactoryLike = "creates a tensor shaped and typed like its input";
@@ -94,6 +95,9 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::linalg_vecdot", kLow, kGemm, kAll},
     {"aten::scaled_dot_product_attention", kLow, kAttention, kAll},
     {"aten::_native_multi_head_attention", kLow, kAttention, kAll},
+    {"aten::_transformer_encoder_layer_fwd", kLow,
+     "fused transformer layer (nn.TransformerEncoderLayer fast path): GEMMs and attention in low precision, its "
+     "layer norms and softmax accumulate in fp32 inside the kernel", kAll},
     {"aten::lstm", kLow, kRnn, kAllButCpuF16},
     {"aten::gru", kLow, kRnn, kAllButCpuF16},
     {"aten::rnn_tanh", kLow, kRnn, kAllButCpuF16},
@@ -155,6 +159,17 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::clone", kFollow, kShape, kAll},
     {"aten::detach", kFollow, kShape, kAll},
     {"prim::unchecked_cast", kFollow, kShape, kAll},
+    {"aten::size", kFollow, kMetadata, kAll},
+    {"aten::dim", kFollow, kMetadata, kAll},
+    {"aten::numel", kFollow, kMetadata, kAll},
+    {"aten::len", kFollow, kMetadata, kAll},
+    {"aten::is_floating_point", kFollow, kMetadata, kAll},
+    {"prim::device", kFollow, kMetadata, kAll},
+    {"prim::is_nested", kFollow, kMetadata, kAll},
+    {"prim::is_cuda", kFollow, kMetadata, kAll},
+    {"prim::requires_grad", kFollow, kMetadata, kAll},
+    {"aten::__is__", kFollow, kMetadata, kAll},
+    {"aten::__isnot__", kFollow, kMetadata, kAll},
     {"prim::ListConstruct", kFollow, kContainer, kAll},
     {"prim::ListUnpack", kFollow, kContainer, kAll},
     {"prim::TupleConstruct", kFollow, kContainer, kAll},

@@ -10,6 +10,7 @@ namespace torch_mp::jit {
 namespace {
 
 using core::Precision;
+using torch::jit::Block;
 using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
@@ -70,65 +71,151 @@ class PlanApplier {
       : graph_(graph), mapping_(mapping), plan_(plan), observed_(observed), lowDtype_(lowDtype) {}
 
   std::unordered_set<const Node*> run() {
-    const auto& dataflow = mapping_.dataflow;
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
       if (plan_.precision[n] != Precision::kLow) {
         continue;
       }
-      for (Value* output : mapping_.nodes[n]->outputs()) {
-        if (isObservedFp32(observed_, output)) {
-          setDtype(output, lowDtype_);
+      forEachMember(n, [&](Node* member) {
+        for (Value* output : member->outputs()) {
+          if (isObservedFp32(observed_, output)) {
+            setDtype(output, lowDtype_);
+          }
         }
-      }
+      });
     }
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
-      Node* node = mapping_.nodes[n];
-      if (node->kind() == c10::prim::Param) {
-        continue;
+      forEachMember(n, [&](Node* member) { collectCasts(member, plan_.precision[n]); });
+    }
+    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
+      if (mapping_.unobserved[n]) {
+        readLowConstantsInFp32(mapping_.nodes[n]);
       }
-      const Precision wanted = plan_.precision[n];
-      for (size_t i = 0; i < node->inputs().size(); ++i) {
-        Value* input = node->input(i);
-        if (input->node()->kind() == c10::prim::Constant) {
-          if (wanted == Precision::kLow) {
-            if (Value* low = lowConstant(input)) {
-              node->replaceInput(i, low);
-            }
-          }
-          continue;
-        }
-        auto it = mapping_.values.find(input);
-        if (it == mapping_.values.end()) {
-          continue;
-        }
-        const core::DataflowGraph::Value& value = dataflow.values[it->second];
-        if (value.castable && plan_.precision[value.producer] != wanted) {
-          node->replaceInput(i, castOf(input, wanted == Precision::kLow ? lowDtype_ : c10::ScalarType::Float));
-        }
+    }
+    for (const CastRequest& request : requests_) {
+      Value* cast = insertCastFor(request);
+      for (const auto& [reader, index] : request.uses) {
+        reader->replaceInput(index, cast);
       }
     }
     return std::move(inserted_);
   }
 
  private:
+  // One cast of a value to a dtype, and every (node, input index) that reads it.
+  struct CastRequest {
+    Value* value;
+    c10::ScalarType dtype;
+    std::vector<std::pair<Node*, size_t>> uses;
+  };
+
+  template <typename Visit>
+  void forEachMember(size_t n, const Visit& visit) {
+    visit(mapping_.nodes[n]);
+    for (Node* boundary : mapping_.blockBoundaries[n]) {
+      visit(boundary);
+    }
+  }
+
+  // Swaps in low-precision constants now; records the casts the node's other inputs need.
+  void collectCasts(Node* node, Precision wanted) {
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      Value* input = node->input(i);
+      if (input->node()->kind() == c10::prim::Constant) {
+        if (wanted == Precision::kLow) {
+          if (Value* low = lowConstant(input)) {
+            node->replaceInput(i, low);
+          }
+        }
+        continue;
+      }
+      auto it = mapping_.values.find(input);
+      if (it == mapping_.values.end()) {
+        continue;
+      }
+      const core::DataflowGraph::Value& value = mapping_.dataflow.values[it->second];
+      if (!value.castable || plan_.precision[value.producer] == wanted) {
+        continue;
+      }
+      requestCast(input, wanted == Precision::kLow ? lowDtype_ : c10::ScalarType::Float, node, i);
+    }
+  }
+
+  // A node the example inputs never reached reads the low-precision copy of a weight cast back to fp32, rather
+  // than keeping the fp32 original alive next to it.
+  void readLowConstantsInFp32(Node* node) {
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      auto it = lowConstants_.find(node->input(i));
+      if (it != lowConstants_.end() && it->second && it->second->type()->kind() == c10::TypeKind::TensorType) {
+        requestCast(it->second, c10::ScalarType::Float, node, i);
+      }
+    }
+  }
+
+  void requestCast(Value* value, c10::ScalarType dtype, Node* reader, size_t index) {
+    auto [slot, added] = requestIndex_.emplace(std::make_pair(value, dtype), requests_.size());
+    if (added) {
+      requests_.push_back({value, dtype, {}});
+    }
+    requests_[slot->second].uses.emplace_back(reader, index);
+  }
+
+  static Block* parentBlock(Block* block) {
+    Node* owner = block->owningNode();
+    return owner ? owner->owningBlock() : nullptr;
+  }
+
+  static int depthOf(Block* block) {
+    int depth = 0;
+    for (Block* b = parentBlock(block); b; b = parentBlock(b)) {
+      ++depth;
+    }
+    return depth;
+  }
+
+  static Block* commonBlock(Block* a, Block* b) {
+    int depthA = depthOf(a);
+    int depthB = depthOf(b);
+    for (; depthA > depthB; --depthA) {
+      a = parentBlock(a);
+    }
+    for (; depthB > depthA; --depthB) {
+      b = parentBlock(b);
+    }
+    while (a != b) {
+      a = parentBlock(a);
+      b = parentBlock(b);
+    }
+    return a;
+  }
+
+  // The cast goes as deep as it can while dominating every reader: into the branch of a prim::If that holds all
+  // its readers (so other branches do not pay for it), never into a loop body (it would run every iteration).
+  Value* insertCastFor(const CastRequest& request) {
+    Value* value = request.value;
+    Block* defining = value->node()->owningBlock();
+    Block* common = request.uses.front().first->owningBlock();
+    for (const auto& use : request.uses) {
+      common = commonBlock(common, use.first->owningBlock());
+    }
+    std::vector<Block*> chain;  // from the readers' common block up to, not including, the defining block
+    for (Block* b = common; b != defining; b = parentBlock(b)) {
+      chain.push_back(b);
+    }
+    Node* insertBefore = value->node()->next();
+    for (auto it = chain.rbegin(); it != chain.rend() && (*it)->owningNode()->kind() == c10::prim::If; ++it) {
+      insertBefore = (*it)->param_node()->next();
+    }
+    torch::jit::WithInsertPoint guard(insertBefore);
+    Value* cast = insertCast(*graph_, value, request.dtype);
+    inserted_.insert(cast->node());
+    GRAPH_UPDATE("Cast ", value->debugName(), " to ", c10::toString(request.dtype));
+    return cast;
+  }
+
   static void setDtype(Value* value, c10::ScalarType dtype) {
     if (auto tensorType = value->type()->cast<c10::TensorType>()) {
       value->setType(tensorType->withScalarType(dtype));
     }
-  }
-
-  Value* castOf(Value* value, c10::ScalarType dtype) {
-    auto key = std::make_pair(value, dtype);
-    auto it = casts_.find(key);
-    if (it != casts_.end()) {
-      return it->second;
-    }
-    torch::jit::WithInsertPoint guard(value->node()->next());
-    Value* cast = insertCast(*graph_, value, dtype);
-    inserted_.insert(cast->node());
-    GRAPH_UPDATE("Cast ", value->debugName(), " to ", c10::toString(dtype));
-    casts_.emplace(key, cast);
-    return cast;
   }
 
   // The low-precision version of a constant, or nullptr when it holds no fp32 tensor.
@@ -160,7 +247,8 @@ class PlanApplier {
   const core::PrecisionPlan& plan_;
   const ObservedValues& observed_;
   c10::ScalarType lowDtype_;
-  std::map<std::pair<Value*, c10::ScalarType>, Value*> casts_;
+  std::vector<CastRequest> requests_;
+  std::map<std::pair<Value*, c10::ScalarType>, size_t> requestIndex_;
   std::unordered_map<Value*, Value*> lowConstants_;
   std::unordered_set<const Node*> inserted_;
 };

@@ -1,10 +1,13 @@
 // Rewrites a graph to follow a precision plan.
 //
 // For every planner node, each input it reads in the other precision than its producer wrote is replaced by an
-// explicit cast, `aten::to(%v, dtype, false, false, None)`, created once per (value, dtype) right after the
-// value's definition (so it dominates every use, in nested blocks too) and shared by all consumers. Constants read
-// in low precision are replaced by low-precision constants computed now (one per constant), so weights are stored
-// pre-cast and the fp32 originals die. Outputs of low-precision nodes get the low dtype in their type.
+// explicit cast, `aten::to(%v, dtype, false, false, None)`, created once per (value, dtype) and shared by all its
+// readers. The cast sits where it dominates every reader: right after the value's definition, or at the start of
+// the prim::If branch that holds all its readers (never inside a loop body that the value was defined outside
+// of). Constants read in low precision are replaced by low-precision constants computed now (one per constant), so
+// weights are stored pre-cast. A weight is never stored twice for the sake of nodes the example inputs did not reach
+// (say, the slow path of nn.TransformerEncoderLayer): those read its low-precision copy cast back to fp32 at run
+// time, so the fp32 original dies. Outputs of low-precision nodes get the low dtype in their type.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>

@@ -44,7 +44,7 @@ class DataflowBuilder {
       : graph_(graph), observed_(observed), policy_(policy), aliasDb_(graph), lowDtype_(lowDtype) {}
 
   DataflowMapping run() {
-    visitBlock(graph_->block());
+    visitGraph();
     return std::move(mapping_);
   }
 
@@ -65,8 +65,24 @@ class DataflowBuilder {
     return isTensorContainer(type) ? ValueKind::kContainer : ValueKind::kIrrelevant;
   }
 
+  // The TorchScript nodes that share one planner node: a node alone, or a prim::If / prim::Loop with the input
+  // and output nodes of its blocks.
+  static std::vector<Node*> boundariesOf(Node* node) {
+    std::vector<Node*> boundaries;
+    for (Block* block : node->blocks()) {
+      boundaries.push_back(block->param_node());
+      boundaries.push_back(block->return_node());
+    }
+    return boundaries;
+  }
+
   // The node's category and the rule behind it, or nothing when the node does not touch the plan.
-  bool classify(Node* node, OpCategory& category, std::string& rule) {
+  bool classify(
+      Node* node,
+      const std::vector<Node*>& boundaries,
+      OpCategory& category,
+      std::string& rule,
+      bool& unobserved) {
     bool relevant = false;
     bool unknown = false;
     bool otherFloating = false;
@@ -86,6 +102,14 @@ class DataflowBuilder {
       }
       relevant = true;
     };
+    for (const Node* member : boundaries) {
+      for (const Value* input : member->inputs()) {
+        inspect(input);
+      }
+      for (const Value* output : member->outputs()) {
+        inspect(output);
+      }
+    }
     for (const Value* input : node->inputs()) {
       inspect(input);
     }
@@ -96,61 +120,45 @@ class DataflowBuilder {
       return false;
     }
     category = OpCategory::kFp32;
-    switch (node->kind()) {
-      case c10::prim::Param:
-        rule = "input: keeps its dtype";
-        return true;
-      case c10::prim::Return:
-        rule = "output: keeps its dtype";
-        return true;
-      case c10::prim::If:
-      case c10::prim::Loop:
-        rule = "control flow: values cross block boundaries in their original dtype";
-        return true;
-      default:
-        break;
-    }
-    if (unknown) {
-      rule = "dtype unknown: not reached by the example inputs";
+    unobserved = unknown;
+    const bool controlFlow = node->kind() == c10::prim::If || node->kind() == c10::prim::Loop;
+    if (node->kind() == c10::prim::Param) {
+      rule = "input: keeps its dtype";
+    } else if (node->kind() == c10::prim::Return) {
+      rule = "output: keeps its dtype";
+    } else if (unknown) {
+      rule = controlFlow ? "control flow with a branch not reached by the example inputs: boundaries keep their dtype"
+                         : "dtype unknown: not reached by the example inputs";
       ++mapping_.unobservedNodes;
-      return true;
-    }
-    if (otherFloating) {
+    } else if (otherFloating) {
       rule = "has a floating tensor that is not fp32: left as it is";
-      return true;
-    }
-    const std::string op = node->kind().toQualString();
-    if (const core::PolicyEntry* entry = policy_.find(op)) {
+    } else if (controlFlow) {
+      category = OpCategory::kFollow;
+      rule = "follow: control flow; values crossing its block boundaries share one precision";
+    } else if (const core::PolicyEntry* entry = policy_.find(node->kind().toQualString())) {
       category = entry->category;
       rule = std::string(core::toString(category)) + ": " + entry->reason;
-      return true;
-    }
-    rule = "fp32: in no list (unknown op)";
-    if (std::find(mapping_.unknownOps.begin(), mapping_.unknownOps.end(), op) == mapping_.unknownOps.end()) {
-      mapping_.unknownOps.push_back(op);
+    } else {
+      rule = "fp32: in no list (unknown op)";
+      const std::string op = node->kind().toQualString();
+      if (std::find(mapping_.unknownOps.begin(), mapping_.unknownOps.end(), op) == mapping_.unknownOps.end()) {
+        mapping_.unknownOps.push_back(op);
+      }
     }
     return true;
   }
 
-  void addNode(Node* node) {
-    OpCategory category;
-    std::string rule;
-    if (!classify(node, category, rule)) {
-      return;
-    }
-    const int index = mapping_.dataflow.addNode(category);
-    mapping_.nodes.push_back(node);
-    mapping_.rules.push_back(std::move(rule));
-    const bool isParam = node->kind() == c10::prim::Param;
-    if (!isParam) {
-      for (const Value* input : node->inputs()) {
-        auto it = mapping_.values.find(input);
-        if (it != mapping_.values.end()) {
-          mapping_.dataflow.addUse(it->second, index);
-        }
+  void addUses(const Node* consumer, int index) {
+    for (const Value* input : consumer->inputs()) {
+      auto it = mapping_.values.find(input);
+      if (it != mapping_.values.end()) {
+        mapping_.dataflow.addUse(it->second, index);
       }
     }
-    for (const Value* output : node->outputs()) {
+  }
+
+  void addOutputs(const Node* producer, int index) {
+    for (const Value* output : producer->outputs()) {
       const ValueKind kind = kindOf(output);
       if (kind != ValueKind::kFp32Tensor && kind != ValueKind::kContainer) {
         continue;
@@ -166,20 +174,53 @@ class DataflowBuilder {
     }
   }
 
-  void visitBlock(Block* block) {
-    addNode(block->param_node());
-    for (Node* node : block->nodes()) {
-      if (node->kind() == c10::prim::Constant) {
-        continue;
-      }
-      // Block inputs and outputs of an If/Loop are planned after the node consumes its inputs and before its
-      // outputs are read, which is the order their values flow in.
-      addNode(node);
-      for (Block* sub : node->blocks()) {
-        visitBlock(sub);
+  // Adds the node (with its blocks' boundaries) and visits its blocks. Values are registered before they are
+  // used: the node's outputs and block inputs first, the uses of block outputs after the blocks are visited.
+  void addNode(Node* node) {
+    const std::vector<Node*> boundaries = boundariesOf(node);
+    OpCategory category;
+    std::string rule;
+    bool unobserved = false;
+    int index = -1;
+    if (classify(node, boundaries, category, rule, unobserved)) {
+      index = mapping_.dataflow.addNode(category);
+      mapping_.nodes.push_back(node);
+      mapping_.blockBoundaries.push_back(boundaries);
+      mapping_.rules.push_back(std::move(rule));
+      mapping_.unobserved.push_back(unobserved);
+      addUses(node, index);
+      addOutputs(node, index);
+      for (const Node* boundary : boundaries) {
+        if (boundary->kind() == c10::prim::Param) {
+          addOutputs(boundary, index);
+        }
       }
     }
-    addNode(block->return_node());
+    for (Block* block : node->blocks()) {
+      visitNodes(block);
+    }
+    if (index < 0) {
+      return;
+    }
+    for (const Node* boundary : boundaries) {
+      if (boundary->kind() == c10::prim::Return) {
+        addUses(boundary, index);
+      }
+    }
+  }
+
+  void visitNodes(Block* block) {
+    for (Node* node : block->nodes()) {
+      if (node->kind() != c10::prim::Constant) {
+        addNode(node);
+      }
+    }
+  }
+
+  void visitGraph() {
+    addNode(graph_->block()->param_node());
+    visitNodes(graph_->block());
+    addNode(graph_->block()->return_node());
   }
 
   const std::shared_ptr<Graph>& graph_;

@@ -2,8 +2,9 @@
 //
 // Every node that touches an fp32 tensor (or a container of tensors) becomes a planner node whose category comes
 // from the op policy, unless the node must stay as it is:
-//   - block inputs, block outputs, prim::If and prim::Loop: fp32 (graph IO keeps its dtype; control-flow
-//     boundaries carry the original dtype);
+//   - the graph's inputs and outputs: fp32 (the model keeps its IO dtypes);
+//   - prim::If / prim::Loop: one planner node together with its blocks' inputs and outputs (a follow node: the
+//     values crossing the block boundaries all take its precision), or fp32 when a branch was not reached;
 //   - a node reading or writing a tensor whose dtype is unknown (not reached by the example inputs): fp32;
 //   - a node reading or writing a floating tensor that is not fp32 (fp16, bf16, fp64): fp32, i.e. untouched.
 // Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
@@ -26,11 +27,14 @@ namespace torch_mp::jit {
 
 struct DataflowMapping {
   core::DataflowGraph dataflow;
-  std::vector<torch::jit::Node*> nodes;  // planner node -> TorchScript node (prim::Param for block inputs)
+  std::vector<torch::jit::Node*> nodes;  // planner node -> TorchScript node (prim::Param for graph inputs)
+  // planner node -> the block input/output nodes of a prim::If / prim::Loop, which share its precision
+  std::vector<std::vector<torch::jit::Node*>> blockBoundaries;
   std::vector<std::string> rules;        // planner node -> why it has its category
   std::unordered_map<const torch::jit::Value*, int> values;  // TorchScript value -> planner value
   std::vector<std::string> unknownOps;   // ops in no policy list, each once
-  int unobservedNodes = 0;               // nodes left alone because their dtypes are unknown
+  std::vector<bool> unobserved;          // planner node -> left alone because its dtypes are unknown
+  int unobservedNodes = 0;               // how many of those
 };
 
 DataflowMapping buildDataflow(

@@ -63,17 +63,27 @@ std::pair<torch::jit::Module, std::string> convertModule(
   options.verifyOutputs = verifyOutputs;
 
   const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
-  const size_t expected = schema.arguments().size() - 1;  // without self
+  const std::vector<c10::Argument>& arguments = schema.arguments();  // arguments[0] is self
+  size_t required = 0;
+  for (size_t i = 1; i < arguments.size(); ++i) {
+    required += arguments[i].default_value() ? 0 : 1;
+  }
   TORCH_CHECK_VALUE(
-      exampleInputs.size() == expected, "torch_mp: forward takes ", expected, " inputs but example_inputs has ",
-      exampleInputs.size());
+      exampleInputs.size() >= required && exampleInputs.size() < arguments.size(), "torch_mp: forward takes ",
+      required == arguments.size() - 1 ? std::to_string(required)
+                                       : std::to_string(required) + " to " + std::to_string(arguments.size() - 1),
+      " inputs but example_inputs has ", exampleInputs.size());
   std::vector<c10::IValue> inputs;
-  for (size_t i = 0; i < exampleInputs.size(); ++i) {
-    const c10::Argument& argument = schema.arguments()[i + 1];
+  for (size_t i = 1; i < arguments.size(); ++i) {
+    const c10::Argument& argument = arguments[i];
+    if (i - 1 >= exampleInputs.size()) {
+      inputs.push_back(*argument.default_value());
+      continue;
+    }
     try {
-      inputs.push_back(torch::jit::toIValue(exampleInputs[i], argument.type()));
+      inputs.push_back(torch::jit::toIValue(exampleInputs[i - 1], argument.type()));
     } catch (const std::exception& error) {
-      TORCH_CHECK_TYPE(false, "torch_mp: example input ", i, " ('", argument.name(), "') does not fit type ",
+      TORCH_CHECK_TYPE(false, "torch_mp: example input ", i - 1, " ('", argument.name(), "') does not fit type ",
                        argument.type()->repr_str(), ": ", error.what());
     }
   }
