@@ -144,7 +144,9 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> torch.jit.ScriptModule:
             "call model.eval() before converting"
         )
     try:
-        scripted = torch.jit.script(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            scripted = torch.jit.script(model)
     except Exception as script_error:  # noqa: BLE001 - any scripting failure falls back to tracing
         if not inputs:
             raise ValueError(
@@ -154,6 +156,7 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> torch.jit.ScriptModule:
         try:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
                 scripted = torch.jit.trace(model, inputs, check_trace=False)
         except Exception as trace_error:  # noqa: BLE001
             raise ValueError(

@@ -160,7 +160,15 @@ ConversionReport ConvertToMixedPrecision(
   report.weightBytesBefore = constantBytes(*graph);
 
   // 2. Dtype knowledge.
-  Observation observation = observeValues(graph, inputs);
+  Observation observation;
+  try {
+    observation = observeValues(graph, inputs);
+  } catch (const c10::Error& error) {
+    TORCH_CHECK_VALUE(false, "torch_mp: running the model on the example inputs failed: ",
+                      error.what_without_backtrace());
+  } catch (const std::exception& error) {
+    TORCH_CHECK_VALUE(false, "torch_mp: running the model on the example inputs failed: ", error.what());
+  }
   recordObservedDtypes(observation.values);
 
   // 3. Plan.

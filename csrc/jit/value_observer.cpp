@@ -1,5 +1,6 @@
 #include "jit/value_observer.h"
 
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
@@ -129,8 +130,14 @@ Observation observeValues(const std::shared_ptr<Graph>& graph, const Stack& inpu
 void recordObservedDtypes(const ObservedValues& observed) {
   for (const auto& [constValue, seen] : observed) {
     auto tensorType = constValue->type()->cast<c10::TensorType>();
-    if (seen.isTensor && tensorType) {
-      const_cast<Value*>(constValue)->setType(tensorType->withScalarType(seen.dtype));
+    if (!seen.isTensor || !tensorType || tensorType->scalarType()) {
+      continue;
+    }
+    Value* value = const_cast<Value*>(constValue);
+    if (value->node()->kind() == c10::prim::Constant) {
+      value->setType(c10::TensorType::create(torch::jit::toIValue(value)->toTensor()));
+    } else {
+      value->setType(tensorType->withScalarType(seen.dtype));
     }
   }
 }

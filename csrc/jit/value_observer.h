@@ -34,7 +34,8 @@ struct Observation {
 // a graph that mutates its inputs leaves the caller's tensors alone.
 Observation observeValues(const std::shared_ptr<torch::jit::Graph>& graph, const torch::jit::Stack& inputs);
 
-// Writes each observed dtype into its value's TensorType, so later passes can read dtypes off the graph.
+// Writes each observed dtype into its value's TensorType where the type has none, so later passes can read dtypes
+// off the graph.
 void recordObservedDtypes(const ObservedValues& observed);
 
 // Whether a static type may hold a tensor at run time (Tensor or Optional[Tensor]).

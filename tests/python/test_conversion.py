@@ -1,0 +1,214 @@
+"""What the converted graph looks like: exact casts, constants, IO dtypes, policy edits, idempotency, report."""
+import json
+import re
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import FileCheck
+
+import torch_mp
+from torch_mp.models import ControlFlowNet, NestedOutputNet
+
+LOW = [torch.float16, torch.bfloat16]
+CODE = {torch.float16: 5, torch.bfloat16: 15, torch.float32: 6}  # c10::ScalarType values in aten::to
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 8)
+
+    def forward(self, x):
+        return torch.softmax(self.fc2(torch.relu(self.fc1(x))), dim=-1)
+
+
+def canonical(module):
+    """The graph's nodes without value numbering, type refinements or the module type's mangled name."""
+    graph = torch._C._jit_pass_canonicalize(module.graph.copy(), False)
+    text = str(graph)
+    text = re.sub(r": [A-Za-z0-9]*Tensor\b", ": Tensor", text)
+    return text[text.index("\n") :]
+
+
+def casts_in(module):
+    return [n for n in module.graph.findAllNodes("aten::to")]
+
+
+def cast_targets(module):
+    return sorted(n.inputsAt(1).toIValue() for n in casts_in(module))
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_mlp_has_exactly_one_cast_in_and_one_out(dtype):
+    model = Mlp().eval()
+    x = torch.randn(4, 16)
+    converted = torch_mp.convert(model, (x,), dtype)
+    assert cast_targets(converted) == sorted([CODE[dtype], CODE[torch.float32]])
+    low = str(dtype).split(".")[1]
+    low = {"float16": "Half", "bfloat16": "BFloat16"}[low]
+    FileCheck().check(f"{low}Tensor = aten::to(%x").check("aten::linear").check("aten::relu").check(
+        "aten::linear"
+    ).check("FloatTensor = aten::to").check("aten::softmax").run(str(converted.graph))
+    out = converted(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, model(x), rtol=0, atol=2e-2 if dtype == torch.bfloat16 else 2e-3)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_weights_are_stored_pre_cast(dtype):
+    model = Mlp().eval()
+    converted, report = torch_mp.convert(model, (torch.randn(4, 16),), dtype, return_report=True)
+    constants = [n.output().toIValue() for n in converted.graph.findAllNodes("prim::Constant")]
+    tensors = [c for c in constants if isinstance(c, torch.Tensor)]
+    assert len(tensors) == 4 and all(t.dtype == dtype for t in tensors)
+    assert report.weight_ratio == pytest.approx(0.5)
+
+
+def test_fp32_only_model_gets_no_cast():
+    class Fp32Only(nn.Module):
+        def forward(self, x):
+            return torch.log_softmax(torch.exp(x).sum(-1, keepdim=True) * x, dim=-1)
+
+    converted, report = torch_mp.convert(Fp32Only().eval(), (torch.randn(3, 5),), torch.float16, return_report=True)
+    assert casts_in(converted) == []
+    assert all(node["precision"] == "fp32" for node in report.nodes)
+
+
+def test_integer_inputs_and_outputs_are_never_cast():
+    class Tagger(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = nn.Embedding(50, 16)
+            self.head = nn.Linear(16, 5)
+
+        def forward(self, tokens, offsets):
+            scores = self.head(self.embedding(tokens))
+            return scores, scores.argmax(-1) + offsets
+
+    tokens = torch.randint(0, 50, (3, 7))
+    offsets = torch.arange(3).unsqueeze(1)
+    converted = torch_mp.convert(Tagger().eval(), (tokens, offsets), torch.float16)
+    for cast in casts_in(converted):
+        assert cast.inputsAt(0).debugName() not in ("tokens", "offsets")
+    scores, labels = converted(tokens, offsets)
+    assert scores.dtype == torch.float32 and labels.dtype == torch.int64
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_nested_outputs_keep_their_dtypes(dtype):
+    model = NestedOutputNet().eval()
+    x, lengths = torch.randn(4, 16), torch.tensor([1, 2, 3])
+    converted = torch_mp.convert(model, (x, lengths), dtype)
+    logits, (hidden, probs), extra = converted(x, lengths)
+    assert logits.dtype == hidden.dtype == probs.dtype == extra["hidden"].dtype == torch.float32
+    assert extra["lengths"].dtype == torch.int64
+    assert torch.equal(extra["lengths"], lengths + 1)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_converting_a_converted_model_changes_nothing(dtype):
+    model = ControlFlowNet().eval()
+    x = torch.randn(4, 32)
+    once = torch_mp.convert(model, (x,), dtype)
+    twice, report = torch_mp.convert(once, (x,), dtype, return_report=True)
+    assert canonical(twice) == canonical(once)
+    assert report.casts == []
+    torch.testing.assert_close(twice(x), once(x), rtol=0, atol=0)
+
+
+def test_frozen_and_scripted_modules_are_accepted():
+    model = Mlp().eval()
+    x = torch.randn(4, 16)
+    from_nn = torch_mp.convert(model, (x,))
+    from_script = torch_mp.convert(torch.jit.script(model), (x,))
+    from_frozen = torch_mp.convert(torch.jit.freeze(torch.jit.script(model)), (x,))
+    for converted in (from_script, from_frozen):
+        assert cast_targets(converted) == cast_targets(from_nn)
+        torch.testing.assert_close(converted(x), from_nn(x), rtol=0, atol=0)
+
+
+def test_policy_edit_keeps_linear_in_fp32():
+    model = Mlp().eval()
+    x = torch.randn(4, 16)
+    policy = torch_mp.OpPolicy.default("cpu_fp16").set("aten::linear", "fp32", reason="test")
+    converted, report = torch_mp.convert(model, (x,), torch.float16, policy=policy, return_report=True)
+    assert casts_in(converted) == []
+    assert report.data["policy"] == "cpu_fp16+edits"
+    torch.testing.assert_close(converted(x), model(x), rtol=1e-6, atol=1e-6)
+
+
+def test_policy_removal_makes_an_op_unknown_and_fp32():
+    model = Mlp().eval()
+    x = torch.randn(4, 16)
+    policy = torch_mp.OpPolicy.default("cpu_fp16").remove("aten::relu")
+    converted, report = torch_mp.convert(model, (x,), torch.float16, policy=policy, return_report=True)
+    assert report.unknown_ops == ["aten::relu"]
+    relu = [n for n in report.nodes if n["op"] == "aten::relu"]
+    assert relu[0]["precision"] == "fp32" and "unknown op" in relu[0]["rule"]
+    # relu in fp32 between two fp16 linears: one cast out of fc1, one into fc2, one before softmax, one in
+    assert len(casts_in(converted)) == 4
+
+
+def test_policy_api():
+    policy = torch_mp.OpPolicy.default("cuda_fp16")
+    assert policy.category("aten::conv2d") == "low"
+    assert policy.category("aten::softmax") == "fp32"
+    assert policy.category("aten::relu") == "follow"
+    assert policy.category("aten::index_put") == "widest"
+    assert policy.category("aten::made_up") == "fp32"
+    assert "aten::lstm" in policy.ops("low")
+    assert torch_mp.OpPolicy.default("cpu_fp16").category("aten::lstm") == "fp32"
+    edited = policy.copy().add("low", ["aten::gelu", "aten::silu"])
+    assert edited.category("aten::gelu") == "low" and policy.category("aten::gelu") == "follow"
+    with pytest.raises(ValueError, match="unknown category"):
+        policy.set("aten::gelu", "fast")
+    with pytest.raises(ValueError, match="qualified"):
+        policy.set("gelu", "low")
+    with pytest.raises(KeyError):
+        policy.remove("aten::made_up")
+    with pytest.raises(ValueError, match="unknown policy target"):
+        torch_mp.OpPolicy.default("tpu_fp8")
+    assert all(reason for _, _, reason in policy.rows())
+
+
+def test_min_cut_never_casts_more_than_greedy():
+    model = ControlFlowNet().eval()
+    x = torch.randn(8, 32)
+    _, greedy = torch_mp.convert(model, (x,), torch.float16, planner="greedy", return_report=True)
+    _, exact = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    assert exact.cast_bytes <= greedy.cast_bytes
+
+
+def test_cast_placed_inside_the_branch_that_reads_it():
+    """The untaken else-branch reads h in fp32: its cast lives in that branch, not before the prim::If."""
+    model = ControlFlowNet().eval()
+    x = torch.randn(4, 32).abs()  # mean > 0: the then-branch runs
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    branch = converted.graph.findNode("prim::If")
+    else_block = list(branch.blocks())[1]
+    first = next(iter(else_block.nodes()))
+    assert first.kind() == "aten::to" and first.inputsAt(1).toIValue() == CODE[torch.float32]
+    negative = -x
+    torch.testing.assert_close(converted(negative)[0], model(negative)[0], rtol=0, atol=1e-2)
+
+
+def test_report_json_and_table():
+    model = Mlp().eval()
+    _, report = torch_mp.convert(model, (torch.randn(4, 16),), torch.float16, return_report=True)
+    data = json.loads(report.to_json())
+    assert data["dtype"] == "Half" and data["planner"] == "min-cut"
+    linear = [n for n in data["nodes"] if n["op"] == "aten::linear"]
+    assert len(linear) == 2 and all(n["precision"] == "low" for n in linear)
+    assert {c["to"] for c in data["casts"]} == {"Half", "Float"}
+    assert sum(c["bytes"] for c in data["casts"]) == data["cast_bytes"] == 4 * 16 * 6 + 4 * 8 * 6
+    text = str(report)
+    assert "aten::linear" in text and "casts:" in text
+
+
+def test_input_specs_replace_example_tensors():
+    model = Mlp().eval()
+    converted = torch_mp.convert(model, (torch_mp.InputSpec((4, 16)),), torch.float16)
+    x = torch.randn(2, 16)
+    torch.testing.assert_close(converted(x), model(x), rtol=0, atol=2e-3)

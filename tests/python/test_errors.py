@@ -1,0 +1,201 @@
+"""Bad input gets a clear exception naming the problem; the user's module is never modified."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import torch_mp
+from torch_mp.models import ConvBnNet
+
+
+def small():
+    return ConvBnNet().eval(), torch.randn(2, 3, 16, 16)
+
+
+class Unscriptable(nn.Module):
+    """Scripting fails on the lambda; tracing works."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return (lambda t: torch.relu(t))(self.linear(x))
+
+
+class Untraceable(Unscriptable):
+    """Scripting fails on the lambda; tracing fails on the string output."""
+
+    def forward(self, x):
+        return (lambda t: t)(self.linear(x)), "label"
+
+
+def test_training_mode_is_refused():
+    model, x = small()
+    model.train()
+    with pytest.raises(ValueError, match="training mode"):
+        torch_mp.convert(model, (x,))
+
+
+def test_scripted_training_mode_is_refused():
+    model, x = small()
+    with pytest.raises(ValueError, match="training mode"):
+        torch_mp.convert(torch.jit.script(model.train()), (x,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int8, torch.int64])
+def test_target_dtype_must_be_low_precision_floating(dtype):
+    model, x = small()
+    with pytest.raises(ValueError, match="low-precision floating dtype"):
+        torch_mp.convert(model, (x,), dtype)
+
+
+def test_target_dtype_must_be_a_dtype():
+    model, x = small()
+    with pytest.raises(TypeError, match="dtype must be"):
+        torch_mp.convert(model, (x,), "fp16")
+
+
+def test_conversion_under_autocast_is_refused():
+    model, x = small()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.raises(RuntimeError, match="autocast"):
+            torch_mp.convert(model, (x,))
+
+
+def test_unscriptable_module_without_example_inputs():
+    with pytest.raises(ValueError, match="cannot be scripted.*pass example_inputs"):
+        torch_mp.convert(Unscriptable().eval())
+
+
+def test_unscriptable_module_is_traced_with_example_inputs():
+    model = Unscriptable().eval()
+    x = torch.randn(4, 8)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    assert converted(x).dtype == torch.float32
+    torch.testing.assert_close(converted(x), model(x), rtol=0, atol=5e-3)
+
+
+def test_module_that_neither_scripts_nor_traces():
+    with pytest.raises(ValueError, match="neither scripted .* nor traced"):
+        torch_mp.convert(Untraceable().eval(), (torch.randn(2, 8),))
+
+
+def test_scriptable_module_without_example_inputs():
+    model, _ = small()
+    with pytest.raises(ValueError, match="example_inputs are required"):
+        torch_mp.convert(model)
+
+
+def test_wrong_number_of_example_inputs():
+    model, x = small()
+    with pytest.raises(ValueError, match="forward takes 1 inputs but example_inputs has 2"):
+        torch_mp.convert(model, (x, x))
+
+
+def test_example_input_of_wrong_type():
+    model, _ = small()
+    with pytest.raises(TypeError, match="example input 0 .* does not fit type Tensor"):
+        torch_mp.convert(model, ("not a tensor",))
+
+
+def test_example_inputs_that_do_not_run_the_model():
+    model, _ = small()
+    with pytest.raises(ValueError, match="running the model on the example inputs failed"):
+        torch_mp.convert(model, (torch.randn(2, 5, 16, 16),))
+
+
+def test_example_inputs_must_be_a_tuple():
+    model, x = small()
+    with pytest.raises(TypeError, match="example_inputs must be"):
+        torch_mp.convert(model, {"x": x})
+
+
+def test_not_a_module():
+    with pytest.raises(TypeError, match="expected a torch.nn.Module"):
+        torch_mp.convert(lambda t: t, (torch.randn(2),))
+
+
+def test_bad_planner_and_policy():
+    model, x = small()
+    with pytest.raises(ValueError, match="planner"):
+        torch_mp.convert(model, (x,), planner="fastest")
+    with pytest.raises(TypeError, match="OpPolicy"):
+        torch_mp.convert(model, (x,), policy={"aten::conv2d": "low"})
+
+
+def _snapshot(model):
+    return {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+
+def _assert_same_state(model, snapshot):
+    state = model.state_dict()
+    assert state.keys() == snapshot.keys()
+    for name, tensor in snapshot.items():
+        assert state[name].dtype == tensor.dtype, name
+        assert torch.equal(state[name], tensor), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_user_module_is_not_modified(dtype):
+    model, x = small()
+    snapshot = _snapshot(model)
+    expected = model(x)
+    torch_mp.convert(model, (x,), dtype)
+    _assert_same_state(model, snapshot)
+    assert not model.training
+    torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+
+
+def test_user_script_module_is_not_modified():
+    model, x = small()
+    scripted = torch.jit.script(model)
+    graph_before = str(scripted.graph)
+    snapshot = _snapshot(scripted)
+    torch_mp.convert(scripted, (x,), torch.float16)
+    assert str(scripted.graph) == graph_before
+    _assert_same_state(scripted, snapshot)
+
+
+def test_example_inputs_are_not_modified():
+    class AddsInPlace(nn.Module):
+        def forward(self, x):
+            x.add_(1.0)
+            return x * 2
+
+    x = torch.randn(3)
+    original = x.clone()
+    torch_mp.convert(AddsInPlace().eval(), (x,), torch.float16)
+    assert torch.equal(x, original)
+
+
+class _FailingExtension:
+    @staticmethod
+    def convert_module(*args, **kwargs):
+        raise RuntimeError("simulated internal failure")
+
+    default_policy = staticmethod(torch_mp._C.default_policy)
+
+
+def test_internal_failure_raises_conversion_error_and_leaves_model(monkeypatch):
+    model, x = small()
+    snapshot = _snapshot(model)
+    monkeypatch.setattr(torch_mp._convert, "_C", _FailingExtension)
+    with pytest.raises(torch_mp.ConversionError, match="could not convert ConvBnNet: simulated internal failure"):
+        torch_mp.convert(model, (x,))
+    _assert_same_state(model, snapshot)
+
+
+def test_real_failure_in_the_converted_graph_is_a_conversion_error():
+    """A policy that forces an op without a CPU fp16 kernel into fp16: the verification run catches it."""
+
+    class Inverts(nn.Module):
+        def forward(self, x):
+            return torch.linalg.inv(x)
+
+    x = torch.randn(2, 4, 4) + 4 * torch.eye(4)
+    policy = torch_mp.OpPolicy.default("cpu_fp16").set("aten::linalg_inv", "low")
+    model = Inverts().eval()
+    with pytest.raises(torch_mp.ConversionError, match="could not convert Inverts"):
+        torch_mp.convert(model, (x,), torch.float16, policy=policy)

@@ -1,0 +1,43 @@
+"""Accuracy of a converted model against its fp32 original.
+
+max_rel_error is max |y - y_fp32| / max |y_fp32| over an output (relative to the output's scale; elementwise
+relative error is meaningless near zero). cosine is the cosine similarity of the flattened outputs in float64.
+top1 is the fraction of rows whose argmax over the last dimension agrees.
+"""
+from __future__ import annotations
+
+from typing import Any, List, NamedTuple
+
+import torch
+
+
+class Agreement(NamedTuple):
+    cosine: float
+    max_rel_error: float
+    top1: float
+    finite: bool
+
+
+def flatten_tensors(value: Any) -> List[torch.Tensor]:
+    """The tensors of a (nested) output in a fixed order."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in flatten_tensors(item)]
+    if isinstance(value, dict):
+        return [t for key in sorted(value) for t in flatten_tensors(value[key])]
+    return []
+
+
+def compare(reference: torch.Tensor, output: torch.Tensor) -> Agreement:
+    ref = reference.detach().double().flatten()
+    out = output.detach().double().flatten()
+    finite = bool(torch.isfinite(output).all())
+    scale = ref.abs().max().clamp_min(1e-12)
+    max_rel = ((ref - out).abs().max() / scale).item()
+    cosine = torch.nn.functional.cosine_similarity(ref, out, dim=0).item() if ref.norm() > 0 else float(out.norm() == 0)
+    if reference.dim() >= 1 and reference.shape[-1] > 1:
+        top1 = (reference.argmax(-1) == output.argmax(-1)).double().mean().item()
+    else:
+        top1 = 1.0
+    return Agreement(cosine, max_rel, top1, finite)
