@@ -1,0 +1,100 @@
+"""Saved files: about half the size, load and run without torch_mp (fresh Python, and C++ torch::jit::load)."""
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_mp
+from torch_mp.models import ConvBnNet, NestedOutputNet
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_saved_file_is_about_half_and_loads_without_torch_mp(tmp_path, dtype):
+    model = ConvBnNet().eval()
+    x = torch.randn(4, 3, 32, 32)
+    converted = torch_mp.convert(model, (x,), dtype)
+    fp32_path, mp_path = tmp_path / "fp32.pt", tmp_path / "mp.pt"
+    torch.jit.save(torch.jit.freeze(torch.jit.script(model)), fp32_path)
+    torch.jit.save(converted, mp_path)
+    assert os.path.getsize(mp_path) < 0.6 * os.path.getsize(fp32_path)
+
+    data_path = tmp_path / "data.pt"
+    torch.save({"x": x, "expected": converted(x)}, data_path)
+    script = textwrap.dedent(
+        f"""
+        import sys, torch
+        model = torch.jit.load({str(mp_path)!r})
+        data = torch.load({str(data_path)!r})
+        out = model(data["x"])
+        assert out.dtype == torch.float32, out.dtype
+        assert torch.equal(out, data["expected"]), (out - data["expected"]).abs().max()
+        assert "torch_mp" not in sys.modules
+        print("ok")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_nested_outputs_survive_save_and_load(tmp_path):
+    model = NestedOutputNet().eval()
+    x, lengths = torch.randn(4, 16), torch.tensor([1, 2, 3])
+    path = tmp_path / "nested.pt"
+    torch.jit.save(torch_mp.convert(model, (x, lengths), torch.float16), path)
+    logits, (hidden, probs), extra = torch.jit.load(path)(x, lengths)
+    assert logits.dtype == hidden.dtype == probs.dtype == torch.float32
+    assert extra["lengths"].dtype == torch.int64
+
+
+def _parse_outputs(stdout):
+    return [
+        (m.group(1), m.group(2), float(m.group(3)))
+        for m in re.finditer(r"output dtype=(\w+) shape=\[([^\]]*)\] sum=(\S+)", stdout)
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpp_example_loads_and_runs_a_converted_model(tmp_path, cpp_example, dtype):
+    model = ConvBnNet().eval()
+    converted = torch_mp.convert(model, (torch.randn(2, 3, 16, 16),), dtype)
+    path = tmp_path / "mp.pt"
+    torch.jit.save(converted, path)
+    result = subprocess.run([cpp_example, "run", str(path), "2", "3", "16", "16"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    torch.manual_seed(0)
+    expected = converted(torch.randn(2, 3, 16, 16))
+    [(dtype_name, shape, total)] = _parse_outputs(result.stdout)
+    assert dtype_name == "Float" and shape == "2, 10"
+    assert total == pytest.approx(expected.double().sum().item(), rel=1e-4, abs=1e-4)
+
+
+def test_cpp_example_converts_in_cpp(tmp_path, cpp_example):
+    model = ConvBnNet().eval()
+    scripted_path, out_path = tmp_path / "fp32.pt", tmp_path / "fp16.pt"
+    torch.jit.save(torch.jit.script(model), scripted_path)
+    result = subprocess.run(
+        [cpp_example, "convert", str(scripted_path), str(out_path), "fp16", "2", "3", "16", "16"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["dtype"] == "Half" and report["policy"] == "cpu_fp16"
+    assert report["weight_bytes_after"] < 0.6 * report["weight_bytes_before"]
+    loaded = torch.jit.load(out_path)
+    x = torch.randn(2, 3, 16, 16)
+    torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=5e-3)
+    python_converted = torch_mp.convert(model, (x,), torch.float16)
+    torch.testing.assert_close(loaded(x), python_converted(x), rtol=0, atol=0)
+
+
+def test_cpp_example_reports_a_missing_file(tmp_path, cpp_example):
+    result = subprocess.run([cpp_example, "run", str(tmp_path / "missing.pt"), "1"], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "torch_mp_example:" in result.stderr
