@@ -212,3 +212,16 @@ def test_input_specs_replace_example_tensors():
     converted = torch_mp.convert(model, (torch_mp.InputSpec((4, 16)),), torch.float16)
     x = torch.randn(2, 16)
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=2e-3)
+
+
+def test_policy_doc_matches_the_cpp_defaults():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    generated = subprocess.run(
+        [sys.executable, "-m", "torch_mp", "policy"], capture_output=True, text=True, check=True, cwd=root
+    ).stdout
+    with open(os.path.join(root, "docs", "OP_POLICY.md")) as f:
+        assert f.read() == generated, "docs/OP_POLICY.md is stale: python -m torch_mp policy > docs/OP_POLICY.md"
