@@ -14,6 +14,7 @@
 #include "jit/apply_precision_plan.h"
 #include "jit/cancel_casts.h"
 #include "jit/graph_to_dataflow.h"
+#include "jit/specialize_dtype_queries.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
@@ -169,7 +170,9 @@ ConversionReport ConvertToMixedPrecision(
   } catch (const std::exception& error) {
     TORCH_CHECK_VALUE(false, "torch_mp: running the model on the example inputs failed: ", error.what());
   }
+  inferUnreachedDtypes(graph, observation.values);
   recordObservedDtypes(observation.values);
+  SpecializeDtypeQueries(graph, observation.values);  // the dead queries go with the final dead-code pass
 
   // 3. Plan.
   DataflowMapping mapping = buildDataflow(graph, observation.values, options.policy, options.lowDtype);

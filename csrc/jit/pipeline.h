@@ -2,7 +2,8 @@
 //
 //   1. fp32 clean-up     PyTorch's frozen-graph folding (conv+bn, conv+add/mul, linear+bn) and removal of
 //                        in-place mutation, while every constant is still fp32
-//   2. dtype knowledge   one observed run on the example inputs (value_observer)
+//   2. dtype knowledge   one observed run on the example inputs, completed statically for views in branches not
+//                        reached (value_observer); dtype queries answered from it (specialize_dtype_queries)
 //   3. plan              graph -> dataflow (graph_to_dataflow), min-cut precision plan (core/precision_planner)
 //   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
 //   5. cancel casts      lossless round trips and no-op casts (cancel_casts), dead code

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <vector>
 
 namespace torch_mp::jit {
@@ -73,7 +74,47 @@ struct ScopedRecorder {
   }
 };
 
+// Ops whose tensor output always has the dtype of their first tensor input.
+const std::unordered_set<c10::Symbol>& dtypePreservingOps() {
+  static const std::unordered_set<c10::Symbol> ops = [] {
+    std::unordered_set<c10::Symbol> symbols;
+    for (const char* name :
+         {"aten::view", "aten::reshape", "aten::flatten", "aten::unflatten", "aten::squeeze", "aten::unsqueeze",
+          "aten::permute", "aten::transpose", "aten::t", "aten::contiguous", "aten::expand", "aten::slice",
+          "aten::select", "aten::narrow", "aten::clone", "aten::detach", "aten::dropout", "prim::unchecked_cast"}) {
+      symbols.insert(c10::Symbol::fromQualString(name));
+    }
+    return symbols;
+  }();
+  return ops;
+}
+
+void inferBlock(Block* block, ObservedValues& observed, int& added) {
+  for (Node* node : block->nodes()) {
+    for (Block* sub : node->blocks()) {
+      inferBlock(sub, observed, added);
+    }
+    if (!dtypePreservingOps().count(node->kind()) || node->outputs().size() != 1 || node->inputs().empty()) {
+      continue;
+    }
+    Value* output = node->output();
+    auto source = observed.find(node->input(0));
+    if (observed.count(output) || source == observed.end() || !source->second.isTensor ||
+        !mayHoldTensor(output->type())) {
+      continue;
+    }
+    observed.emplace(output, source->second);
+    ++added;
+  }
+}
+
 } // namespace
+
+int inferUnreachedDtypes(const std::shared_ptr<Graph>& graph, ObservedValues& observed) {
+  int added = 0;
+  inferBlock(graph->block(), observed, added);
+  return added;
+}
 
 bool mayHoldTensor(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::TensorType) {

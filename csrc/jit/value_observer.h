@@ -34,6 +34,11 @@ struct Observation {
 // a graph that mutates its inputs leaves the caller's tensors alone.
 Observation observeValues(const std::shared_ptr<torch::jit::Graph>& graph, const torch::jit::Stack& inputs);
 
+// Completes the observation statically where it is safe: a value not reached by the example inputs, produced by an
+// op that never changes dtype (views, reshapes, copies) from a tensor whose dtype is known, gets that dtype. This
+// covers the common untaken branch `if x.dim() == 2: x = x.unsqueeze(0)`. Returns how many values it added.
+int inferUnreachedDtypes(const std::shared_ptr<torch::jit::Graph>& graph, ObservedValues& observed);
+
 // Writes each observed dtype into its value's TensorType where the type has none, so later passes can read dtypes
 // off the graph.
 void recordObservedDtypes(const ObservedValues& observed);

@@ -225,3 +225,18 @@ def test_policy_doc_matches_the_cpp_defaults():
     ).stdout
     with open(os.path.join(root, "docs", "OP_POLICY.md")) as f:
         assert f.read() == generated, "docs/OP_POLICY.md is stale: python -m torch_mp policy > docs/OP_POLICY.md"
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_lstm_shape_checks_and_dtype_queries_cost_no_casts(dtype):
+    """nn.LSTM's scripted forward has an untaken `unsqueeze` branch and reads `input.dtype` for its zero state:
+    the branch's view inherits its input's dtype and the query is answered from the observation, so only the
+    zero state and the head's output are cast."""
+    from torch_mp.models import LSTMTagger
+
+    tokens = torch.randint(0, 1000, (4, 20))
+    converted, report = torch_mp.convert(LSTMTagger().eval(), (tokens,), dtype, return_report=True)
+    assert converted.graph.findAllNodes("prim::dtype") == []
+    low = {torch.float16: "Half", torch.bfloat16: "BFloat16"}[dtype]
+    assert [(c["from"], c["to"]) for c in report.casts] == [("Float", low), (low, "Float")]
+    assert report.weight_ratio == pytest.approx(0.5, abs=1e-3)

@@ -1,0 +1,38 @@
+#include "jit/specialize_dtype_queries.h"
+
+#include <torch/csrc/jit/jit_log.h>
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Node;
+
+bool specializeBlock(Block* block, torch::jit::Graph& graph, const ObservedValues& observed) {
+  bool changed = false;
+  for (Node* node : block->nodes()) {
+    for (Block* sub : node->blocks()) {
+      changed |= specializeBlock(sub, graph, observed);
+    }
+    if (node->kind() != c10::prim::dtype) {
+      continue;
+    }
+    auto seen = observed.find(node->input());
+    if (seen == observed.end() || !seen->second.isTensor) {
+      continue;
+    }
+    torch::jit::WithInsertPoint guard(node);
+    node->output()->replaceAllUsesWith(graph.insertConstant(static_cast<int64_t>(seen->second.dtype)));
+    GRAPH_UPDATE("Answered prim::dtype of ", node->input()->debugName(), " with ", seen->second.dtype);
+    changed = true;
+  }
+  return changed;
+}
+
+} // namespace
+
+bool SpecializeDtypeQueries(const std::shared_ptr<torch::jit::Graph>& graph, const ObservedValues& observed) {
+  return specializeBlock(graph->block(), *graph, observed);
+}
+
+} // namespace torch_mp::jit
