@@ -1,8 +1,10 @@
 #include "jit/graph_to_dataflow.h"
 
 #include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace torch_mp::jit {
 namespace {
@@ -135,6 +137,9 @@ class DataflowBuilder {
     } else if (controlFlow) {
       category = OpCategory::kFollow;
       rule = "follow: control flow; values crossing its block boundaries share one precision";
+    } else if (const Value* tooLarge = constantOutOfRange(node)) {
+      rule = "range guard: constant %" + tooLarge->debugName() + " has values beyond " +
+          c10::toString(lowDtype_) + "'s range, so the node keeps fp32";
     } else if (const core::PolicyEntry* entry = policy_.find(node->kind().toQualString())) {
       category = entry->category;
       rule = std::string(core::toString(category)) + ": " + entry->reason;
@@ -146,6 +151,36 @@ class DataflowBuilder {
       }
     }
     return true;
+  }
+
+  // A floating constant the node reads that the low dtype cannot hold (|x| > 65504 for fp16), or nullptr.
+  const Value* constantOutOfRange(const Node* node) {
+    if (lowDtype_ != c10::ScalarType::Half) {
+      return nullptr;  // bf16 has fp32's exponent range
+    }
+    constexpr double kHalfMax = 65504.0;
+    for (const Value* input : node->inputs()) {
+      if (input->node()->kind() != c10::prim::Constant) {
+        continue;
+      }
+      auto cached = largestMagnitude_.find(input);
+      if (cached == largestMagnitude_.end()) {
+        double largest = 0.0;
+        const c10::IValue value = torch::jit::toIValue(input).value();
+        if (value.isDouble() && std::isfinite(value.toDouble())) {
+          largest = std::abs(value.toDouble());
+        } else if (value.isTensor() && value.toTensor().scalar_type() == c10::ScalarType::Float &&
+                   value.toTensor().numel() > 0) {
+          const at::Tensor magnitude = value.toTensor().abs();
+          largest = magnitude.masked_fill(magnitude.isinf(), 0).max().item<double>();
+        }
+        cached = largestMagnitude_.emplace(input, largest).first;
+      }
+      if (cached->second > kHalfMax) {
+        return input;
+      }
+    }
+    return nullptr;
   }
 
   void addUses(const Node* consumer, int index) {
@@ -229,6 +264,7 @@ class DataflowBuilder {
   torch::jit::AliasDb aliasDb_;
   c10::ScalarType lowDtype_;
   DataflowMapping mapping_;
+  std::unordered_map<const Value*, double> largestMagnitude_;
 };
 
 } // namespace

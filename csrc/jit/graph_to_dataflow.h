@@ -6,7 +6,9 @@
 //   - prim::If / prim::Loop: one planner node together with its blocks' inputs and outputs (a follow node: the
 //     values crossing the block boundaries all take its precision), or fp32 when a branch was not reached;
 //   - a node reading or writing a tensor whose dtype is unknown (not reached by the example inputs): fp32;
-//   - a node reading or writing a floating tensor that is not fp32 (fp16, bf16, fp64): fp32, i.e. untouched.
+//   - a node reading or writing a floating tensor that is not fp32 (fp16, bf16, fp64): fp32, i.e. untouched;
+//   - a node reading a floating constant (tensor or scalar) that fp16 cannot hold, |x| > 65504: fp32 (range
+//     guard: a mask of -1e9 or a large weight is never clamped to inf silently).
 // Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
 // a planner value. Containers, Optional-typed tensors and tensors that are written in place (or alias a written
 // tensor) are not castable: their producer and consumers share one precision.
