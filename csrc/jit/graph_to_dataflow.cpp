@@ -27,6 +27,17 @@ bool containsTensor(const c10::TypePtr& type) {
   return false;
 }
 
+// max |x| over the finite elements; aminmax needs no tensor-sized temporary unless the tensor holds infinities.
+double largestFiniteMagnitude(const at::Tensor& tensor) {
+  auto [smallest, largest] = at::aminmax(tensor);
+  double magnitude = std::max(-smallest.item<double>(), largest.item<double>());
+  if (std::isinf(magnitude)) {
+    const at::Tensor absolute = tensor.abs();
+    magnitude = absolute.masked_fill(absolute.isinf(), 0).max().item<double>();
+  }
+  return magnitude;
+}
+
 // What a value means to the planner.
 enum class ValueKind {
   kIrrelevant,      // no floating fp32 tensor in it (ints, bools, non-tensors)
@@ -171,8 +182,7 @@ class DataflowBuilder {
           largest = std::abs(value.toDouble());
         } else if (value.isTensor() && value.toTensor().scalar_type() == c10::ScalarType::Float &&
                    value.toTensor().numel() > 0) {
-          const at::Tensor magnitude = value.toTensor().abs();
-          largest = magnitude.masked_fill(magnitude.isinf(), 0).max().item<double>();
+          largest = largestFiniteMagnitude(value.toTensor());
         }
         cached = largestMagnitude_.emplace(input, largest).first;
       }
