@@ -1,0 +1,18 @@
+"""Hypothesis drives the graph fuzzer (graph_fuzzer.py): every random program converts to fp16 and bf16, lints,
+runs, keeps its output dtypes and stays within the depth-derived error bound. The long run is
+`python tests/python/graph_fuzzer.py --graphs 10000`."""
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from graph_fuzzer import Chooser, check_conversion, generate_program
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_programs_convert_correctly(dtype, data):
+    chooser = Chooser(lambda low, high: data.draw(st.integers(low, high)))
+    source, depth = generate_program(chooser)
+    check_conversion(source, depth, dtype)
