@@ -1,6 +1,13 @@
-"""python -m torch_mp demo: converts the built-in ResNet-50 IBN-a and prints its report and accuracy.
-python -m torch_mp policy [--target T]: prints a default op policy as a markdown table (docs/OP_POLICY.md)."""
+"""Command line of torch_mp.
+
+    python -m torch_mp demo [--dtype bf16]                 convert the built-in ResNet-50 IBN-a, print its report
+    python -m torch_mp convert IN.pt -o OUT.pt --dtype fp16 --input-shape 1,3,224,224 [--report report.json]
+    python -m torch_mp report OUT.pt                        summarise a converted file
+    python -m torch_mp policy [--target cuda_fp16]          print a default op policy (docs/OP_POLICY.md)
+"""
 import argparse
+import json
+import os
 import sys
 import time
 
@@ -9,10 +16,17 @@ import torch
 import torch_mp
 from torch_mp.models import resnet50_ibn_a
 
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+REPORT_FILE = "torch_mp_report.json"  # stored beside the model in the saved file; torch.jit.load ignores it
+
+
+class CliError(Exception):
+    """A user error: printed as `error: ...`, exit status 2."""
+
 
 def demo(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    dtype = DTYPES[args.dtype]
     model = resnet50_ibn_a().eval()
     x = torch.randn(args.batch, 3, args.size, args.size)
     start = time.perf_counter()
@@ -30,6 +44,67 @@ def demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_torchscript(path: str, extra_files=None) -> torch.jit.ScriptModule:
+    if not os.path.isfile(path):
+        raise CliError(f"{path} does not exist")
+    try:
+        return torch.jit.load(path, map_location="cpu", _extra_files=extra_files or {})
+    except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CliError(f"{path} is not a loadable TorchScript file (corrupt, truncated or another format): {first}")
+
+
+def parse_shape(text: str):
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be comma-separated integers like 1,3,224,224, got {text!r}")
+    if not shape or any(size < 0 for size in shape):
+        raise argparse.ArgumentTypeError(f"shape must be non-negative integers, got {text!r}")
+    return shape
+
+
+def convert(args: argparse.Namespace) -> int:
+    model = load_torchscript(args.input)
+    if args.inputs:
+        if not os.path.isfile(args.inputs):
+            raise CliError(f"{args.inputs} does not exist")
+        example = torch.load(args.inputs)
+        example = example if isinstance(example, tuple) else (example,)
+    elif args.input_shape:
+        example = tuple(
+            torch_mp.InputSpec(shape, getattr(torch, args.input_dtype)) for shape in args.input_shape
+        )
+    else:
+        raise CliError("give the example inputs: --input-shape 1,3,224,224 (repeatable) or --inputs FILE.pt")
+    model.eval()
+    converted, report = torch_mp.convert(model, example, DTYPES[args.dtype], return_report=True)
+    torch.jit.save(converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(report.to_json())
+    print(report.summary())
+    print(f"saved {args.output}")
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    extra = {REPORT_FILE: ""}
+    model = load_torchscript(args.model, extra)
+    if extra[REPORT_FILE]:
+        print(torch_mp.Report.from_json(extra[REPORT_FILE]))
+        return 0
+    casts = model.graph.findAllNodes("aten::to")
+    dtypes = {}
+    for node in model.graph.findAllNodes("prim::Constant"):
+        value = node.output().toIValue()
+        if isinstance(value, torch.Tensor):
+            dtypes[str(value.dtype)] = dtypes.get(str(value.dtype), 0) + value.numel() * value.element_size()
+    print(f"{args.model}: not saved by the torch_mp CLI (no embedded report); {len(casts)} aten::to nodes; "
+          "weight bytes by dtype: " + ", ".join(f"{k} {v}" for k, v in sorted(dtypes.items())))
+    return 0
+
+
 def policy_table(args: argparse.Namespace) -> int:
     policy = torch_mp.OpPolicy.default(args.target)
     print(f"# Default op policy `{args.target}`\n")
@@ -40,16 +115,33 @@ def policy_table(args: argparse.Namespace) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_mp", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m torch_mp", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="convert the built-in ResNet-50 IBN-a and print the report")
-    demo_parser.add_argument("--dtype", choices=("fp16", "bf16"), default="bf16")
+    demo_parser.add_argument("--dtype", choices=DTYPES, default="bf16")
     demo_parser.add_argument("--batch", type=int, default=2)
     demo_parser.add_argument("--size", type=int, default=128)
+    convert_parser = commands.add_parser("convert", help="convert a saved TorchScript model")
+    convert_parser.add_argument("input", help="saved TorchScript model (scripted in eval mode, or frozen)")
+    convert_parser.add_argument("-o", "--output", required=True, help="where to save the converted model")
+    convert_parser.add_argument("--dtype", choices=DTYPES, default="fp16")
+    convert_parser.add_argument("--input-shape", type=parse_shape, action="append",
+                                help="shape of one forward input, filled with random normals (repeat per input)")
+    convert_parser.add_argument("--input-dtype", default="float32", choices=("float32", "float64", "int64", "int32"))
+    convert_parser.add_argument("--inputs", help="a file written by torch.save holding the inputs (tuple or tensor)")
+    convert_parser.add_argument("--report", help="also write the report as JSON here")
+    report_parser = commands.add_parser("report", help="summarise a converted model")
+    report_parser.add_argument("model")
     policy_parser = commands.add_parser("policy", help="print a default op policy as a markdown table")
     policy_parser.add_argument("--target", choices=torch_mp.TARGETS, default="cuda_fp16")
     args = parser.parse_args(argv)
-    return demo(args) if args.command == "demo" else policy_table(args)
+    handlers = {"demo": demo, "convert": convert, "report": report, "policy": policy_table}
+    try:
+        return handlers[args.command](args)
+    except (CliError, ValueError, TypeError, torch_mp.ConversionError) as error:
+        print(f"python -m torch_mp {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
