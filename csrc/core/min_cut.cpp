@@ -38,27 +38,29 @@ bool MinCut::buildLevels(int source, int sink) {
   return level_[sink] >= 0;
 }
 
-// Iterative blocking-flow DFS: deep graphs (100k nodes in a chain) must not overflow the call stack.
+// Iterative blocking-flow DFS: deep graphs (100k nodes in a chain) must not overflow the call stack. After a push
+// it retreats only to the tail of the first saturated edge, so no edge before the bottleneck is walked again.
 int64_t MinCut::augment(int source, int sink, int64_t limit) {
   std::vector<int> pathEdges;
   int vertex = source;
   int64_t total = 0;
-  while (true) {
+  while (total < limit) {
     if (vertex == sink) {
       int64_t pushed = limit - total;
       for (int edgeIndex : pathEdges) {
         pushed = std::min(pushed, edges_[edgeIndex].residual);
       }
-      for (int edgeIndex : pathEdges) {
-        edges_[edgeIndex].residual -= pushed;
-        edges_[edgeIndex ^ 1].residual += pushed;
+      size_t bottleneck = pathEdges.size();
+      for (size_t i = 0; i < pathEdges.size(); ++i) {
+        edges_[pathEdges[i]].residual -= pushed;
+        edges_[pathEdges[i] ^ 1].residual += pushed;
+        if (edges_[pathEdges[i]].residual == 0 && bottleneck == pathEdges.size()) {
+          bottleneck = i;
+        }
       }
       total += pushed;
-      if (total >= limit) {
-        return total;
-      }
-      pathEdges.clear();
-      vertex = source;
+      pathEdges.resize(bottleneck);
+      vertex = pathEdges.empty() ? source : edges_[pathEdges.back()].to;
       continue;
     }
     bool advanced = false;
@@ -76,14 +78,14 @@ int64_t MinCut::augment(int source, int sink, int64_t limit) {
       continue;
     }
     if (vertex == source) {
-      return total;
+      break;
     }
     // Dead end: retreat one step and never try this vertex again in this phase.
     level_[vertex] = -1;
-    int edgeIndex = pathEdges.back();
     pathEdges.pop_back();
-    vertex = edges_[edgeIndex ^ 1].to;
+    vertex = pathEdges.empty() ? source : edges_[pathEdges.back()].to;
   }
+  return total;
 }
 
 int64_t MinCut::solve(int source, int sink) {
@@ -92,9 +94,22 @@ int64_t MinCut::solve(int source, int sink) {
     nextEdge_.assign(adjacency_.size(), 0);
     flow += augment(source, sink, kInfinite);
   }
-  sourceSide_.assign(adjacency_.size(), false);
-  for (size_t v = 0; v < level_.size(); ++v) {
-    sourceSide_[v] = level_[v] >= 0;
+  // Vertices that reach the sink through edges with residual capacity, found backwards from the sink.
+  reachesSink_.assign(adjacency_.size(), false);
+  std::queue<int> frontier;
+  reachesSink_[sink] = true;
+  frontier.push(sink);
+  while (!frontier.empty()) {
+    const int vertex = frontier.front();
+    frontier.pop();
+    for (int edgeIndex : adjacency_[vertex]) {
+      // edgeIndex ^ 1 runs from edges_[edgeIndex].to into `vertex`
+      const int from = edges_[edgeIndex].to;
+      if (!reachesSink_[from] && edges_[edgeIndex ^ 1].residual > 0) {
+        reachesSink_[from] = true;
+        frontier.push(from);
+      }
+    }
   }
   return flow;
 }

@@ -17,11 +17,12 @@ class MinCut {
   int addVertex();
   void addEdge(int from, int to, int64_t capacity);
 
-  // Computes a minimum cut between source and sink; returns its capacity.
+  // Computes a maximum flow from source to sink; returns its value, the capacity of a minimum cut.
   int64_t solve(int source, int sink);
-  // After solve(): whether the vertex is on the source side of the minimum cut.
-  bool onSourceSide(int vertex) const {
-    return sourceSide_[vertex];
+  // After solve(): whether the vertex is on the sink side of the minimum cut with the smallest sink side (it can
+  // still reach the sink in the residual graph). Every minimum cut's sink side contains this one.
+  bool onSmallestSinkSide(int vertex) const {
+    return reachesSink_[vertex];
   }
 
  private:
@@ -36,7 +37,7 @@ class MinCut {
   std::vector<std::vector<int>> adjacency_;
   std::vector<int> level_;
   std::vector<size_t> nextEdge_;
-  std::vector<bool> sourceSide_;
+  std::vector<bool> reachesSink_;
 };
 
 } // namespace torch_mp::core

@@ -29,10 +29,10 @@ void DataflowGraph::addUse(int value, int consumer) {
 
 namespace {
 
-// Nodes that must be fp32: fp32 nodes and everything the constraints drag along with them. A tied value forces its
-// producer and consumers to agree; a widest node must be fp32 when a producer it reads from is fp32.
-std::vector<bool> fp32Closure(const DataflowGraph& graph) {
-  std::vector<std::vector<int>> implies(graph.nodes.size());  // a node in fp32 implies these are fp32
+// The constraints as implications "this node in fp32 => those nodes in fp32": a tied value forces its producer and
+// consumers to agree; a widest node must be fp32 when a producer it reads from is fp32.
+std::vector<std::vector<int>> fp32Implications(const DataflowGraph& graph) {
+  std::vector<std::vector<int>> implies(graph.nodes.size());
   for (const DataflowGraph::Value& value : graph.values) {
     for (int consumer : value.consumers) {
       if (!value.castable) {
@@ -43,31 +43,41 @@ std::vector<bool> fp32Closure(const DataflowGraph& graph) {
       }
     }
   }
-  std::vector<bool> fp32(graph.nodes.size(), false);
+  return implies;
+}
+
+// Marks everything reachable from the marked nodes along the edges.
+void closeOver(const std::vector<std::vector<int>>& edges, std::vector<bool>& marked) {
   std::deque<int> work;
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    if (graph.nodes[n].category == OpCategory::kFp32) {
-      fp32[n] = true;
+  for (size_t n = 0; n < marked.size(); ++n) {
+    if (marked[n]) {
       work.push_back(static_cast<int>(n));
     }
   }
   while (!work.empty()) {
-    int n = work.front();
+    const int n = work.front();
     work.pop_front();
-    for (int next : implies[n]) {
-      if (!fp32[next]) {
-        fp32[next] = true;
+    for (int next : edges[n]) {
+      if (!marked[next]) {
+        marked[next] = true;
         work.push_back(next);
       }
     }
   }
+}
+
+// Nodes that must be fp32: fp32 nodes and everything the constraints drag along with them.
+std::vector<bool> fp32Closure(const DataflowGraph& graph, const std::vector<std::vector<int>>& implies) {
+  std::vector<bool> fp32(graph.nodes.size(), false);
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    fp32[n] = graph.nodes[n].category == OpCategory::kFp32;
+  }
+  closeOver(implies, fp32);
   return fp32;
 }
 
 std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector<bool>& fixedFp32) {
   const int numNodes = static_cast<int>(graph.nodes.size());
-  // Cast bytes dominate; the tie-breaker (one unit per follow node left in fp32) never outweighs one byte.
-  const int64_t scale = numNodes + 1;
   MinCut cut(numNodes + 2);
   const int source = numNodes;  // source side: low precision
   const int sink = numNodes + 1;  // sink side: fp32
@@ -76,8 +86,6 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
       cut.addEdge(n, sink, MinCut::kInfinite);
     } else if (graph.nodes[n].category == OpCategory::kLowPrecision) {
       cut.addEdge(source, n, MinCut::kInfinite);
-    } else {
-      cut.addEdge(source, n, 1);
     }
   }
   for (const DataflowGraph::Value& value : graph.values) {
@@ -89,7 +97,7 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
       }
       continue;
     }
-    const int64_t cost = value.castBytes * scale;
+    const int64_t cost = value.castBytes;
     for (int consumer : value.consumers) {
       if (graph.nodes[consumer].category == OpCategory::kWidest) {
         cut.addEdge(consumer, producer, MinCut::kInfinite);  // producer fp32 => consumer fp32
@@ -114,15 +122,21 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
   if (cut.solve(source, sink) >= MinCut::kInfinite) {
     throw std::logic_error("precision planner: constraints are contradictory after fp32 closure");
   }
+  // Of all minimum cuts, the one with the smallest fp32 side: follow nodes prefer low precision when it is free.
   std::vector<Precision> precision(numNodes);
   for (int n = 0; n < numNodes; ++n) {
-    precision[n] = cut.onSourceSide(n) ? Precision::kLow : Precision::kFp32;
+    precision[n] = cut.onSmallestSinkSide(n) ? Precision::kFp32 : Precision::kLow;
   }
   return precision;
 }
 
-// Nodes are in topological order within the graph that built them, so one forward sweep paints them.
-std::vector<Precision> paintGreedily(const DataflowGraph& graph, const std::vector<bool>& fixedFp32) {
+// Painting as TVM, TensorFlow and MXNet do, in the order the nodes were built (topological): a follow or widest
+// node is low iff every producer it reads from is low. The painted fp32 set is then made valid: nodes whose fp32
+// would drag a low-precision op along (through ties) stay low, and the rest is closed under the constraints.
+std::vector<Precision> paintGreedily(
+    const DataflowGraph& graph,
+    const std::vector<std::vector<int>>& implies,
+    const std::vector<bool>& fixedFp32) {
   const size_t numNodes = graph.nodes.size();
   std::vector<std::vector<int>> producersOf(numNodes);
   for (const DataflowGraph::Value& value : graph.values) {
@@ -130,43 +144,35 @@ std::vector<Precision> paintGreedily(const DataflowGraph& graph, const std::vect
       producersOf[consumer].push_back(value.producer);
     }
   }
-  std::vector<Precision> precision(numNodes, Precision::kFp32);
+  std::vector<bool> fp32 = fixedFp32;
   for (size_t n = 0; n < numNodes; ++n) {
-    if (fixedFp32[n]) {
-      continue;
-    }
-    if (graph.nodes[n].category == OpCategory::kLowPrecision) {
-      precision[n] = Precision::kLow;
+    if (fp32[n] || graph.nodes[n].category == OpCategory::kLowPrecision) {
       continue;
     }
     bool allLow = !producersOf[n].empty();
     for (int producer : producersOf[n]) {
-      allLow = allLow && precision[producer] == Precision::kLow;
+      allLow = allLow && !fp32[producer];
     }
-    precision[n] = allLow ? Precision::kLow : Precision::kFp32;
+    fp32[n] = !allLow;
   }
-  // Painting ignores ties; a tie broken by it is settled in fp32, as those converters do.
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (const DataflowGraph::Value& value : graph.values) {
-      if (value.castable) {
-        continue;
-      }
-      bool anyFp32 = precision[value.producer] == Precision::kFp32;
-      for (int consumer : value.consumers) {
-        anyFp32 = anyFp32 || precision[consumer] == Precision::kFp32;
-      }
-      if (!anyFp32) {
-        continue;
-      }
-      for (int member : value.consumers) {
-        changed = changed || precision[member] == Precision::kLow;
-        precision[member] = Precision::kFp32;
-      }
-      changed = changed || precision[value.producer] == Precision::kLow;
-      precision[value.producer] = Precision::kFp32;
+  std::vector<std::vector<int>> impliedBy(numNodes);
+  for (size_t n = 0; n < numNodes; ++n) {
+    for (int next : implies[n]) {
+      impliedBy[next].push_back(static_cast<int>(n));
     }
+  }
+  std::vector<bool> mustStayLow(numNodes, false);
+  for (size_t n = 0; n < numNodes; ++n) {
+    mustStayLow[n] = graph.nodes[n].category == OpCategory::kLowPrecision && !fixedFp32[n];
+  }
+  closeOver(impliedBy, mustStayLow);
+  for (size_t n = 0; n < numNodes; ++n) {
+    fp32[n] = fixedFp32[n] || (fp32[n] && !mustStayLow[n]);
+  }
+  closeOver(implies, fp32);
+  std::vector<Precision> precision(numNodes);
+  for (size_t n = 0; n < numNodes; ++n) {
+    precision[n] = fp32[n] ? Precision::kFp32 : Precision::kLow;
   }
   return precision;
 }
@@ -175,9 +181,10 @@ std::vector<Precision> paintGreedily(const DataflowGraph& graph, const std::vect
 
 PrecisionPlan planPrecision(const DataflowGraph& graph, PlanMethod method) {
   PrecisionPlan plan;
-  std::vector<bool> fixedFp32 = fp32Closure(graph);
-  plan.precision =
-      method == PlanMethod::kMinCut ? solveMinCut(graph, fixedFp32) : paintGreedily(graph, fixedFp32);
+  const std::vector<std::vector<int>> implies = fp32Implications(graph);
+  const std::vector<bool> fixedFp32 = fp32Closure(graph, implies);
+  plan.precision = method == PlanMethod::kMinCut ? solveMinCut(graph, fixedFp32)
+                                                 : paintGreedily(graph, implies, fixedFp32);
   plan.forcedToFp32.resize(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     plan.forcedToFp32[n] = graph.nodes[n].category != OpCategory::kFp32 && fixedFp32[n];

@@ -1,0 +1,475 @@
+// planPrecision on plain DataflowGraphs: the min-cut plan is exactly optimal (checked against brute force on
+// random graphs), respects every constraint, and handles the shapes that break naive planners.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/precision_planner.h"
+
+namespace torch_mp::core {
+namespace {
+
+constexpr Precision kLow = Precision::kLow;
+constexpr Precision kFp32 = Precision::kFp32;
+
+// The nodes that must be fp32, computed as precision_planner.h states it, independently of the planner: fp32
+// nodes; every member of a non-castable value one of whose members is fp32; a widest node that reads a castable
+// value whose producer is fp32. Iterated to a fixed point.
+std::vector<bool> expectedFixedFp32(const DataflowGraph& graph) {
+  std::vector<bool> fixed(graph.nodes.size());
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    fixed[n] = graph.nodes[n].category == OpCategory::kFp32;
+  }
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    auto fix = [&](int n) {
+      if (!fixed[n]) {
+        fixed[n] = true;
+        changed = true;
+      }
+    };
+    for (const DataflowGraph::Value& value : graph.values) {
+      if (!value.castable) {
+        bool anyFixed = fixed[value.producer];
+        for (int consumer : value.consumers) {
+          anyFixed = anyFixed || fixed[consumer];
+        }
+        if (anyFixed) {
+          fix(value.producer);
+          for (int consumer : value.consumers) {
+            fix(consumer);
+          }
+        }
+      } else if (fixed[value.producer]) {
+        for (int consumer : value.consumers) {
+          if (graph.nodes[consumer].category == OpCategory::kWidest) {
+            fix(consumer);
+          }
+        }
+      }
+    }
+  }
+  return fixed;
+}
+
+// Empty when the labeling satisfies every constraint, else what it breaks.
+std::string violation(const DataflowGraph& graph, const std::vector<bool>& fixed, const std::vector<Precision>& p) {
+  std::ostringstream why;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    if (fixed[n] && p[n] != kFp32) {
+      why << "node " << n << " must be fp32; ";
+    }
+    if (!fixed[n] && graph.nodes[n].category == OpCategory::kLowPrecision && p[n] != kLow) {
+      why << "low node " << n << " is not low; ";
+    }
+  }
+  for (size_t v = 0; v < graph.values.size(); ++v) {
+    const DataflowGraph::Value& value = graph.values[v];
+    for (int consumer : value.consumers) {
+      if (!value.castable && p[consumer] != p[value.producer]) {
+        why << "tied value " << v << " is cast; ";
+      }
+      if (value.castable && graph.nodes[consumer].category == OpCategory::kWidest && p[value.producer] == kFp32 &&
+          p[consumer] == kLow) {
+        why << "widest node " << consumer << " reads fp32 value " << v << " in low precision; ";
+      }
+    }
+  }
+  return why.str();
+}
+
+int fp32FollowOrWidest(const DataflowGraph& graph, const std::vector<Precision>& p) {
+  int count = 0;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    const OpCategory category = graph.nodes[n].category;
+    count += (category == OpCategory::kFollow || category == OpCategory::kWidest) && p[n] == kFp32;
+  }
+  return count;
+}
+
+struct BruteForce {
+  int64_t bytes = -1;       // minimum bytes cast over all valid labelings
+  int fp32Flexible = -1;    // among those, the fewest follow/widest nodes in fp32
+};
+
+BruteForce bruteForce(const DataflowGraph& graph, const std::vector<bool>& fixed) {
+  const size_t n = graph.nodes.size();
+  BruteForce best;
+  std::vector<Precision> p(n);
+  for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+    for (size_t i = 0; i < n; ++i) {
+      p[i] = (mask >> i) & 1 ? kFp32 : kLow;
+    }
+    if (!violation(graph, fixed, p).empty()) {
+      continue;
+    }
+    const int64_t bytes = castCost(graph, p).bytes;
+    const int flexible = fp32FollowOrWidest(graph, p);
+    if (best.bytes < 0 || bytes < best.bytes || (bytes == best.bytes && flexible < best.fp32Flexible)) {
+      best.bytes = bytes;
+      best.fp32Flexible = flexible;
+    }
+  }
+  return best;
+}
+
+DataflowGraph randomGraph(std::mt19937& rng) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const OpCategory categories[] = {
+      OpCategory::kLowPrecision, OpCategory::kFollow, OpCategory::kWidest, OpCategory::kFp32};
+  DataflowGraph graph;
+  const int numNodes = uniform(2, 9);
+  for (int i = 0; i < numNodes; ++i) {
+    graph.addNode(categories[uniform(0, 3)]);
+  }
+  const int numValues = uniform(1, 2 * numNodes);
+  for (int v = 0; v < numValues; ++v) {
+    const int producer = uniform(0, numNodes - 2);
+    const bool castable = uniform(0, 4) != 0;  // one in five is tied
+    const int value = graph.addValue(producer, uniform(1, 1000), castable);
+    const int numConsumers = std::min(uniform(1, 3), numNodes - 1 - producer);
+    for (int c = 0; c < numConsumers; ++c) {
+      graph.addUse(value, uniform(producer + 1, numNodes - 1));  // addUse keeps consumers distinct
+    }
+  }
+  return graph;
+}
+
+std::string describe(const DataflowGraph& graph, const std::vector<Precision>& p) {
+  std::ostringstream out;
+  for (size_t n = 0; n < graph.nodes.size(); ++n) {
+    out << "node " << n << " " << toString(graph.nodes[n].category) << " -> "
+        << (p[n] == kLow ? "low" : "fp32") << "\n";
+  }
+  for (size_t v = 0; v < graph.values.size(); ++v) {
+    const DataflowGraph::Value& value = graph.values[v];
+    out << "value " << v << " from " << value.producer << " bytes " << value.castBytes
+        << (value.castable ? "" : " tied") << " to";
+    for (int consumer : value.consumers) {
+      out << " " << consumer;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+TEST(PrecisionPlannerTest, MinCutMatchesBruteForceOnRandomGraphs) {
+  std::mt19937 rng(20240607);
+  for (int trial = 0; trial < 500; ++trial) {
+    const DataflowGraph graph = randomGraph(rng);
+    const std::vector<bool> fixed = expectedFixedFp32(graph);
+    const PrecisionPlan plan = planPrecision(graph, PlanMethod::kMinCut);
+    ASSERT_EQ(plan.precision.size(), graph.nodes.size());
+    ASSERT_EQ(plan.forcedToFp32.size(), graph.nodes.size());
+    const std::string context = "trial " + std::to_string(trial) + "\n" + describe(graph, plan.precision);
+    for (size_t n = 0; n < graph.nodes.size(); ++n) {
+      EXPECT_EQ(plan.forcedToFp32[n], fixed[n] && graph.nodes[n].category != OpCategory::kFp32)
+          << "node " << n << "\n" << context;
+    }
+    EXPECT_EQ(violation(graph, fixed, plan.precision), "") << context;
+    const BruteForce best = bruteForce(graph, fixed);
+    ASSERT_GE(best.bytes, 0) << "no valid labeling\n" << context;
+    EXPECT_EQ(castCost(graph, plan.precision).bytes, best.bytes) << context;
+    // Among optimal plans the planner leaves as few follow/widest nodes in fp32 as possible.
+    EXPECT_EQ(fp32FollowOrWidest(graph, plan.precision), best.fp32Flexible) << context;
+    if (HasFailure()) {
+      return;
+    }
+  }
+}
+
+TEST(PrecisionPlannerTest, GreedyIsNeverBetterThanMinCutOnRandomGraphs) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 500; ++trial) {
+    const DataflowGraph graph = randomGraph(rng);
+    const std::vector<bool> fixed = expectedFixedFp32(graph);
+    const PrecisionPlan greedy = planPrecision(graph, PlanMethod::kGreedy);
+    const PrecisionPlan minCut = planPrecision(graph, PlanMethod::kMinCut);
+    const std::string context = "trial " + std::to_string(trial) + "\n" + describe(graph, greedy.precision);
+    EXPECT_EQ(violation(graph, fixed, greedy.precision), "") << context;
+    EXPECT_GE(castCost(graph, greedy.precision).bytes, castCost(graph, minCut.precision).bytes) << context;
+    if (HasFailure()) {
+      return;
+    }
+  }
+}
+
+// low -> {follow a, follow b} -> low: everything low, nothing cast.
+TEST(PrecisionPlannerTest, DiamondBetweenLowNodesStaysLow) {
+  DataflowGraph graph;
+  const int top = graph.addNode(OpCategory::kLowPrecision);
+  const int a = graph.addNode(OpCategory::kFollow);
+  const int b = graph.addNode(OpCategory::kFollow);
+  const int bottom = graph.addNode(OpCategory::kLowPrecision);
+  const int split = graph.addValue(top, 100, true);
+  graph.addUse(split, a);
+  graph.addUse(split, b);
+  graph.addUse(graph.addValue(a, 100, true), bottom);
+  graph.addUse(graph.addValue(b, 100, true), bottom);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision, std::vector<Precision>(4, kLow));
+  EXPECT_EQ(castCost(graph, plan.precision).casts, 0);
+}
+
+// The same diamond closed by an fp32 node: the follow nodes sit on the cheaper side of the one cut.
+TEST(PrecisionPlannerTest, DiamondIntoFp32CastsOnce) {
+  DataflowGraph graph;
+  const int top = graph.addNode(OpCategory::kLowPrecision);
+  const int a = graph.addNode(OpCategory::kFollow);
+  const int b = graph.addNode(OpCategory::kFollow);
+  const int bottom = graph.addNode(OpCategory::kFp32);
+  const int split = graph.addValue(top, 100, true);
+  graph.addUse(split, a);
+  graph.addUse(split, b);
+  graph.addUse(graph.addValue(a, 100, true), bottom);
+  graph.addUse(graph.addValue(b, 100, true), bottom);
+  const PrecisionPlan plan = planPrecision(graph);
+  // Cutting the shared input costs 100 (one cast for both readers); cutting the two branches costs 200.
+  EXPECT_EQ(plan.precision, (std::vector<Precision>{kLow, kFp32, kFp32, kFp32}));
+  const CastCost cost = castCost(graph, plan.precision);
+  EXPECT_EQ(cost.casts, 1);
+  EXPECT_EQ(cost.bytes, 100);
+}
+
+// A value read by three fp32 consumers and one low consumer is cast once, not three times.
+TEST(PrecisionPlannerTest, FanOutPaysOneCastForAllReaders) {
+  DataflowGraph graph;
+  const int low = graph.addNode(OpCategory::kLowPrecision);
+  const int follow = graph.addNode(OpCategory::kFollow);
+  graph.addUse(graph.addValue(low, 200, true), follow);
+  const int fanned = graph.addValue(follow, 100, true);
+  for (int i = 0; i < 3; ++i) {
+    graph.addUse(fanned, graph.addNode(OpCategory::kFp32));
+  }
+  graph.addUse(fanned, graph.addNode(OpCategory::kLowPrecision));
+  const PrecisionPlan plan = planPrecision(graph);
+  // Low: one shared cast of 100 bytes. Fp32: 200 bytes into it (and a cast back for the low reader). Counting a
+  // cast per reader (300) would wrongly prefer fp32.
+  EXPECT_EQ(plan.precision[follow], kLow);
+  const CastCost cost = castCost(graph, plan.precision);
+  EXPECT_EQ(cost.casts, 1);
+  EXPECT_EQ(cost.bytes, 100);
+}
+
+// A follow node's output read in both precisions: one cast, and the producer keeps the precision of its input.
+TEST(PrecisionPlannerTest, ValueReadInBothPrecisions) {
+  DataflowGraph graph;
+  const int input = graph.addNode(OpCategory::kFp32);
+  const int follow = graph.addNode(OpCategory::kFollow);
+  const int lowReader = graph.addNode(OpCategory::kLowPrecision);
+  const int fp32Reader = graph.addNode(OpCategory::kFp32);
+  graph.addUse(graph.addValue(input, 100, true), follow);
+  const int both = graph.addValue(follow, 100, true);
+  graph.addUse(both, lowReader);
+  graph.addUse(both, fp32Reader);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision, (std::vector<Precision>{kFp32, kFp32, kLow, kFp32}));
+  const CastCost cost = castCost(graph, plan.precision);
+  EXPECT_EQ(cost.casts, 1);
+  EXPECT_EQ(cost.bytes, 100);
+}
+
+// fp32 -> follow -> low: the cast lands on the smaller of the two values.
+TEST(PrecisionPlannerTest, ChainCastsTheSmallerValue) {
+  for (const bool bigFirst : {true, false}) {
+    DataflowGraph graph;
+    const int input = graph.addNode(OpCategory::kFp32);
+    const int follow = graph.addNode(OpCategory::kFollow);
+    const int low = graph.addNode(OpCategory::kLowPrecision);
+    graph.addUse(graph.addValue(input, bigFirst ? 1000 : 10, true), follow);
+    graph.addUse(graph.addValue(follow, bigFirst ? 10 : 1000, true), low);
+    const PrecisionPlan plan = planPrecision(graph);
+    // Big value first: cast the small output, so the follow node stays fp32. Small first: cast it, follow is low.
+    EXPECT_EQ(plan.precision[follow], bigFirst ? kFp32 : kLow) << "bigFirst=" << bigFirst;
+    EXPECT_EQ(plan.precision[low], kLow);
+    EXPECT_EQ(castCost(graph, plan.precision).bytes, 10);
+    EXPECT_FALSE(plan.forcedToFp32[follow]);
+  }
+}
+
+// Equal costs on both sides: follow nodes prefer low precision.
+TEST(PrecisionPlannerTest, TieBetweenEqualCutsPrefersLow) {
+  DataflowGraph graph;
+  const int low = graph.addNode(OpCategory::kLowPrecision);
+  const int follow = graph.addNode(OpCategory::kFollow);
+  const int fp32 = graph.addNode(OpCategory::kFp32);
+  graph.addUse(graph.addValue(low, 100, true), follow);
+  graph.addUse(graph.addValue(follow, 100, true), fp32);
+  EXPECT_EQ(planPrecision(graph).precision[follow], kLow);
+}
+
+// A widest node fed by an fp32 producer is fp32 (and says it was forced), even though low would be cheaper.
+TEST(PrecisionPlannerTest, WidestFedByFp32IsFp32) {
+  DataflowGraph graph;
+  const int input = graph.addNode(OpCategory::kFp32);
+  const int low = graph.addNode(OpCategory::kLowPrecision);
+  const int widest = graph.addNode(OpCategory::kWidest);
+  const int next = graph.addNode(OpCategory::kLowPrecision);
+  graph.addUse(graph.addValue(input, 1, true), widest);
+  graph.addUse(graph.addValue(low, 1000, true), widest);
+  graph.addUse(graph.addValue(widest, 1000, true), next);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision[widest], kFp32);
+  EXPECT_TRUE(plan.forcedToFp32[widest]);
+  EXPECT_EQ(plan.precision[low], kLow);
+  EXPECT_FALSE(plan.forcedToFp32[low]);
+  EXPECT_EQ(castCost(graph, plan.precision).bytes, 2000);
+}
+
+// Non-firing: a widest node whose producers are all low is low, and a follow producer of a widest node may be
+// planned fp32 only if that is cheaper (here it is not).
+TEST(PrecisionPlannerTest, WidestFedByLowIsLow) {
+  DataflowGraph graph;
+  const int low = graph.addNode(OpCategory::kLowPrecision);
+  const int follow = graph.addNode(OpCategory::kFollow);
+  const int widest = graph.addNode(OpCategory::kWidest);
+  const int next = graph.addNode(OpCategory::kLowPrecision);
+  graph.addUse(graph.addValue(low, 100, true), follow);
+  graph.addUse(graph.addValue(low, 100, true), widest);
+  graph.addUse(graph.addValue(follow, 100, true), widest);
+  graph.addUse(graph.addValue(widest, 100, true), next);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision, std::vector<Precision>(4, kLow));
+  EXPECT_FALSE(plan.forcedToFp32[widest]);
+  EXPECT_EQ(castCost(graph, plan.precision).casts, 0);
+}
+
+// A planned (not fixed) fp32 producer also keeps a widest reader in fp32.
+TEST(PrecisionPlannerTest, WidestFollowsPlannedFp32Producer) {
+  DataflowGraph graph;
+  const int input = graph.addNode(OpCategory::kFp32);
+  const int follow = graph.addNode(OpCategory::kFollow);
+  const int low = graph.addNode(OpCategory::kLowPrecision);
+  const int widest = graph.addNode(OpCategory::kWidest);
+  const int next = graph.addNode(OpCategory::kLowPrecision);
+  graph.addUse(graph.addValue(input, 1000, true), follow);  // keeps `follow` in fp32
+  graph.addUse(graph.addValue(follow, 1000, true), widest);
+  graph.addUse(graph.addValue(low, 10, true), widest);
+  graph.addUse(graph.addValue(widest, 10, true), next);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision[follow], kFp32);
+  EXPECT_EQ(plan.precision[widest], kFp32);
+  EXPECT_FALSE(plan.forcedToFp32[widest]);
+  EXPECT_EQ(castCost(graph, plan.precision).bytes, 20);
+}
+
+// A low node tied (non-castable value) to an fp32 node becomes fp32; the same value castable is simply cast.
+TEST(PrecisionPlannerTest, TieBetweenLowAndFp32ForcesFp32) {
+  for (const bool castable : {false, true}) {
+    DataflowGraph graph;
+    const int low = graph.addNode(OpCategory::kLowPrecision);
+    const int follow = graph.addNode(OpCategory::kFollow);
+    const int fp32 = graph.addNode(OpCategory::kFp32);
+    graph.addUse(graph.addValue(low, 100, true), follow);
+    graph.addUse(graph.addValue(follow, 100, castable), fp32);
+    const PrecisionPlan plan = planPrecision(graph);
+    if (castable) {
+      EXPECT_EQ(plan.precision, (std::vector<Precision>{kLow, kLow, kFp32}));
+      EXPECT_FALSE(plan.forcedToFp32[low]);
+      EXPECT_FALSE(plan.forcedToFp32[follow]);
+    } else {
+      EXPECT_EQ(plan.precision[follow], kFp32);
+      EXPECT_TRUE(plan.forcedToFp32[follow]);
+      EXPECT_EQ(plan.precision[low], kLow);  // the tie stops at the castable value
+      EXPECT_FALSE(plan.forcedToFp32[low]);
+      EXPECT_FALSE(plan.forcedToFp32[fp32]);  // fp32 by category, not forced
+    }
+    EXPECT_EQ(castCost(graph, plan.precision).bytes, 100) << "castable=" << castable;
+  }
+}
+
+TEST(PrecisionPlannerTest, TiedLowNodeIsForcedToFp32) {
+  DataflowGraph graph;
+  const int low = graph.addNode(OpCategory::kLowPrecision);
+  const int fp32 = graph.addNode(OpCategory::kFp32);
+  const int tied = graph.addValue(low, 100, false);
+  graph.addUse(tied, fp32);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision, (std::vector<Precision>{kFp32, kFp32}));
+  EXPECT_TRUE(plan.forcedToFp32[low]);
+  EXPECT_EQ(castCost(graph, plan.precision).casts, 0);
+}
+
+// Greedy painting keeps a follow node with one fp32 input in fp32 and pays twice for the big values around it;
+// min-cut casts the small fp32 input instead.
+TEST(PrecisionPlannerTest, MinCutBeatsGreedyPainting) {
+  DataflowGraph graph;
+  const int lowIn = graph.addNode(OpCategory::kLowPrecision);
+  const int fp32In = graph.addNode(OpCategory::kFp32);
+  const int follow = graph.addNode(OpCategory::kFollow);
+  const int lowOut = graph.addNode(OpCategory::kLowPrecision);
+  graph.addUse(graph.addValue(lowIn, 1000, true), follow);
+  graph.addUse(graph.addValue(fp32In, 10, true), follow);
+  graph.addUse(graph.addValue(follow, 1000, true), lowOut);
+  const PrecisionPlan minCut = planPrecision(graph, PlanMethod::kMinCut);
+  const PrecisionPlan greedy = planPrecision(graph, PlanMethod::kGreedy);
+  EXPECT_EQ(minCut.precision[follow], kLow);
+  EXPECT_EQ(greedy.precision[follow], kFp32);
+  const int64_t minCutBytes = castCost(graph, minCut.precision).bytes;
+  const int64_t greedyBytes = castCost(graph, greedy.precision).bytes;
+  EXPECT_EQ(minCutBytes, 10);
+  EXPECT_EQ(greedyBytes, 2000);
+  EXPECT_LT(minCutBytes, greedyBytes);
+}
+
+TEST(PrecisionPlannerTest, CastCostCountsOneCastPerValue) {
+  DataflowGraph graph;
+  const int low = graph.addNode(OpCategory::kLowPrecision);
+  const int a = graph.addNode(OpCategory::kFp32);
+  const int b = graph.addNode(OpCategory::kFp32);
+  const int value = graph.addValue(low, 42, true);
+  graph.addUse(value, a);
+  graph.addUse(value, b);
+  graph.addUse(value, a);  // a repeated use is one consumer
+  EXPECT_EQ(graph.values[value].consumers.size(), 2u);
+  const CastCost cost = castCost(graph, {kLow, kFp32, kFp32});
+  EXPECT_EQ(cost.casts, 1);
+  EXPECT_EQ(cost.bytes, 42);
+  EXPECT_EQ(castCost(graph, {kLow, kLow, kLow}).casts, 0);
+}
+
+TEST(PrecisionPlannerTest, EmptyGraph) {
+  DataflowGraph graph;
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_TRUE(plan.precision.empty());
+  EXPECT_EQ(castCost(graph, plan.precision).casts, 0);
+}
+
+// 100k nodes in a chain: low, follow..., fp32, with one cheap value in the middle. Solved iteratively (no stack
+// overflow), cut at the cheap value.
+TEST(PrecisionPlannerTest, LongChainCutsAtCheapestValue) {
+  constexpr int kNodes = 100000;
+  constexpr int kCheap = 61234;  // the value from node kCheap to node kCheap + 1
+  DataflowGraph graph;
+  graph.nodes.reserve(kNodes);
+  graph.values.reserve(kNodes);
+  graph.addNode(OpCategory::kLowPrecision);
+  for (int i = 1; i < kNodes - 1; ++i) {
+    graph.addNode(OpCategory::kFollow);
+  }
+  graph.addNode(OpCategory::kFp32);
+  for (int i = 0; i + 1 < kNodes; ++i) {
+    graph.addUse(graph.addValue(i, i == kCheap ? 3 : 100, true), i + 1);
+  }
+  for (const PlanMethod method : {PlanMethod::kMinCut, PlanMethod::kGreedy}) {
+    const PrecisionPlan plan = planPrecision(graph, method);
+    ASSERT_EQ(plan.precision.size(), static_cast<size_t>(kNodes));
+    if (method == PlanMethod::kMinCut) {
+      EXPECT_EQ(plan.precision[kCheap], kLow);
+      EXPECT_EQ(plan.precision[kCheap + 1], kFp32);
+      EXPECT_EQ(castCost(graph, plan.precision).bytes, 3);
+    } else {
+      // Painting runs low all the way to the fp32 node.
+      EXPECT_EQ(plan.precision[kNodes - 2], kLow);
+      EXPECT_EQ(castCost(graph, plan.precision).bytes, 100);
+    }
+  }
+}
+
+} // namespace
+} // namespace torch_mp::core
