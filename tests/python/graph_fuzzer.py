@@ -1,7 +1,7 @@
 """Random TorchScript models built from the ops in torch_mp's policy lists, and the check every conversion must pass.
 
 A program is a sequence of statements over float tensors of shape [B, F] (plus an int input and bool masks):
-low-precision ops (linear, matmul), follow ops (activations, arithmetic, views, slices, cat, where), widest ops
+low-precision ops (linear, matmul, bmm, conv1d), follow ops (activations, arithmetic, views, slices, cat, where), widest ops
 (addcmul), fp32 ops (softmax, exp, log-sum, layer norm, mean), in-place ops on clones and on aliasing views,
 integer and bool tensors, Python scalars, `if` and `for` blocks, and outputs packed into tuples, lists and dicts.
 
@@ -58,7 +58,8 @@ UNARY = [
     ("({a} - {a}.mean(-1, keepdim=True))", 1), ("self.norm({a} + x)", 1), ("({a}.sum(-1, keepdim=True) * 0.1 + {a})", 1),
     ("torch.nn.functional.dropout({a}, 0.5, False)", 1), ("{a}.pow(2.0).clamp(max=4.0)", 1),
 ]
-LOW = [("self.lin{p}({a})", 1), ("torch.matmul({a}, self.w{p})", 1), ("torch.bmm({a}.unsqueeze(0), self.w{p}.unsqueeze(0))[0]", 1)]
+LOW = [("self.lin{p}({a})", 1), ("torch.matmul({a}, self.w{p})", 1), ("torch.bmm({a}.unsqueeze(0), self.w{p}.unsqueeze(0))[0]", 1),
+       ("self.conv({a}.unsqueeze(1)).squeeze(1)", 1)]
 BINARY = [
     ("({a} + {b})", 2), ("({a} * {b})", 2), ("({a} - {b})", 2),
     ("torch.cat([{a}, {b}], 1)[:, 0:{F}]", 2), ("torch.stack([{a}, {b}], 0).sum(0)", 2),
@@ -157,6 +158,7 @@ def generate_program(choose: Chooser, max_statements: int = 10):
                 self.w1 = nn.Parameter(torch.randn({F}, {F}) / {F} ** 0.5)
                 self.w2 = nn.Parameter(torch.randn({F}, {F}) / {F} ** 0.5)
                 self.norm = nn.LayerNorm({F})
+                self.conv = nn.Conv1d(1, 1, 3, padding=1)
 
             def forward(self, x: Tensor, i: Tensor) -> {annotation}:
         """

@@ -1,0 +1,246 @@
+// ConvertToMixedPrecision on IR-string graphs: each rule where it fires and where it must not, with the exact
+// casts checked by FileCheck, lint after the pass, and numerics against the fp32 graph.
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/testing/file_check.h>
+#include <torch/torch.h>
+
+#include "jit/pipeline.h"
+#include "test_utils.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::testing::FileCheck;
+
+// Replaces graph input `index` by a constant holding `value` (IR strings cannot spell tensor constants).
+void inlineInputAsConstant(torch::jit::Graph& graph, size_t index, const at::Tensor& value) {
+  torch::jit::WithInsertPoint guard(graph.block()->nodes().front());
+  graph.inputs()[index]->replaceAllUsesWith(graph.insertConstant(value));
+  graph.eraseInput(index);
+}
+
+struct Converted {
+  std::shared_ptr<torch::jit::Graph> graph;
+  ConversionReport report;
+  std::vector<c10::IValue> before;
+  std::vector<c10::IValue> after;
+};
+
+Converted convert(const std::shared_ptr<torch::jit::Graph>& original, const std::vector<c10::IValue>& inputs,
+                  c10::ScalarType low = at::kHalf) {
+  Converted result;
+  result.before = runGraph(original, inputs);
+  result.graph = original->copy();
+  result.report = ConvertToMixedPrecision(result.graph, inputs, defaultOptions(c10::DeviceType::CPU, low));
+  result.graph->lint();
+  result.after = runGraph(result.graph, inputs);
+  return result;
+}
+
+TEST(PipelineRulesTest, ConvReluSoftmaxCastsOnceInAndOnceOut) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %w : Tensor):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %zero : int = prim::Constant[value=0]()
+      %ones : int[] = prim::ListConstruct(%one, %one)
+      %zeros : int[] = prim::ListConstruct(%zero, %zero)
+      %c : Tensor = aten::conv2d(%x, %w, %none, %ones, %zeros, %ones, %one)
+      %r : Tensor = aten::relu(%c)
+      %s : Tensor = aten::softmax(%r, %one, %none)
+      return (%s))IR");
+  inlineInputAsConstant(*graph, 1, torch::randn({4, 3, 3, 3}));
+  auto result = convert(graph, {torch::randn({2, 3, 8, 8})});
+  FileCheck()
+      .check("Half(4, 3, 3, 3")->check("prim::Constant")
+      ->check("HalfTensor = aten::to(%x, ")->check("aten::conv2d")->check("aten::relu")
+      ->check("FloatTensor = aten::to(")->check("aten::softmax")->check_not("aten::to")
+      ->run(*result.graph);
+  EXPECT_EQ(result.report.casts.size(), 2u);
+  EXPECT_EQ(result.report.casts[0].bytes, 2 * 3 * 8 * 8 * 6);  // one fp32 read + one fp16 write per element
+  EXPECT_EQ(result.report.weightBytesAfter * 2, result.report.weightBytesBefore);
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, Fp32OnlyGraphGetsNoCast) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %e : Tensor = aten::exp(%x)
+      %s : Tensor = aten::softmax(%e, %one, %none)
+      return (%s))IR");
+  auto result = convert(graph, {torch::randn({3, 5})});
+  FileCheck().check_not("aten::to")->run(*result.graph);
+  EXPECT_TRUE(result.report.casts.empty());
+  expectSameOutputs(result.before, result.after);
+}
+
+TEST(PipelineRulesTest, IntegerTensorsAreNeverCast) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor, %offset : Tensor):
+      %false : bool = prim::Constant[value=0]()
+      %minus : int = prim::Constant[value=-1]()
+      %one : int = prim::Constant[value=1]()
+      %m : Tensor = aten::mm(%a, %b)
+      %i : Tensor = aten::argmax(%m, %minus, %false)
+      %j : Tensor = aten::add(%i, %offset, %one)
+      return (%m, %j))IR");
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5}), torch::arange(4)});
+  FileCheck().check_not("aten::to(%offset")->check_not("aten::to(%i")->run(*result.graph);
+  EXPECT_EQ(result.after[1].toTensor().scalar_type(), at::kLong);
+  EXPECT_EQ(result.after[0].toTensor().scalar_type(), at::kFloat);
+  expectCloseOutputs({result.before[0]}, {result.after[0]}, 1e-2);
+}
+
+TEST(PipelineRulesTest, DoubleGraphIsUntouched) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %m : Tensor = aten::mm(%a, %b)
+      %r : Tensor = aten::relu(%m)
+      return (%r))IR");
+  auto result = convert(graph, {torch::randn({4, 6}, at::kDouble), torch::randn({6, 5}, at::kDouble)});
+  FileCheck().check_not("aten::to")->run(*result.graph);
+  EXPECT_EQ(result.report.lowPrecisionNodes(), 0);
+  expectSameOutputs(result.before, result.after);
+}
+
+TEST(PipelineRulesTest, UnreachedBranchIsLeftAloneAndReported) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor, %flag : bool):
+      %m : Tensor = prim::If(%flag)
+        block0():
+          %x : Tensor = aten::mm(%a, %b)
+          -> (%x)
+        block1():
+          %y : Tensor = aten::exp(%a)
+          -> (%y)
+      return (%m))IR");
+  auto a = torch::randn({4, 4});
+  auto b = torch::randn({4, 4});
+  auto result = convert(graph, {a, b, true});
+  EXPECT_GT(result.report.unobservedNodes, 0);  // block1 never ran
+  FileCheck().check("prim::If")->check("block0")->check("aten::mm")->check("block1")->check_not("aten::to")
+      ->check("aten::exp")->run(*result.graph);
+  expectCloseOutputs(result.before, result.after, 1e-2);
+  // The unreached branch still computes what it did.
+  expectSameOutputs(runGraph(graph, {a, b, false}), runGraph(result.graph, {a, b, false}));
+}
+
+TEST(PipelineRulesTest, LoopCarriesLowPrecisionBetweenMatmuls) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %w : Tensor, %n : int):
+      %true : bool = prim::Constant[value=1]()
+      %h : Tensor = prim::Loop(%n, %true, %x)
+        block0(%i : int, %carried : Tensor):
+          %m : Tensor = aten::mm(%carried, %w)
+          %t : Tensor = aten::tanh(%m)
+          -> (%true, %t)
+      return (%h))IR");
+  inlineInputAsConstant(*graph, 1, torch::randn({8, 8}) / 3);
+  auto result = convert(graph, {torch::randn({2, 8}), int64_t(3)});
+  // One cast into the loop and one out of it; none inside the body.
+  FileCheck().check("HalfTensor = aten::to(%x")->check("prim::Loop")->check("aten::mm")->check_not("aten::to")
+      ->check("-> (")->check("FloatTensor = aten::to(")->run(*result.graph);
+  EXPECT_EQ(result.report.casts.size(), 2u);
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, TupleOutputsKeepFp32) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %m : Tensor = aten::mm(%a, %b)
+      %r : Tensor = aten::relu(%m)
+      %t : (Tensor, Tensor) = prim::TupleConstruct(%m, %r)
+      return (%t))IR");
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, at::kBFloat16);
+  FileCheck().check("aten::mm")->check("FloatTensor = aten::to")->check("prim::TupleConstruct")->run(*result.graph);
+  for (const c10::IValue& element : result.after[0].toTupleRef().elements()) {
+    EXPECT_EQ(element.toTensor().scalar_type(), at::kFloat);
+  }
+}
+
+TEST(PipelineRulesTest, InPlaceWriteIsNeverSplitByACast) {
+  // frac_ writes %m through the view %v (so the mutation cannot be removed); a cast of %m would give its readers
+  // a copy the write never reaches. The whole alias set stays in one precision: fp32, as frac_ is unknown.
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor, %c : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %minus : int = prim::Constant[value=-1]()
+      %shape : int[] = prim::ListConstruct(%minus)
+      %m : Tensor = aten::mm(%a, %b)
+      %v : Tensor = aten::view(%m, %shape)
+      %unused : Tensor = aten::frac_(%v)
+      %s : Tensor = aten::add(%m, %c, %one)
+      return (%s))IR");
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5}), torch::randn({4, 5})});
+  FileCheck().check_not("aten::to")->run(*result.graph);
+  expectSameOutputs(result.before, result.after);
+}
+
+TEST(PipelineRulesTest, ConvertingTwiceChangesNothing) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %m : Tensor = aten::mm(%a, %b)
+      %s : Tensor = aten::softmax(%m, %one, %none)
+      return (%s))IR");
+  std::vector<c10::IValue> inputs{torch::randn({4, 6}), torch::randn({6, 5})};
+  auto once = convert(graph, inputs);
+  auto twice = convert(once.graph, inputs);
+  // Same nodes in the same order; constant pooling may order the constants differently.
+  auto nonConstantNodes = [](const std::shared_ptr<torch::jit::Graph>& g) {
+    std::vector<std::string> kinds;
+    for (const torch::jit::Node* node : g->nodes()) {
+      if (node->kind() != c10::prim::Constant) {
+        kinds.push_back(node->kind().toQualString());
+      }
+    }
+    return kinds;
+  };
+  EXPECT_EQ(nonConstantNodes(once.graph), nonConstantNodes(twice.graph));
+  expectSameOutputs(once.after, twice.after);
+  EXPECT_TRUE(twice.report.casts.empty());
+}
+
+TEST(PipelineRulesTest, RangeGuardKeepsLargeConstantsOutOfFp16) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %w : Tensor, %v : Tensor):
+      %m : Tensor = aten::mm(%a, %w)
+      %n : Tensor = aten::mm(%m, %v)
+      return (%n))IR");
+  inlineInputAsConstant(*graph, 2, torch::randn({5, 3}));
+  auto large = torch::randn({6, 5});
+  large[0][0] = 1e5;
+  inlineInputAsConstant(*graph, 1, large);
+  const at::Tensor input = torch::randn({4, 6}) * 0.01;  // keeps 1e5 * input within fp16 for the next matmul
+  auto fp16 = convert(graph, {input});
+  int guarded = 0;
+  for (const NodeDecision& node : fp16.report.nodes) {
+    guarded += node.rule.rfind("range guard", 0) == 0 && node.precision == "fp32";
+  }
+  EXPECT_EQ(guarded, 1);
+  EXPECT_TRUE(fp16.after[0].toTensor().isfinite().all().item<bool>());
+  expectCloseOutputs(fp16.before, fp16.after, 1e-2);
+  auto bf16 = convert(graph, {input}, at::kBFloat16);  // bf16 holds 1e5: no guard
+  EXPECT_EQ(bf16.report.lowPrecisionNodes(), 2);
+}
+
+TEST(PipelineRulesTest, ReportListsUnknownOpsAndSerialises) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %m : Tensor = aten::mm(%a, %b)
+      %f : Tensor = aten::frac(%m)
+      return (%f))IR");
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})});
+  ASSERT_EQ(result.report.unknownOps, std::vector<std::string>{"aten::frac"});
+  const std::string json = result.report.toJson();
+  for (const char* key : {"\"unknown_ops\": [\"aten::frac\"]", "\"casts\": [", "\"nodes\": [", "\"planner\": "}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
+  }
+}
+
+} // namespace
+} // namespace torch_mp::jit
