@@ -29,7 +29,7 @@ bool containsTensor(const c10::TypePtr& type) {
 
 // max |x| over the finite elements; aminmax needs no tensor-sized temporary unless the tensor holds infinities.
 double largestFiniteMagnitude(const at::Tensor& tensor) {
-  auto [smallest, largest] = at::aminmax(tensor);
+  auto [smallest, largest] = tensor.aminmax();
   double magnitude = std::max(-smallest.item<double>(), largest.item<double>());
   if (std::isinf(magnitude)) {
     const at::Tensor absolute = tensor.abs();
