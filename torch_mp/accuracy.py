@@ -35,7 +35,9 @@ def compare(reference: torch.Tensor, output: torch.Tensor) -> Agreement:
     finite = bool(torch.isfinite(output).all())
     scale = ref.abs().max().clamp_min(1e-12)
     max_rel = ((ref - out).abs().max() / scale).item()
-    cosine = torch.nn.functional.cosine_similarity(ref, out, dim=0).item() if ref.norm() > 0 else float(out.norm() == 0)
+    norms = ref.norm() * out.norm()
+    # computed directly: cosine_similarity's eps would turn outputs of magnitude 1e-10 (random-weight nets) into 0
+    cosine = (ref @ out / norms).item() if norms > 0 else float(ref.norm() == out.norm())
     if reference.dim() >= 1 and reference.shape[-1] > 1:
         top1 = (reference.argmax(-1) == output.argmax(-1)).double().mean().item()
     else:

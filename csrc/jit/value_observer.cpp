@@ -33,8 +33,8 @@ void observe(Stack& stack) {
   }
   ObservedValue& slot = (*activeRecorder)[id];
   (*activeSeen)[id] = true;
-  if (!value.isTensor()) {
-    return;
+  if (!value.isTensor() || !value.toTensor().defined()) {
+    return;  // None, or an undefined tensor (e.g. attention weights not asked for): holds no dtype
   }
   const at::Tensor& tensor = value.toTensor();
   slot.isTensor = true;

@@ -151,3 +151,30 @@ def test_output_that_is_an_input():
     x = torch.randn(3, 4)
     same, projected = converted(x)
     assert torch.equal(same, x) and same.dtype == torch.float32 and projected.dtype == torch.float32
+
+
+def test_undefined_tensor_outputs_of_ops_are_handled():
+    """nn.MultiheadAttention with need_weights=False returns an undefined weights tensor from its fused kernel."""
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention = nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, x):
+            out, _ = self.attention(x, x, x, need_weights=False)
+            return out
+
+    model = Attention().eval()
+    x = torch.randn(2, 5, 16)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x), model(x), rtol=0, atol=5e-3)
+
+
+def test_accuracy_metrics_work_at_tiny_magnitudes():
+    from torch_mp.accuracy import compare
+
+    reference = torch.randn(64, dtype=torch.float64) * 1e-14
+    agreement = compare(reference, reference * (1 + 1e-4))
+    assert agreement.cosine > 0.999999 and agreement.max_rel_error < 2e-4
