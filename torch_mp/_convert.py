@@ -64,7 +64,7 @@ def convert(
         raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
     _refuse_autocast()
     inputs = _normalize_inputs(example_inputs)
-    scripted = _capture(model, inputs)
+    scripted, capture = _capture(model, inputs)
     if policy is None:
         policy = OpPolicy.default(target_for(_device_of(inputs, model), dtype))
     try:
@@ -78,6 +78,7 @@ def convert(
         raise ConversionError(f"torch_mp could not convert {type(model).__name__}: {error}") from error
     module = torch.jit._recursive.wrap_cpp_module(converted)
     report = Report.from_json(report_json)
+    report.data["capture"] = capture
     return (module, report) if return_report else module
 
 
@@ -129,13 +130,14 @@ def _is_frozen(module: torch.jit.ScriptModule) -> bool:
     return not module._c.hasattr("training")
 
 
-def _capture(model: Any, inputs: Tuple[Any, ...]) -> torch.jit.ScriptModule:
+def _capture(model: Any, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModule, str]:
+    """The model as a ScriptModule, and how it was obtained: "scriptmodule" (given), "script" or "trace".""" 
     if isinstance(model, torch.jit.ScriptModule):
         if not _is_frozen(model) and model.training:
             raise ValueError("the module is in training mode; call model.eval() before converting")
         if not inputs:
             raise ValueError("example_inputs are required: torch_mp runs the model once to learn dtypes and sizes")
-        return model
+        return model, "scriptmodule"
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"expected a torch.nn.Module or torch.jit.ScriptModule, got {type(model).__name__}")
     if model.training:
@@ -143,6 +145,7 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> torch.jit.ScriptModule:
             f"{type(model).__name__} is in training mode (dropout and batch-norm statistics would be wrong); "
             "call model.eval() before converting"
         )
+    capture = "script"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -157,7 +160,9 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> torch.jit.ScriptModule:
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter("ignore", torch.jit.TracerWarning)
                 warnings.simplefilter("ignore", DeprecationWarning)
-                scripted = torch.jit.trace(model, inputs, check_trace=False)
+                # strict=False: dict outputs (transformers' ModelOutput, detection heads) are traced as dicts
+                scripted = torch.jit.trace(model, inputs, check_trace=False, strict=False)
+            capture = "trace"
         except Exception as trace_error:  # noqa: BLE001
             raise ValueError(
                 f"{type(model).__name__} can be neither scripted ({_first_line(script_error)}) "
@@ -165,7 +170,7 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> torch.jit.ScriptModule:
             ) from trace_error
     if not inputs:
         raise ValueError("example_inputs are required: torch_mp runs the model once to learn dtypes and sizes")
-    return scripted
+    return scripted, capture
 
 
 def _first_line(error: Exception) -> str:

@@ -44,6 +44,17 @@ class Report:
     def seconds(self) -> float:
         return self.data["seconds"]
 
+    @property
+    def capture(self) -> str:
+        """How convert captured the model: "script", "trace" or "scriptmodule" (given as one)."""
+        return self.data.get("capture", "scriptmodule")
+
+    @property
+    def low_precision_flop_fraction(self) -> float:
+        """Share of the heavy ops' multiply-add FLOPs (convolutions, matmuls, attention, RNNs) run in low
+        precision, at the example inputs' sizes."""
+        return self.data["low_precision_flop_fraction"]
+
     def low_precision_ops(self) -> Counter:
         return Counter(n["op"] for n in self.nodes if n["precision"] == "low")
 
@@ -56,7 +67,8 @@ class Report:
         lines = [
             f"torch_mp conversion to {d['dtype']} (policy {d['policy']}, planner {d['planner']}, "
             f"{d['seconds'] * 1e3:.1f} ms)",
-            f"  nodes: {low} low precision, {len(self.nodes) - low} fp32",
+            f"  nodes: {low} low precision, {len(self.nodes) - low} fp32; "
+            f"{self.low_precision_flop_fraction * 100:.1f}% of the heavy ops' FLOPs in low precision",
             f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference",
             f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
             f"({self.weight_ratio:.2f}x)",

@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/jit_log.h>
 
 #include <map>
+#include <unordered_map>
 #include <utility>
 
 namespace torch_mp::jit {
@@ -15,28 +16,8 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-// A constant with every fp32 tensor inside it cast to `dtype`; other entries are kept as they are.
-c10::IValue castConstant(const c10::IValue& value, c10::ScalarType dtype) {
-  if (value.isTensor()) {
-    const at::Tensor& tensor = value.toTensor();
-    return tensor.scalar_type() == c10::ScalarType::Float ? c10::IValue(tensor.detach().to(dtype)) : value;
-  }
-  if (value.isTensorList()) {
-    c10::List<at::Tensor> cast;
-    for (const at::Tensor& tensor : value.toTensorVector()) {
-      cast.push_back(tensor.scalar_type() == c10::ScalarType::Float ? tensor.detach().to(dtype) : tensor);
-    }
-    return cast;
-  }
-  if (value.isTuple()) {
-    std::vector<c10::IValue> elements;
-    for (const c10::IValue& element : value.toTupleRef().elements()) {
-      elements.push_back(castConstant(element, dtype));
-    }
-    return c10::ivalue::Tuple::create(std::move(elements));
-  }
-  return value;
-}
+constexpr double kHalfMax = 65504.0;
+
 
 bool holdsFp32Tensor(const c10::IValue& value) {
   if (value.isTensor()) {
@@ -140,13 +121,23 @@ class PlanApplier {
     }
   }
 
-  // A node the example inputs never reached reads the low-precision copy of a weight cast back to fp32, rather
-  // than keeping the fp32 original alive next to it.
+  // A node the example inputs never reached reads its weights as low-precision copies cast back to fp32, so no
+  // weight is stored twice: not one the reached path also reads in low precision, nor one of its own (freezing
+  // folds the slow path of nn.MultiheadAttention into weight slices only it reads). A weight beyond the low
+  // dtype's range stays as it is.
   void readLowConstantsInFp32(Node* node) {
     for (size_t i = 0; i < node->inputs().size(); ++i) {
-      auto it = lowConstants_.find(node->input(i));
-      if (it != lowConstants_.end() && it->second && it->second->type()->kind() == c10::TypeKind::TensorType) {
-        requestCast(it->second, c10::ScalarType::Float, node, i);
+      Value* input = node->input(i);
+      if (input->node()->kind() != c10::prim::Constant || input->type()->kind() != c10::TypeKind::TensorType) {
+        continue;
+      }
+      const at::Tensor weight = torch::jit::toIValue(input)->toTensor();
+      const bool fits = lowDtype_ != c10::ScalarType::Half || largestFiniteMagnitude(weight) <= kHalfMax;
+      if (!lowConstants_.count(input) && (weight.scalar_type() != c10::ScalarType::Float || !fits)) {
+        continue;
+      }
+      if (Value* low = lowConstant(input)) {
+        requestCast(low, c10::ScalarType::Float, node, i);
       }
     }
   }
@@ -218,6 +209,43 @@ class PlanApplier {
     }
   }
 
+  // A constant with every fp32 tensor inside it cast to the low dtype; other entries are kept as they are.
+  c10::IValue castConstant(const c10::IValue& value) {
+    if (value.isTensor()) {
+      const at::Tensor& tensor = value.toTensor();
+      return tensor.scalar_type() == c10::ScalarType::Float ? c10::IValue(lowCopy(tensor)) : value;
+    }
+    if (value.isTensorList()) {
+      c10::List<at::Tensor> cast;
+      for (const at::Tensor& tensor : value.toTensorVector()) {
+        cast.push_back(tensor.scalar_type() == c10::ScalarType::Float ? lowCopy(tensor) : tensor);
+      }
+      return cast;
+    }
+    if (value.isTuple()) {
+      std::vector<c10::IValue> elements;
+      for (const c10::IValue& element : value.toTupleRef().elements()) {
+        elements.push_back(castConstant(element));
+      }
+      return c10::ivalue::Tuple::create(std::move(elements));
+    }
+    return value;
+  }
+
+  // Constants that view one storage (freezing folds weight slices, such as nn.MultiheadAttention's q/k/v
+  // projections, into views of the packed weight) get views of one low-precision copy of that storage, so the
+  // converted model stores it once, as the fp32 model did.
+  at::Tensor lowCopy(const at::Tensor& tensor) {
+    const void* storage = tensor.storage().unsafeGetStorageImpl();
+    auto it = lowStorages_.find(storage);
+    if (it == lowStorages_.end()) {
+      const int64_t elements = static_cast<int64_t>(tensor.storage().nbytes() / sizeof(float));
+      at::Tensor whole = at::empty({0}, tensor.options()).set_(tensor.storage(), 0, {elements}, {1});
+      it = lowStorages_.emplace(storage, whole.detach().to(lowDtype_)).first;
+    }
+    return it->second.as_strided(tensor.sizes(), tensor.strides(), tensor.storage_offset());
+  }
+
   // The low-precision version of a constant, or nullptr when it holds no fp32 tensor.
   Value* lowConstant(Value* constant) {
     auto it = lowConstants_.find(constant);
@@ -228,7 +256,7 @@ class PlanApplier {
     Value* low = nullptr;
     if (holdsFp32Tensor(original)) {
       torch::jit::WithInsertPoint guard(constant->node()->next());
-      low = graph_->insertConstant(castConstant(original, lowDtype_));
+      low = graph_->insertConstant(castConstant(original));
       if (constant->hasDebugName()) {
         low->setDebugName(constant->debugName() + "_" + shortName(lowDtype_));
       }
@@ -248,6 +276,7 @@ class PlanApplier {
   const ObservedValues& observed_;
   c10::ScalarType lowDtype_;
   std::vector<CastRequest> requests_;
+  std::unordered_map<const void*, at::Tensor> lowStorages_;  // fp32 storage -> its low-precision copy
   std::map<std::pair<Value*, c10::ScalarType>, size_t> requestIndex_;
   std::unordered_map<Value*, Value*> lowConstants_;
   std::unordered_set<const Node*> inserted_;

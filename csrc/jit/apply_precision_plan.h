@@ -5,9 +5,9 @@
 // readers. The cast sits where it dominates every reader: right after the value's definition, or at the start of
 // the prim::If branch that holds all its readers (never inside a loop body that the value was defined outside
 // of). Constants read in low precision are replaced by low-precision constants computed now (one per constant), so
-// weights are stored pre-cast. A weight is never stored twice for the sake of nodes the example inputs did not reach
-// (say, the slow path of nn.TransformerEncoderLayer): those read its low-precision copy cast back to fp32 at run
-// time, so the fp32 original dies. Outputs of low-precision nodes get the low dtype in their type.
+// weights are stored pre-cast. Nodes the example inputs did not reach (say, the slow path of
+// nn.TransformerEncoderLayer) read their weights as low-precision copies cast back to fp32 at run time, so no weight
+// is kept in fp32 for them (one beyond fp16's range excepted). Outputs of low-precision nodes get the low dtype in their type.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>

@@ -84,12 +84,23 @@ int ConversionReport::lowPrecisionNodes() const {
   return count;
 }
 
+double ConversionReport::lowPrecisionFlopFraction() const {
+  int64_t total = 0;
+  int64_t low = 0;
+  for (const NodeDecision& node : nodes) {
+    total += node.flops;
+    low += node.precision == "low" ? node.flops : 0;
+  }
+  return total ? static_cast<double>(low) / static_cast<double>(total) : 1.0;
+}
+
 std::string ConversionReport::toJson() const {
   std::ostringstream out;
   out << "{\"dtype\": " << quoted(dtype) << ", \"policy\": " << quoted(policy) << ", \"planner\": " << quoted(planner)
       << ", \"seconds\": " << seconds << ", \"weight_bytes_before\": " << weightBytesBefore
       << ", \"weight_bytes_after\": " << weightBytesAfter << ", \"cast_bytes\": " << castBytes
-      << ", \"unobserved_nodes\": " << unobservedNodes << ", \"unknown_ops\": [";
+      << ", \"unobserved_nodes\": " << unobservedNodes
+      << ", \"low_precision_flop_fraction\": " << lowPrecisionFlopFraction() << ", \"unknown_ops\": [";
   for (size_t i = 0; i < unknownOps.size(); ++i) {
     out << (i ? ", " : "") << quoted(unknownOps[i]);
   }
@@ -97,7 +108,8 @@ std::string ConversionReport::toJson() const {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeDecision& node = nodes[i];
     out << (i ? ", " : "") << "{\"op\": " << quoted(node.op) << ", \"output\": " << quoted(node.output)
-        << ", \"precision\": " << quoted(node.precision) << ", \"rule\": " << quoted(node.rule) << "}";
+        << ", \"precision\": " << quoted(node.precision) << ", \"rule\": " << quoted(node.rule)
+        << ", \"flops\": " << node.flops << "}";
   }
   out << "], \"casts\": [";
   for (size_t i = 0; i < casts.size(); ++i) {

@@ -16,6 +16,7 @@ struct NodeDecision {
   std::string output;     // debug name of the first output
   std::string precision;  // "low" or "fp32"
   std::string rule;       // why
+  int64_t flops = 0;      // multiply-add FLOPs of a heavy op at the example inputs' sizes (flop_estimate)
 };
 
 struct CastRecord {
@@ -39,6 +40,8 @@ struct ConversionReport {
   double seconds = 0.0;
 
   int lowPrecisionNodes() const;
+  // Fraction of the heavy ops' FLOPs that run in low precision (1 when the graph has none).
+  double lowPrecisionFlopFraction() const;
   std::string toJson() const;
 };
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace torch_mp::jit {
 namespace {
@@ -15,35 +16,12 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-bool containsTensor(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::TensorType) {
-    return true;
-  }
-  for (const c10::TypePtr& contained : type->containedTypes()) {
-    if (containsTensor(contained)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// max |x| over the finite elements; aminmax needs no tensor-sized temporary unless the tensor holds infinities.
-double largestFiniteMagnitude(const at::Tensor& tensor) {
-  auto [smallest, largest] = tensor.aminmax();
-  double magnitude = std::max(-smallest.item<double>(), largest.item<double>());
-  if (std::isinf(magnitude)) {
-    const at::Tensor absolute = tensor.abs();
-    magnitude = absolute.masked_fill(absolute.isinf(), 0).max().item<double>();
-  }
-  return magnitude;
-}
-
 // What a value means to the planner.
 enum class ValueKind {
   kIrrelevant,      // no floating fp32 tensor in it (ints, bools, non-tensors)
   kFp32Tensor,      // an fp32 tensor: a cast candidate
   kOtherFloating,   // a floating tensor of another dtype: its node stays untouched
-  kUnknown,         // may hold a tensor, but was never observed
+  kUnknown,         // may hold a tensor (or a container of them), but was never observed
   kContainer,       // a list/tuple/dict holding tensors
 };
 
@@ -75,7 +53,10 @@ class DataflowBuilder {
       }
       return seen.dtype == c10::ScalarType::Float ? ValueKind::kFp32Tensor : ValueKind::kOtherFloating;
     }
-    return isTensorContainer(type) ? ValueKind::kContainer : ValueKind::kIrrelevant;
+    if (!isTensorContainer(type)) {
+      return ValueKind::kIrrelevant;
+    }
+    return observed_.count(value) ? ValueKind::kContainer : ValueKind::kUnknown;
   }
 
   // The TorchScript nodes that share one planner node: a node alone, or a prim::If / prim::Loop with the input
@@ -145,6 +126,8 @@ class DataflowBuilder {
       ++mapping_.unobservedNodes;
     } else if (otherFloating) {
       rule = "has a floating tensor that is not fp32: left as it is";
+    } else if (std::string guard = observedOutOfRange(node, boundaries); !guard.empty()) {
+      rule = std::move(guard);
     } else if (controlFlow) {
       category = OpCategory::kFollow;
       rule = "follow: control flow; values crossing its block boundaries share one precision";
@@ -164,6 +147,55 @@ class DataflowBuilder {
     return true;
   }
 
+  // Why the node must keep fp32 because a computed tensor it reads or writes was observed beyond what fp16 holds well, or
+  // "" when none was. Overflow: above half of fp16's max (the example inputs need not show the largest value, so
+  // one binade is kept in reserve). Underflow: a tensor whose largest element is below fp16's smallest normal
+  // number has no element with full precision (random-init MobileNetV3 ends near 1e-10, which rounds to 0).
+  std::string observedOutOfRange(const Node* node, const std::vector<Node*>& boundaries) const {
+    if (lowDtype_ != c10::ScalarType::Half) {
+      return "";  // bf16 has fp32's exponent range
+    }
+    constexpr double kHalfMax = 65504.0;
+    constexpr double kOverflowLimit = kHalfMax / 2;
+    const double kSmallestNormal = std::ldexp(1.0, -14);
+    std::string reason;
+    auto check = [&](const Value* value) {
+      auto it = observed_.find(value);
+      // constants are checked by constantOutOfRange: a tiny bias is harmless, it is added to larger values
+      if (!reason.empty() || value->node()->kind() == c10::prim::Constant || it == observed_.end() ||
+          it->second.dtype != c10::ScalarType::Float) {
+        return;
+      }
+      const double largest = it->second.largestMagnitude;
+      if (largest > kOverflowLimit) {
+        reason = "range guard: %" + value->debugName() + " observed up to " + formatMagnitude(largest) +
+            ", above half of float16's max 65504, so the node keeps fp32";
+      } else if (largest > 0.0 && largest < kSmallestNormal) {
+        reason = "range guard: %" + value->debugName() + " observed only up to " + formatMagnitude(largest) +
+            ", below float16's smallest normal 6.1e-05, so the node keeps fp32";
+      }
+    };
+    auto checkNode = [&](const Node* member) {
+      for (const Value* input : member->inputs()) {
+        check(input);
+      }
+      for (const Value* output : member->outputs()) {
+        check(output);
+      }
+    };
+    checkNode(node);
+    for (const Node* member : boundaries) {
+      checkNode(member);
+    }
+    return reason;
+  }
+
+  static std::string formatMagnitude(double value) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.3g", value);
+    return text;
+  }
+
   // A floating constant the node reads that the low dtype cannot hold (|x| > 65504 for fp16), or nullptr.
   const Value* constantOutOfRange(const Node* node) {
     if (lowDtype_ != c10::ScalarType::Half) {
@@ -180,8 +212,7 @@ class DataflowBuilder {
         const c10::IValue value = torch::jit::toIValue(input).value();
         if (value.isDouble() && std::isfinite(value.toDouble())) {
           largest = std::abs(value.toDouble());
-        } else if (value.isTensor() && value.toTensor().scalar_type() == c10::ScalarType::Float &&
-                   value.toTensor().numel() > 0) {
+        } else if (value.isTensor() && value.toTensor().scalar_type() == c10::ScalarType::Float) {
           largest = largestFiniteMagnitude(value.toTensor());
         }
         cached = largestMagnitude_.emplace(input, largest).first;

@@ -13,6 +13,7 @@
 
 #include "jit/apply_precision_plan.h"
 #include "jit/cancel_casts.h"
+#include "jit/flop_estimate.h"
 #include "jit/graph_to_dataflow.h"
 #include "jit/specialize_dtype_queries.h"
 #include "jit/value_observer.h"
@@ -71,7 +72,10 @@ Stack runGraph(const std::shared_ptr<Graph>& graph, const Stack& inputs) {
   return stack;
 }
 
-std::vector<NodeDecision> decisionsOf(const DataflowMapping& mapping, const core::PrecisionPlan& plan) {
+std::vector<NodeDecision> decisionsOf(
+    const DataflowMapping& mapping,
+    const core::PrecisionPlan& plan,
+    const ObservedValues& observed) {
   std::vector<NodeDecision> decisions;
   for (size_t n = 0; n < mapping.nodes.size(); ++n) {
     const Node* node = mapping.nodes[n];
@@ -84,6 +88,7 @@ std::vector<NodeDecision> decisionsOf(const DataflowMapping& mapping, const core
     const bool low = plan.precision[n] == core::Precision::kLow;
     decision.precision = low ? "low" : "fp32";
     decision.rule = mapping.rules[n];
+    decision.flops = estimateFlops(node, observed);
     const core::OpCategory category = mapping.dataflow.nodes[n].category;
     if (plan.forcedToFp32[n]) {
       decision.rule += " [forced to fp32: shares a container or mutated tensor with an fp32 op, or reads fp32 "
@@ -177,7 +182,7 @@ ConversionReport ConvertToMixedPrecision(
   // 3. Plan.
   DataflowMapping mapping = buildDataflow(graph, observation.values, options.policy, options.lowDtype);
   core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.planner);
-  report.nodes = decisionsOf(mapping, plan);
+  report.nodes = decisionsOf(mapping, plan, observation.values);
   report.unknownOps = mapping.unknownOps;
   report.unobservedNodes = mapping.unobservedNodes;
 

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <algorithm>
+#include <cmath>
 #include <unordered_set>
 #include <vector>
 
@@ -40,7 +41,13 @@ void observe(Stack& stack) {
   slot.isTensor = true;
   slot.dtype = tensor.scalar_type();
   slot.device = tensor.device();
-  slot.numel = std::max(slot.numel, tensor.numel());
+  if (tensor.numel() >= slot.numel) {
+    slot.numel = tensor.numel();
+    slot.sizes = tensor.sizes().vec();
+  }
+  if (slot.dtype == c10::ScalarType::Float) {
+    slot.largestMagnitude = std::max(slot.largestMagnitude, largestFiniteMagnitude(tensor));
+  }
 }
 
 const torch::jit::RegisterOperators registerObserve({torch::jit::Operator(
@@ -116,6 +123,18 @@ int inferUnreachedDtypes(const std::shared_ptr<Graph>& graph, ObservedValues& ob
   return added;
 }
 
+bool containsTensor(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) {
+    return true;
+  }
+  for (const c10::TypePtr& contained : type->containedTypes()) {
+    if (containsTensor(contained)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool mayHoldTensor(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::TensorType) {
     return true;
@@ -137,7 +156,7 @@ Observation observeValues(const std::shared_ptr<Graph>& graph, const Stack& inpu
   const auto observeSymbol = c10::Symbol::fromQualString(kObserveOp);
   for (size_t id = 0; id < copies.size(); ++id) {
     Value* value = copies[id];
-    if (!mayHoldTensor(value->type())) {
+    if (!containsTensor(value->type())) {
       continue;
     }
     torch::jit::WithInsertPoint guard(value->node()->next());
@@ -166,6 +185,20 @@ Observation observeValues(const std::shared_ptr<Graph>& graph, const Stack& inpu
   }
   observation.outputs = std::move(stack);
   return observation;
+}
+
+double largestFiniteMagnitude(const at::Tensor& tensor) {
+  if (tensor.numel() == 0) {
+    return 0.0;
+  }
+  // aminmax needs no tensor-sized temporary; only a tensor holding infinities pays for a masked copy
+  auto [smallest, largest] = tensor.aminmax();
+  double magnitude = std::max(-smallest.item<double>(), largest.item<double>());
+  if (std::isinf(magnitude)) {
+    const at::Tensor absolute = tensor.abs();
+    magnitude = absolute.masked_fill(absolute.isinf(), 0).max().item<double>();
+  }
+  return std::isnan(magnitude) ? 0.0 : magnitude;
 }
 
 void recordObservedDtypes(const ObservedValues& observed) {

@@ -1,5 +1,6 @@
-// Dtype knowledge by observation: runs a copy of the graph once on example inputs and records, for every value
-// that may hold a tensor, the dtype, device and element count it had.
+// Dtype knowledge by observation: runs a copy of the graph once on example inputs and records which values holding
+// tensors (containers included) it produced, and for every value that may be a tensor, the dtype, device, element count and sizes it had, and for fp32 tensors the largest finite
+// magnitude (what the range guard compares with the low dtype's range).
 //
 // Frozen graphs type most values as plain `Tensor`; static propagation would need a dtype rule for every op.
 // Running the graph gives exact answers for every value the inputs reach, nested blocks and loop iterations
@@ -13,14 +14,17 @@
 
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 namespace torch_mp::jit {
 
 struct ObservedValue {
-  bool isTensor = false;  // false: an Optional[Tensor] that held None
+  bool isTensor = false;  // false: a container, or an Optional[Tensor] that held None
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::Device device = c10::Device(c10::kCPU);
   int64_t numel = 0;
+  std::vector<int64_t> sizes;     // at the largest element count
+  double largestMagnitude = 0.0;  // fp32 tensors: max |x| over finite elements, across all times it was seen
 };
 
 using ObservedValues = std::unordered_map<const torch::jit::Value*, ObservedValue>;
@@ -42,6 +46,12 @@ int inferUnreachedDtypes(const std::shared_ptr<torch::jit::Graph>& graph, Observ
 // Writes each observed dtype into its value's TensorType where the type has none, so later passes can read dtypes
 // off the graph.
 void recordObservedDtypes(const ObservedValues& observed);
+
+// max |x| over the finite elements of a floating tensor (0 for an empty one).
+double largestFiniteMagnitude(const at::Tensor& tensor);
+
+// Whether a static type is or contains a tensor type (a list, tuple, dict or optional of tensors).
+bool containsTensor(const c10::TypePtr& type);
 
 // Whether a static type may hold a tensor at run time (Tensor or Optional[Tensor]).
 bool mayHoldTensor(const c10::TypePtr& type);

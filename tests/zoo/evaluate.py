@@ -1,0 +1,60 @@
+"""Converts one zoo model and measures it against fp32: what the accuracy suite asserts and the table shows.
+
+Metrics are torch_mp.accuracy's (cosine and max relative error of the first output, top-1 agreement of its
+argmax rows), taken on fresh inputs: the example batch the conversion observed plus `batches` new ones.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from typing import List, NamedTuple
+
+import torch
+
+import torch_mp
+from torch_mp.accuracy import compare, flatten_tensors
+from registry import Entry, build_model
+
+
+class Result(NamedTuple):
+    capture: str  # how torch_mp.convert captured the model ("script" or "trace")
+    cosine: float  # worst over the batches
+    max_rel_error: float  # worst over the batches
+    top1: float  # over all rows of all batches
+    finite: bool
+    dtypes_kept: bool  # every output has its fp32 model's dtype
+    weight_ratio: float
+    casts: int
+    cast_bytes: int
+    low_flop_fraction: float
+    seconds: float  # torch_mp.convert, capture included
+
+
+def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2) -> Result:
+    model = build_model(entry)
+    example = entry.inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = time.perf_counter()
+        converted, report = torch_mp.convert(model, example, dtype, return_report=True)
+        seconds = time.perf_counter() - start
+    cosines: List[float] = []
+    errors: List[float] = []
+    agree = rows = 0
+    finite = dtypes_kept = True
+    torch.manual_seed(1)
+    for inputs in [example] + [entry.inputs() for _ in range(batches)]:
+        with torch.no_grad():
+            reference = flatten_tensors(model(*inputs))
+            output = flatten_tensors(converted(*inputs))
+        dtypes_kept &= [t.dtype for t in output] == [t.dtype for t in reference]
+        finite &= all(bool(torch.isfinite(t).all()) for t in output if t.is_floating_point())
+        agreement = compare(reference[0], output[0])
+        cosines.append(agreement.cosine)
+        errors.append(agreement.max_rel_error)
+        batch_rows = reference[0].numel() // max(reference[0].shape[-1], 1) if reference[0].dim() else 1
+        agree += round(agreement.top1 * batch_rows)
+        rows += batch_rows
+    return Result(report.capture, min(cosines), max(errors), agree / rows, finite, dtypes_kept, report.weight_ratio,
+                  len(report.casts), report.cast_bytes, report.low_precision_flop_fraction, seconds)
+
