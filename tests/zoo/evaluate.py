@@ -30,9 +30,9 @@ class Result(NamedTuple):
     seconds: float  # torch_mp.convert, capture included
 
 
-def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2) -> Result:
-    model = build_model(entry)
-    example = entry.inputs()
+def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "cpu") -> Result:
+    model = build_model(entry).to(device)
+    example = _to(entry.inputs(), device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
@@ -43,7 +43,7 @@ def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2) -> Result:
     agree = rows = 0
     finite = dtypes_kept = True
     torch.manual_seed(1)
-    for inputs in [example] + [entry.inputs() for _ in range(batches)]:
+    for inputs in [example] + [_to(entry.inputs(), device) for _ in range(batches)]:
         with torch.no_grad():
             reference = flatten_tensors(model(*inputs))
             output = flatten_tensors(converted(*inputs))
@@ -58,3 +58,7 @@ def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2) -> Result:
     return Result(report.capture, min(cosines), max(errors), agree / rows, finite, dtypes_kept, report.weight_ratio,
                   len(report.casts), report.cast_bytes, report.low_precision_flop_fraction, seconds)
 
+
+
+def _to(inputs, device):
+    return tuple(x.to(device) for x in inputs)
