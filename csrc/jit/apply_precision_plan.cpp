@@ -16,8 +16,6 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-constexpr double kHalfMax = 65504.0;
-
 
 bool holdsFp32Tensor(const c10::IValue& value) {
   if (value.isTensor()) {
@@ -132,7 +130,7 @@ class PlanApplier {
         continue;
       }
       const at::Tensor weight = torch::jit::toIValue(input)->toTensor();
-      const bool fits = lowDtype_ != c10::ScalarType::Half || largestFiniteMagnitude(weight) <= kHalfMax;
+      const bool fits = largestFiniteMagnitude(weight) <= largestFinite(lowDtype_);
       if (!lowConstants_.count(input) && (weight.scalar_type() != c10::ScalarType::Float || !fits)) {
         continue;
       }
@@ -240,7 +238,7 @@ class PlanApplier {
     auto it = lowStorages_.find(storage);
     if (it == lowStorages_.end()) {
       const int64_t elements = static_cast<int64_t>(tensor.storage().nbytes() / sizeof(float));
-      at::Tensor whole = at::empty({0}, tensor.options()).set_(tensor.storage(), 0, {elements}, {1});
+      at::Tensor whole = tensor.new_empty({0}).set_(tensor.storage(), 0, {elements}, {1});
       it = lowStorages_.emplace(storage, whole.detach().to(lowDtype_)).first;
     }
     return it->second.as_strided(tensor.sizes(), tensor.strides(), tensor.storage_offset());

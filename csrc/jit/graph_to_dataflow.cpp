@@ -147,16 +147,12 @@ class DataflowBuilder {
     return true;
   }
 
-  // Why the node must keep fp32 because a computed tensor it reads or writes was observed beyond what fp16 holds well, or
-  // "" when none was. Overflow: above half of fp16's max (the example inputs need not show the largest value, so
-  // one binade is kept in reserve). Underflow: a tensor whose largest element is below fp16's smallest normal
+  // Why the node must keep fp32 because a computed tensor it reads or writes was observed beyond what the low dtype
+  // holds well, or "" when none was. Overflow: above half the low dtype's max (the example inputs need not show the
+  // largest value, so one binade is kept in reserve). Underflow (fp16 only): a tensor whose largest element is below fp16's smallest normal
   // number has no element with full precision (random-init MobileNetV3 ends near 1e-10, which rounds to 0).
   std::string observedOutOfRange(const Node* node, const std::vector<Node*>& boundaries) const {
-    if (lowDtype_ != c10::ScalarType::Half) {
-      return "";  // bf16 has fp32's exponent range
-    }
-    constexpr double kHalfMax = 65504.0;
-    constexpr double kOverflowLimit = kHalfMax / 2;
+    const double overflowLimit = largestFinite(lowDtype_) / 2;
     const double kSmallestNormal = std::ldexp(1.0, -14);
     std::string reason;
     auto check = [&](const Value* value) {
@@ -167,10 +163,11 @@ class DataflowBuilder {
         return;
       }
       const double largest = it->second.largestMagnitude;
-      if (largest > kOverflowLimit) {
+      if (largest > overflowLimit) {
         reason = "range guard: %" + value->debugName() + " observed up to " + formatMagnitude(largest) +
-            ", above half of float16's max 65504, so the node keeps fp32";
-      } else if (largest > 0.0 && largest < kSmallestNormal) {
+            ", above half of " + dtypeName(lowDtype_) + "'s max " + formatMagnitude(2 * overflowLimit) +
+            ", so the node keeps fp32";
+      } else if (lowDtype_ == c10::ScalarType::Half && largest > 0.0 && largest < kSmallestNormal) {
         reason = "range guard: %" + value->debugName() + " observed only up to " + formatMagnitude(largest) +
             ", below float16's smallest normal 6.1e-05, so the node keeps fp32";
       }
@@ -190,18 +187,19 @@ class DataflowBuilder {
     return reason;
   }
 
+  static std::string dtypeName(c10::ScalarType dtype) {
+    return dtype == c10::ScalarType::Half ? "float16" : "bfloat16";
+  }
+
   static std::string formatMagnitude(double value) {
     char text[32];
     std::snprintf(text, sizeof(text), "%.3g", value);
     return text;
   }
 
-  // A floating constant the node reads that the low dtype cannot hold (|x| > 65504 for fp16), or nullptr.
+  // A floating constant the node reads that the low dtype cannot hold (|x| > 65504 for fp16; bf16's max, 3.39e38,
+  // is below fp32's, so masks of torch.finfo(torch.float32).min do not fit either), or nullptr.
   const Value* constantOutOfRange(const Node* node) {
-    if (lowDtype_ != c10::ScalarType::Half) {
-      return nullptr;  // bf16 has fp32's exponent range
-    }
-    constexpr double kHalfMax = 65504.0;
     for (const Value* input : node->inputs()) {
       if (input->node()->kind() != c10::prim::Constant) {
         continue;
@@ -217,7 +215,7 @@ class DataflowBuilder {
         }
         cached = largestMagnitude_.emplace(input, largest).first;
       }
-      if (cached->second > kHalfMax) {
+      if (cached->second > largestFinite(lowDtype_)) {
         return input;
       }
     }
@@ -309,6 +307,10 @@ class DataflowBuilder {
 };
 
 } // namespace
+
+double largestFinite(c10::ScalarType lowDtype) {
+  return lowDtype == c10::ScalarType::Half ? 65504.0 : 3.3895313892515355e38;
+}
 
 bool isObservedFp32(const ObservedValues& observed, const Value* value) {
   auto it = observed.find(value);

@@ -45,6 +45,9 @@ DataflowMapping buildDataflow(
     const core::OpPolicy& policy,
     c10::ScalarType lowDtype);
 
+// The largest finite value of the low dtype (fp16: 65504; bf16: 3.39e38, a little below fp32's 3.40e38).
+double largestFinite(c10::ScalarType lowDtype);
+
 // Whether the value was observed as an fp32 tensor.
 bool isObservedFp32(const ObservedValues& observed, const torch::jit::Value* value);
 // Whether the static type holds tensors inside a list, tuple, dict or optional container.

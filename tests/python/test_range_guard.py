@@ -54,3 +54,28 @@ def test_guard_is_quiet_for_bf16_and_for_models_in_range():
     _, fp16 = torch_mp.convert(ConvBnNet().eval(), (torch.randn(4, 3, 32, 32),), torch.float16, return_report=True)
     assert guarded_ops(fp16) == []
     assert all(n["precision"] == "low" for n in fp16.nodes if n["op"] == "aten::conv2d")
+
+
+def test_float32_min_masks_keep_fp32_in_bf16_too():
+    """bf16's max (3.39e38) is below fp32's: transformers' masks of torch.finfo(torch.float32).min do not fit it
+    (CUDA's masked_fill refuses the scalar: "cannot be converted to type c10::BFloat16 without overflow")."""
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = nn.Linear(16, 16)
+
+        def forward(self, x, mask):
+            scores = self.q(x) @ x.transpose(-1, -2)
+            return scores.masked_fill(mask, torch.finfo(torch.float32).min).softmax(-1)
+
+    model = Masked().eval()
+    x, mask = torch.randn(2, 5, 16), torch.rand(2, 5, 5) > 0.5
+    mask[..., 0] = False
+    converted, report = torch_mp.convert(model, (x, mask), torch.bfloat16, return_report=True)
+    fill = [n for n in report.nodes if n["op"] == "aten::masked_fill"]
+    assert fill[0]["precision"] == "fp32" and fill[0]["rule"].startswith("range guard")
+    assert [n["precision"] for n in report.nodes if n["op"] == "aten::linear"] == ["low"]
+    out = converted(x, mask)
+    assert (out[mask] == 0).all()
+    torch.testing.assert_close(out, model(x, mask), rtol=0, atol=2e-2)
