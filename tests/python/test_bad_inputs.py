@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 import torch_mp
+from test_range_guard import MaskedScores
 from torch_mp.models import ConvBnNet
 
 
@@ -73,16 +74,7 @@ def test_example_inputs_of_the_wrong_dtype():
 
 
 def test_attention_mask_beyond_fp16_range_keeps_its_meaning():
-    class Masked(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.q = nn.Linear(16, 16)
-
-        def forward(self, x, mask):
-            scores = self.q(x) @ x.transpose(-1, -2)
-            return scores.masked_fill(mask, -1e9).softmax(-1)
-
-    model = Masked().eval()
+    model = MaskedScores(-1e9).eval()
     x, mask = torch.randn(2, 5, 16), torch.rand(2, 5, 5) > 0.5
     mask[..., 0] = False  # every row keeps one unmasked entry
     converted, report = torch_mp.convert(model, (x, mask), torch.float16, return_report=True)

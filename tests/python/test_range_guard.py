@@ -21,6 +21,19 @@ class Scaled(nn.Module):
         return self.outer(self.inner(x * self.scale) / self.scale)
 
 
+class MaskedScores(nn.Module):
+    """Attention-like scores with masked entries filled with `fill`, then a softmax."""
+
+    def __init__(self, fill: float):
+        super().__init__()
+        self.fill = fill
+        self.q = nn.Linear(16, 16)
+
+    def forward(self, x, mask):
+        scores = self.q(x) @ x.transpose(-1, -2)
+        return scores.masked_fill(mask, self.fill).softmax(-1)
+
+
 def guarded_ops(report):
     return sorted(n["op"] for n in report.nodes if n["rule"].startswith("range guard"))
 
@@ -60,16 +73,7 @@ def test_float32_min_masks_keep_fp32_in_bf16_too():
     """bf16's max (3.39e38) is below fp32's: transformers' masks of torch.finfo(torch.float32).min do not fit it
     (CUDA's masked_fill refuses the scalar: "cannot be converted to type c10::BFloat16 without overflow")."""
 
-    class Masked(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.q = nn.Linear(16, 16)
-
-        def forward(self, x, mask):
-            scores = self.q(x) @ x.transpose(-1, -2)
-            return scores.masked_fill(mask, torch.finfo(torch.float32).min).softmax(-1)
-
-    model = Masked().eval()
+    model = MaskedScores(torch.finfo(torch.float32).min).eval()
     x, mask = torch.randn(2, 5, 16), torch.rand(2, 5, 5) > 0.5
     mask[..., 0] = False
     converted, report = torch_mp.convert(model, (x, mask), torch.bfloat16, return_report=True)
