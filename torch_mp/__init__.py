@@ -6,7 +6,7 @@
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from ._convert import ConversionError, InputSpec, convert
-from .policy import CATEGORIES, TARGETS, OpPolicy, PolicyEntry, target_for
+from .policy import CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, target_for
 from .report import Report
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "TARGETS",
     "ConversionError",
     "InputSpec",
+    "NodeInfo",
     "OpPolicy",
     "PolicyEntry",
     "Report",

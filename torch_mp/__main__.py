@@ -2,18 +2,22 @@
 
     python -m torch_mp demo [--dtype bf16]                 convert the built-in ResNet-50 IBN-a, print its report
     python -m torch_mp convert IN.pt -o OUT.pt --dtype fp16 --input-shape 1,3,224,224 [--report report.json]
-    python -m torch_mp report OUT.pt                        summarise a converted file
+                       [--exclude GLOB ...] [--calib FILE] [--tolerance X] [--low-precision-io] [--svg graph.svg]
+    python -m torch_mp report OUT.pt [--svg graph.svg]      summarise a converted file (and draw it)
     python -m torch_mp policy [--target cuda_fp16]          print a default op policy (docs/OP_POLICY.md)
 """
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
+from types import SimpleNamespace
 
 import torch
 
 import torch_mp
+from torch_mp.policy import Exclusion
 from torch_mp.models import resnet50_ibn_a
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -64,12 +68,87 @@ def parse_shape(text: str):
     return shape
 
 
+def load_inputs(path: str, what: str):
+    """What torch.save wrote to `path`; user errors for a missing or unreadable file."""
+    if not os.path.isfile(path):
+        raise CliError(f"{what} file {path} does not exist")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CliError(f"{what} file {path} is not readable by torch.load (corrupt, truncated or another format): "
+                       f"{first}")
+
+
+def load_calibration(path: str) -> list:
+    batches = load_inputs(path, "--calib")
+    if not isinstance(batches, list) or not batches:
+        raise CliError(f"--calib file {path} must hold a non-empty list of inputs (each a tensor or a tuple of "
+                       f"tensors) saved with torch.save; it holds {type(batches).__name__}"
+                       + (" (empty)" if isinstance(batches, list) else ""))
+    for index, item in enumerate(batches):
+        if not isinstance(item, (torch.Tensor, tuple)):
+            raise CliError(f"--calib file {path}: item {index} is of type {type(item).__name__}; each input must be a "
+                           "tensor or a tuple of tensors")
+    return batches
+
+
+def parse_glob(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a module-path glob must not be empty (like 'head' or 'layer4.*')")
+    return text
+
+
+def parse_tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"tolerance must be a number >= 0 like 1e-3, got {text!r}")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"tolerance must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def require_graphviz() -> None:
+    """--svg needs Graphviz's `dot`: checked before converting, not after."""
+    if shutil.which("dot") is None:
+        raise CliError("--svg needs Graphviz's `dot` program, which is not on PATH: install Graphviz "
+                       "(apt-get install graphviz; brew install graphviz; conda install graphviz)")
+
+
+def write_svg(module, report, path: str) -> None:
+    from torch_mp import visualize
+
+    try:
+        visualize.render_svg(module, report, path)
+    except RuntimeError as error:  # no Graphviz, or dot failed
+        raise CliError(str(error))
+    print(f"wrote {path}")
+
+
+def check_exclusions(patterns, report) -> None:
+    """A glob that matches no module of the model is a typo: refuse it rather than silently exclude nothing."""
+    scopes = sorted({n["scope"] for n in report.nodes if n.get("scope")})
+    for pattern in patterns:
+        exclusion = Exclusion(pattern, None, "")
+        if not any(exclusion.matches(SimpleNamespace(op="", scope=scope)) for scope in scopes):
+            examples = ", ".join(scopes[:6]) + (", ..." if len(scopes) > 6 else "")
+            raise CliError(f"--exclude {pattern!r} matches no module of the model (module paths: {examples or 'none'})")
+
+
+def print_fallback(summary: dict) -> None:
+    kept = summary.get("kept_fp32", [])
+    print(f"accuracy fallback (tolerance {summary.get('tolerance', '?'):.3g}): error {summary['error_before']:.3g} -> "
+          f"{summary['error_after']:.3g}, {len(kept)} nodes kept in fp32, {summary['conversions']} conversions, "
+          f"{summary['seconds']:.1f} s")
+    if kept:
+        print("  kept in fp32: " + ", ".join(kept))
+
+
 def convert(args: argparse.Namespace) -> int:
     model = load_torchscript(args.input)
     if args.inputs:
-        if not os.path.isfile(args.inputs):
-            raise CliError(f"{args.inputs} does not exist")
-        example = torch.load(args.inputs)
+        example = load_inputs(args.inputs, "--inputs")
         example = example if isinstance(example, tuple) else (example,)
     elif args.input_shape:
         example = tuple(
@@ -77,14 +156,29 @@ def convert(args: argparse.Namespace) -> int:
         )
     else:
         raise CliError("give the example inputs: --input-shape 1,3,224,224 (repeatable) or --inputs FILE.pt")
+    calibration = load_calibration(args.calib) if args.calib else None
+    if args.svg:
+        require_graphviz()
+    dtype = DTYPES[args.dtype]
+    policy = None
+    if args.exclude:
+        device = next((t.device for t in example if isinstance(t, torch.Tensor)), torch.device("cpu"))
+        policy = torch_mp.OpPolicy.default(torch_mp.target_for(device, dtype)).exclude(*args.exclude)
     model.eval()
-    converted, report = torch_mp.convert(model, example, DTYPES[args.dtype], return_report=True)
+    converted, report = torch_mp.convert(model, example, dtype, return_report=True, policy=policy,
+                                         calibration_inputs=calibration, tolerance=args.tolerance,
+                                         keep_io_dtypes=not args.low_precision_io)
+    check_exclusions(args.exclude or [], report)
     torch.jit.save(converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
     if args.report:
         with open(args.report, "w") as f:
             f.write(report.to_json())
     print(report.summary())
+    if "fallback" in report.data:
+        print_fallback(report.data["fallback"])
     print(f"saved {args.output}")
+    if args.svg:
+        write_svg(converted, report, args.svg)
     return 0
 
 
@@ -92,8 +186,16 @@ def report(args: argparse.Namespace) -> int:
     extra = {REPORT_FILE: ""}
     model = load_torchscript(args.model, extra)
     if extra[REPORT_FILE]:
-        print(torch_mp.Report.from_json(extra[REPORT_FILE]))
+        stored = torch_mp.Report.from_json(extra[REPORT_FILE])
+        if args.svg:
+            require_graphviz()
+        print(stored)
+        if args.svg:
+            write_svg(model, stored, args.svg)
         return 0
+    if args.svg:
+        raise CliError(f"{args.model} holds no report (it was not saved by `python -m torch_mp convert`); "
+                       "--svg needs one: convert it with the CLI, or use torch_mp.visualize with the Report")
     casts = model.graph.findAllNodes("aten::to")
     dtypes = {}
     for node in model.graph.findAllNodes("prim::Constant"):
@@ -131,8 +233,22 @@ def main(argv=None) -> int:
     convert_parser.add_argument("--input-dtype", default="float32", choices=("float32", "float64", "int64", "int32"))
     convert_parser.add_argument("--inputs", help="a file written by torch.save holding the inputs (tuple or tensor)")
     convert_parser.add_argument("--report", help="also write the report as JSON here")
+    convert_parser.add_argument("--exclude", type=parse_glob, action="append", metavar="GLOB",
+                                help="keep every node inside modules whose path matches GLOB in fp32 "
+                                     "(fnmatch, like 'head' or 'layer4.*'; repeatable)")
+    convert_parser.add_argument("--calib", metavar="FILE",
+                                help="a file written by torch.save holding a list of calibration inputs (each a "
+                                     "tensor or a tuple of tensors): the range guard and the fallback use them")
+    convert_parser.add_argument("--tolerance", type=parse_tolerance, metavar="X",
+                                help="accuracy fallback: keep the fewest nodes in fp32 so that the relative error "
+                                     "against the fp32 model is at most X on every --calib input (or the example "
+                                     "inputs)")
+    convert_parser.add_argument("--low-precision-io", action="store_true",
+                                help="fp32 inputs and outputs take the low dtype (default: they keep their dtypes)")
+    convert_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")
     report_parser = commands.add_parser("report", help="summarise a converted model")
     report_parser.add_argument("model")
+    report_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")
     policy_parser = commands.add_parser("policy", help="print a default op policy as a markdown table")
     policy_parser.add_argument("--target", choices=torch_mp.TARGETS, default="cuda_fp16")
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -41,6 +41,11 @@ def convert(
     planner: str = "min-cut",
     verify: bool = True,
     return_report: bool = False,
+    calibration_inputs: Optional[Sequence[Any]] = None,
+    keep_io_dtypes: bool = True,
+    tolerance: Optional[float] = None,
+    metric: Optional[Callable[[Any, Any], float]] = None,
+    progress: bool = True,
 ):
     """Converts an fp32 model into a frozen mixed-precision TorchScript module.
 
@@ -53,6 +58,15 @@ def convert(
         planner: "min-cut" (fewest cast bytes, exact) or "greedy" (painting, for comparison).
         verify: run the result once and check every output keeps its dtype.
         return_report: also return the Report.
+        calibration_inputs: more inputs (a list, each like example_inputs) the model runs on before planning: the
+            range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range.
+        keep_io_dtypes: True (default): inputs and outputs keep their dtypes. False: fp32 tensor inputs and outputs
+            (top level, and tuples built by the model) take the low dtype, for models that feed one another.
+        tolerance: with it, the accuracy fallback keeps a small set of nodes in fp32 until `metric` (default:
+            relative L2 error of the floating outputs, torch_mp.fallback.relative_error) against the fp32 model is
+            at most `tolerance` on every calibration input (the example inputs when none are given).
+        metric: metric(reference_output, converted_output) -> error, for the fallback.
+        progress: show a progress bar during the fallback search (on stderr).
 
     Returns:
         the converted torch.jit.ScriptModule, or (module, Report) with return_report=True.
@@ -62,24 +76,65 @@ def convert(
         raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
     if policy is not None and not isinstance(policy, OpPolicy):
         raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
+    if metric is not None and tolerance is None:
+        raise ValueError("a metric needs a tolerance: the fallback keeps nodes in fp32 until metric <= tolerance")
+    if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
+        raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
     _refuse_autocast()
     inputs = _normalize_inputs(example_inputs)
+    calibration = _normalize_calibration(calibration_inputs)
     scripted, capture = _capture(model, inputs)
     if policy is None:
         policy = OpPolicy.default(target_for(_device_of(inputs, model), dtype))
-    try:
-        with torch.no_grad():
-            converted, report_json = _C.convert_module(
-                scripted._c, inputs, dtype_name, policy.name, policy.rows(), planner, verify
-            )
-    except (ValueError, TypeError):
-        raise
-    except RuntimeError as error:
-        raise ConversionError(f"torch_mp could not convert {type(model).__name__}: {error}") from error
-    module = torch.jit._recursive.wrap_cpp_module(converted)
-    report = Report.from_json(report_json)
+    job = Conversion(scripted, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes)
+    if tolerance is None:
+        module, report = job.run()
+    else:
+        from .fallback import search_fallback
+
+        module, report = search_fallback(job, calibration or [inputs], tolerance, metric, progress)
     report.data["capture"] = capture
     return (module, report) if return_report else module
+
+
+class Conversion:
+    """One model's conversion settings; run() converts it, optionally keeping given nodes in fp32."""
+
+    def __init__(self, scripted, inputs, dtype_name, policy, planner, verify, calibration, low_precision_io):
+        self.scripted = scripted
+        self.inputs = inputs
+        self.dtype_name = dtype_name
+        self.policy = policy
+        self.planner = planner
+        self.verify = verify
+        self.calibration = calibration
+        self.low_precision_io = low_precision_io
+
+    def run(self, keep_fp32: Sequence[str] = (), policy: Optional[OpPolicy] = None) -> Tuple[Any, Report]:
+        policy = policy or self.policy
+        try:
+            with torch.no_grad():
+                converted, report_json = _C.convert_module(
+                    self.scripted._c, self.inputs, self.dtype_name, policy.name, policy.rows(), self.planner,
+                    self.verify, policy.node_rule(keep_fp32), self.calibration, self.low_precision_io,
+                )
+        except (ValueError, TypeError):
+            raise
+        except RuntimeError as error:
+            name = getattr(self.scripted, "original_name", type(self.scripted).__name__)
+            raise ConversionError(f"torch_mp could not convert {name}: {error}") from error
+        return torch.jit._recursive.wrap_cpp_module(converted), Report.from_json(report_json)
+
+
+def _normalize_calibration(calibration_inputs: Optional[Sequence[Any]]) -> List[Tuple[Any, ...]]:
+    if calibration_inputs is None:
+        return []
+    if isinstance(calibration_inputs, (torch.Tensor, tuple)) or not isinstance(calibration_inputs, Sequence):
+        raise TypeError(
+            "calibration_inputs must be a list of inputs, each a tensor or a tuple like example_inputs, "
+            f"got {type(calibration_inputs).__name__}"
+        )
+    return [_normalize_inputs(item) for item in calibration_inputs]
 
 
 def _check_dtype(dtype: Any) -> str:

@@ -5,6 +5,7 @@
 - ConvBnNet: a small conv net with batch norm.
 - LSTMTagger: embedding -> bidirectional LSTM -> linear -> log_softmax over tags.
 - ControlFlowNet: scripted data-dependent if and loop, returning scores and an integer argmax.
+- CancellationNet: an MLP with one layer fp16 cannot represent (for the accuracy fallback's tests and benchmark).
 """
 from __future__ import annotations
 
@@ -164,3 +165,24 @@ class NestedOutputNet(nn.Module):
         logits = self.b(torch.relu(h))
         out: List[torch.Tensor] = [h, logits.softmax(-1)]
         return (logits, out, {"lengths": lengths + 1, "hidden": h})
+
+
+class CancellationNet(nn.Module):
+    """`depth` ordinary linear+relu layers, then `offset`, which adds 1000 that the next op subtracts again: fp16
+    spaces numbers near 1000 by 0.5, so the small signal riding on top is rounded away unless `offset` and the
+    subtraction run in fp32. No range guard catches it (1000 is far inside fp16's range)."""
+
+    def __init__(self, width: int = 64, depth: int = 8, classes: int = 10):
+        super().__init__()
+        self.body = nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())])
+        self.offset = nn.Linear(width, width)
+        with torch.no_grad():
+            for layer in self.body[::2]:  # He initialisation: activations keep their scale through the depth
+                nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+                layer.bias.zero_()
+            self.offset.weight.mul_(0.05)
+            self.offset.bias.fill_(1000.0)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.offset(self.body(x)) - 1000.0)

@@ -6,6 +6,9 @@ from collections import Counter
 from typing import Any, Dict
 
 
+USER_RULE_KINDS = ("exclusion", "callable", "fallback", "range guard")
+
+
 class Report:
     """Wraps the JSON the C++ pipeline writes (schema: see README, "Report")."""
 
@@ -75,6 +78,17 @@ class Report:
         ]
         if self.unknown_ops:
             lines.append(f"  unknown ops kept in fp32: {', '.join(self.unknown_ops)}")
+        if "fallback" in d:
+            f = d["fallback"]
+            lines.append(
+                f"  accuracy fallback: {len(f['kept_fp32'])} nodes kept in fp32, error {f['error_before']:.3g} -> "
+                f"{f['error_after']:.3g} (tolerance {f['tolerance']:.3g}; {f['conversions']} conversions, "
+                f"{f['seconds']:.1f} s)"
+            )
+        kinds = Counter(n.get("rule_kind") for n in self.nodes if n.get("rule_kind") in USER_RULE_KINDS)
+        if kinds:
+            counts = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+            lines.append(f"  nodes decided by: {counts}")
         if d["unobserved_nodes"]:
             lines.append(f"  {d['unobserved_nodes']} nodes not reached by the example inputs were left as they are")
         return "\n".join(lines)

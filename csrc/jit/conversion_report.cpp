@@ -36,6 +36,13 @@ std::string quoted(const std::string& text) {
   return out.str();
 }
 
+// A finite number with 6 significant digits (JSON has no inf or nan; magnitudes here are finite).
+std::string number(double value) {
+  std::ostringstream out;
+  out << std::setprecision(6) << value;
+  return out.str();
+}
+
 void collectTensors(const c10::IValue& value, const std::function<void(const at::Tensor&)>& visit) {
   if (value.isTensor()) {
     visit(value.toTensor());
@@ -108,7 +115,9 @@ std::string ConversionReport::toJson() const {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const NodeDecision& node = nodes[i];
     out << (i ? ", " : "") << "{\"op\": " << quoted(node.op) << ", \"output\": " << quoted(node.output)
-        << ", \"precision\": " << quoted(node.precision) << ", \"rule\": " << quoted(node.rule)
+        << ", \"scope\": " << quoted(node.scope) << ", \"precision\": " << quoted(node.precision)
+        << ", \"rule\": " << quoted(node.rule) << ", \"rule_kind\": " << quoted(node.ruleKind)
+        << ", \"amax\": " << (node.amax < 0 ? std::string("null") : number(node.amax))
         << ", \"flops\": " << node.flops << "}";
   }
   out << "], \"casts\": [";

@@ -14,8 +14,11 @@ namespace torch_mp::jit {
 struct NodeDecision {
   std::string op;         // "aten::conv2d"
   std::string output;     // debug name of the first output
+  std::string scope;      // module path, "layer1.0.conv1"
   std::string precision;  // "low" or "fp32"
   std::string rule;       // why
+  std::string ruleKind;   // which rule decided: policy, unknown op, range guard, exclusion, callable, fallback, io, ...
+  double amax = -1.0;     // largest finite |x| of the first output observed in fp32 (-1: not an observed fp32 tensor)
   int64_t flops = 0;      // multiply-add FLOPs of a heavy op at the example inputs' sizes (flop_estimate)
 };
 

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "jit/module_scope.h"
+
 namespace torch_mp::jit {
 namespace {
 
@@ -31,8 +33,14 @@ class DataflowBuilder {
       const std::shared_ptr<Graph>& graph,
       const ObservedValues& observed,
       const core::OpPolicy& policy,
-      c10::ScalarType lowDtype)
-      : graph_(graph), observed_(observed), policy_(policy), aliasDb_(graph), lowDtype_(lowDtype) {}
+      c10::ScalarType lowDtype,
+      const NodeRule& nodeRule)
+      : graph_(graph),
+        observed_(observed),
+        policy_(policy),
+        nodeRule_(nodeRule),
+        aliasDb_(graph),
+        lowDtype_(lowDtype) {}
 
   DataflowMapping run() {
     visitGraph();
@@ -76,6 +84,7 @@ class DataflowBuilder {
       const std::vector<Node*>& boundaries,
       OpCategory& category,
       std::string& rule,
+      std::string& kind,
       bool& unobserved) {
     bool relevant = false;
     bool unknown = false;
@@ -117,27 +126,40 @@ class DataflowBuilder {
     unobserved = unknown;
     const bool controlFlow = node->kind() == c10::prim::If || node->kind() == c10::prim::Loop;
     if (node->kind() == c10::prim::Param) {
+      kind = "io";
       rule = "input: keeps its dtype";
     } else if (node->kind() == c10::prim::Return) {
+      kind = "io";
       rule = "output: keeps its dtype";
     } else if (unknown) {
+      kind = "unobserved";
       rule = controlFlow ? "control flow with a branch not reached by the example inputs: boundaries keep their dtype"
                          : "dtype unknown: not reached by the example inputs";
       ++mapping_.unobservedNodes;
     } else if (otherFloating) {
+      kind = "not fp32";
       rule = "has a floating tensor that is not fp32: left as it is";
     } else if (std::string guard = observedOutOfRange(node, boundaries); !guard.empty()) {
+      kind = "range guard";
       rule = std::move(guard);
     } else if (controlFlow) {
+      kind = "control flow";
       category = OpCategory::kFollow;
       rule = "follow: control flow; values crossing its block boundaries share one precision";
     } else if (const Value* tooLarge = constantOutOfRange(node)) {
+      kind = "range guard";
       rule = "range guard: constant %" + tooLarge->debugName() + " has values beyond " +
           c10::toString(lowDtype_) + "'s range, so the node keeps fp32";
+    } else if (std::optional<NodeOverride> chosen = askNodeRule(node)) {
+      category = chosen->category;
+      kind = std::move(chosen->kind);
+      rule = std::string(core::toString(category)) + ": " + chosen->reason;
     } else if (const core::PolicyEntry* entry = policy_.find(node->kind().toQualString())) {
+      kind = "policy";
       category = entry->category;
       rule = std::string(core::toString(category)) + ": " + entry->reason;
     } else {
+      kind = "unknown op";
       rule = "fp32: in no list (unknown op)";
       const std::string op = node->kind().toQualString();
       if (std::find(mapping_.unknownOps.begin(), mapping_.unknownOps.end(), op) == mapping_.unknownOps.end()) {
@@ -145,6 +167,29 @@ class DataflowBuilder {
       }
     }
     return true;
+  }
+
+  std::optional<NodeOverride> askNodeRule(const Node* node) const {
+    if (!nodeRule_) {
+      return std::nullopt;
+    }
+    NodeDescription description;
+    description.op = node->kind().toQualString();
+    description.scope = moduleScope(node);
+    description.output = node->outputs().empty() ? "" : node->output(0)->debugName();
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      const Value* input = node->input(i);
+      auto it = observed_.find(input);
+      const bool tensor = it != observed_.end() && it->second.isTensor;
+      description.inputShapes.push_back(tensor ? std::make_optional(it->second.sizes) : std::nullopt);
+      description.inputDtypes.push_back(tensor ? std::make_optional(it->second.dtype) : std::nullopt);
+      if (schema && i < schema->arguments().size() && input->node()->kind() == c10::prim::Constant &&
+          !input->type()->cast<c10::TensorType>()) {
+        description.constants.emplace_back(schema->arguments()[i].name(), *torch::jit::toIValue(input));
+      }
+    }
+    return nodeRule_(description);
   }
 
   // Why the node must keep fp32 because a computed tensor it reads or writes was observed beyond what the low dtype
@@ -254,13 +299,15 @@ class DataflowBuilder {
     const std::vector<Node*> boundaries = boundariesOf(node);
     OpCategory category;
     std::string rule;
+    std::string kind;
     bool unobserved = false;
     int index = -1;
-    if (classify(node, boundaries, category, rule, unobserved)) {
+    if (classify(node, boundaries, category, rule, kind, unobserved)) {
       index = mapping_.dataflow.addNode(category);
       mapping_.nodes.push_back(node);
       mapping_.blockBoundaries.push_back(boundaries);
       mapping_.rules.push_back(std::move(rule));
+      mapping_.ruleKinds.push_back(std::move(kind));
       mapping_.unobserved.push_back(unobserved);
       addUses(node, index);
       addOutputs(node, index);
@@ -300,6 +347,7 @@ class DataflowBuilder {
   const std::shared_ptr<Graph>& graph_;
   const ObservedValues& observed_;
   const core::OpPolicy& policy_;
+  const NodeRule& nodeRule_;
   torch::jit::AliasDb aliasDb_;
   c10::ScalarType lowDtype_;
   DataflowMapping mapping_;
@@ -325,8 +373,9 @@ DataflowMapping buildDataflow(
     const std::shared_ptr<Graph>& graph,
     const ObservedValues& observed,
     const core::OpPolicy& policy,
-    c10::ScalarType lowDtype) {
-  return DataflowBuilder(graph, observed, policy, lowDtype).run();
+    c10::ScalarType lowDtype,
+    const NodeRule& nodeRule) {
+  return DataflowBuilder(graph, observed, policy, lowDtype, nodeRule).run();
 }
 
 } // namespace torch_mp::jit

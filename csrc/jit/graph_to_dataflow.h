@@ -9,6 +9,8 @@
 //   - a node reading or writing a floating tensor that is not fp32 (fp16, bf16, fp64): fp32, i.e. untouched;
 //   - a node reading a floating constant (tensor or scalar) that fp16 cannot hold, |x| > 65504: fp32 (range
 //     guard: a mask of -1e9 or a large weight is never clamped to inf silently).
+// Any other node asks the user's node rule first (module-path exclusions, per-node callables, the accuracy
+// fallback's choices), then the op policy.
 // Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
 // a planner value. Containers, Optional-typed tensors and tensors that are written in place (or alias a written
 // tensor) are not castable: their producer and consumers share one precision.
@@ -16,7 +18,9 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -27,12 +31,34 @@
 
 namespace torch_mp::jit {
 
+// What a per-node rule sees of a node.
+struct NodeDescription {
+  std::string op;      // "aten::conv2d"
+  std::string scope;   // module path, "layer1.0.conv1" (jit/module_scope)
+  std::string output;  // debug name of the first output, stable across conversions of one model
+  // per input: the observed sizes and dtype of a tensor; nothing for other inputs
+  std::vector<std::optional<std::vector<int64_t>>> inputShapes;
+  std::vector<std::optional<c10::ScalarType>> inputDtypes;
+  std::vector<std::pair<std::string, c10::IValue>> constants;  // schema argument name -> constant input value
+};
+
+// A rule's verdict: the category, what kind of rule decided ("exclusion", "callable", "fallback"), and why.
+struct NodeOverride {
+  core::OpCategory category;
+  std::string kind;
+  std::string reason;
+};
+
+// Nothing: the node is left to the op policy.
+using NodeRule = std::function<std::optional<NodeOverride>(const NodeDescription&)>;
+
 struct DataflowMapping {
   core::DataflowGraph dataflow;
   std::vector<torch::jit::Node*> nodes;  // planner node -> TorchScript node (prim::Param for graph inputs)
   // planner node -> the block input/output nodes of a prim::If / prim::Loop, which share its precision
   std::vector<std::vector<torch::jit::Node*>> blockBoundaries;
   std::vector<std::string> rules;        // planner node -> why it has its category
+  std::vector<std::string> ruleKinds;    // planner node -> which kind of rule: policy, exclusion, range guard, ...
   std::unordered_map<const torch::jit::Value*, int> values;  // TorchScript value -> planner value
   std::vector<std::string> unknownOps;   // ops in no policy list, each once
   std::vector<bool> unobserved;          // planner node -> left alone because its dtypes are unknown
@@ -43,7 +69,8 @@ DataflowMapping buildDataflow(
     const std::shared_ptr<torch::jit::Graph>& graph,
     const ObservedValues& observed,
     const core::OpPolicy& policy,
-    c10::ScalarType lowDtype);
+    c10::ScalarType lowDtype,
+    const NodeRule& nodeRule = {});
 
 // The largest finite value of the low dtype (fp16: 65504; bf16: 3.39e38, a little below fp32's 3.40e38).
 double largestFinite(c10::ScalarType lowDtype);

@@ -15,6 +15,8 @@
 #include "jit/cancel_casts.h"
 #include "jit/flop_estimate.h"
 #include "jit/graph_to_dataflow.h"
+#include "jit/low_precision_io.h"
+#include "jit/module_scope.h"
 #include "jit/specialize_dtype_queries.h"
 #include "jit/value_observer.h"
 
@@ -25,27 +27,29 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Stack;
 
-// The dtypes of every tensor in a (nested) output, e.g. "(Float, [Long, Float])".
-std::string dtypeSignature(const c10::IValue& value) {
+// The dtypes of every tensor in a (nested) output, e.g. "(Float, [Long, Float])". `sameAsFloat`, when given, is
+// written as Float: with low-precision IO an output may be either.
+std::string dtypeSignature(const c10::IValue& value, std::optional<c10::ScalarType> sameAsFloat = std::nullopt) {
   std::ostringstream out;
   if (value.isTensor()) {
-    out << value.toTensor().scalar_type();
+    const c10::ScalarType dtype = value.toTensor().scalar_type();
+    out << (dtype == sameAsFloat ? c10::ScalarType::Float : dtype);
   } else if (value.isTuple()) {
     out << '(';
     for (const c10::IValue& element : value.toTupleRef().elements()) {
-      out << dtypeSignature(element) << ',';
+      out << dtypeSignature(element, sameAsFloat) << ',';
     }
     out << ')';
   } else if (value.isList()) {
     out << '[';
     for (const c10::IValue& element : value.toListRef()) {
-      out << dtypeSignature(element) << ',';
+      out << dtypeSignature(element, sameAsFloat) << ',';
     }
     out << ']';
   } else if (value.isGenericDict()) {
     out << '{';
     for (const auto& entry : value.toGenericDict()) {
-      out << dtypeSignature(entry.key()) << ':' << dtypeSignature(entry.value()) << ',';
+      out << dtypeSignature(entry.key(), sameAsFloat) << ':' << dtypeSignature(entry.value(), sameAsFloat) << ',';
     }
     out << '}';
   } else {
@@ -54,10 +58,10 @@ std::string dtypeSignature(const c10::IValue& value) {
   return out.str();
 }
 
-std::string signatureOf(const Stack& outputs) {
+std::string signatureOf(const Stack& outputs, std::optional<c10::ScalarType> sameAsFloat = std::nullopt) {
   std::string signature;
   for (const c10::IValue& output : outputs) {
-    signature += dtypeSignature(output) + ";";
+    signature += dtypeSignature(output, sameAsFloat) + ";";
   }
   return signature;
 }
@@ -85,9 +89,14 @@ std::vector<NodeDecision> decisionsOf(
     NodeDecision decision;
     decision.op = node->kind().toQualString();
     decision.output = node->outputs().empty() ? "" : node->output(0)->debugName();
+    decision.scope = moduleScope(node);
     const bool low = plan.precision[n] == core::Precision::kLow;
     decision.precision = low ? "low" : "fp32";
     decision.rule = mapping.rules[n];
+    decision.ruleKind = mapping.ruleKinds[n];
+    if (!node->outputs().empty() && isObservedFp32(observed, node->output(0))) {
+      decision.amax = observed.at(node->output(0)).largestMagnitude;
+    }
     decision.flops = estimateFlops(node, observed);
     const core::OpCategory category = mapping.dataflow.nodes[n].category;
     if (plan.forcedToFp32[n]) {
@@ -145,7 +154,8 @@ ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype) 
 ConversionReport ConvertToMixedPrecision(
     std::shared_ptr<Graph>& graph,
     const Stack& inputs,
-    const ConvertOptions& options) {
+    const ConvertOptions& options,
+    const std::vector<Stack>& calibration) {
   const auto start = std::chrono::steady_clock::now();
   TORCH_CHECK(
       options.lowDtype == c10::ScalarType::Half || options.lowDtype == c10::ScalarType::BFloat16,
@@ -153,6 +163,11 @@ ConversionReport ConvertToMixedPrecision(
   TORCH_CHECK(
       inputs.size() == graph->inputs().size(),
       "torch_mp: the graph takes ", graph->inputs().size(), " inputs but ", inputs.size(), " were given");
+  for (const Stack& extra : calibration) {
+    TORCH_CHECK_VALUE(
+        extra.size() == inputs.size(), "torch_mp: a calibration input has ", extra.size(),
+        " values where the example inputs have ", inputs.size());
+  }
   ConversionReport report;
   report.dtype = c10::toString(options.lowDtype);
   report.policy = options.policyName;
@@ -168,7 +183,7 @@ ConversionReport ConvertToMixedPrecision(
   // 2. Dtype knowledge.
   Observation observation;
   try {
-    observation = observeValues(graph, inputs);
+    observation = observeValues(graph, inputs, calibration);
   } catch (const c10::Error& error) {
     TORCH_CHECK_VALUE(false, "torch_mp: running the model on the example inputs failed: ",
                       error.what_without_backtrace());
@@ -180,7 +195,8 @@ ConversionReport ConvertToMixedPrecision(
   SpecializeDtypeQueries(graph, observation.values);  // the dead queries go with the final dead-code pass
 
   // 3. Plan.
-  DataflowMapping mapping = buildDataflow(graph, observation.values, options.policy, options.lowDtype);
+  DataflowMapping mapping =
+      buildDataflow(graph, observation.values, options.policy, options.lowDtype, options.nodeRule);
   core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.planner);
   report.nodes = decisionsOf(mapping, plan, observation.values);
   report.unknownOps = mapping.unknownOps;
@@ -190,7 +206,11 @@ ConversionReport ConvertToMixedPrecision(
   std::unordered_set<const Node*> inserted =
       applyPrecisionPlan(graph, mapping, plan, observation.values, options.lowDtype);
 
-  // 5. Cancel casts that change nothing; drop the fp32 constants nobody reads any more; share equal constants.
+  // 5. Cancel casts that change nothing (low-precision IO first: its casts meet the plan's head to head); drop the
+  //    fp32 constants nobody reads any more; share equal constants.
+  if (options.lowPrecisionIO) {
+    LowerGraphIO(graph, options.lowDtype, inserted);
+  }
   CancelCasts(graph);
   torch::jit::EliminateDeadCode(graph);
   torch::jit::ConstantPooling(graph);
@@ -198,8 +218,18 @@ ConversionReport ConvertToMixedPrecision(
   // 6. Check and report.
   graph->lint();
   if (options.verifyOutputs) {
+    Stack verifyInputs = inputs;
+    std::optional<c10::ScalarType> lowAsFloat;
+    if (options.lowPrecisionIO) {
+      lowAsFloat = options.lowDtype;
+      for (size_t i = 0; i < verifyInputs.size(); ++i) {
+        if (recordedDtype(graph->inputs()[i]) == options.lowDtype) {
+          verifyInputs[i] = lowerInputValue(verifyInputs[i], options.lowDtype);
+        }
+      }
+    }
     const std::string expected = signatureOf(observation.outputs);
-    const std::string actual = signatureOf(runGraph(graph, inputs));
+    const std::string actual = signatureOf(runGraph(graph, verifyInputs), lowAsFloat);
     TORCH_CHECK(
         expected == actual, "torch_mp internal error: converted outputs have dtypes ", actual, " instead of ",
         expected);
@@ -213,7 +243,8 @@ ConversionReport ConvertToMixedPrecision(
 ConvertedModule convertModule(
     const torch::jit::Module& module,
     const std::vector<c10::IValue>& exampleInputs,
-    const ConvertOptions& options) {
+    const ConvertOptions& options,
+    const std::vector<std::vector<c10::IValue>>& calibrationInputs) {
   TORCH_CHECK(
       !module.hasattr("training") || !module.is_training(),
       "torch_mp: the module is in training mode; call .eval() before converting");
@@ -222,7 +253,13 @@ ConvertedModule convertModule(
   Stack inputs;
   inputs.push_back(frozen._ivalue());
   inputs.insert(inputs.end(), exampleInputs.begin(), exampleInputs.end());
-  ConversionReport report = ConvertToMixedPrecision(graph, inputs, options);
+  std::vector<Stack> calibration;
+  for (const std::vector<c10::IValue>& extra : calibrationInputs) {
+    Stack stack{frozen._ivalue()};
+    stack.insert(stack.end(), extra.begin(), extra.end());
+    calibration.push_back(std::move(stack));
+  }
+  ConversionReport report = ConvertToMixedPrecision(graph, inputs, options, calibration);
   return {std::move(frozen), std::move(report)};
 }
 

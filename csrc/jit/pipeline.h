@@ -2,11 +2,14 @@
 //
 //   1. fp32 clean-up     PyTorch's frozen-graph folding (conv+bn, conv+add/mul, linear+bn) and removal of
 //                        in-place mutation, while every constant is still fp32
-//   2. dtype knowledge   one observed run on the example inputs, completed statically for views in branches not
-//                        reached (value_observer); dtype queries answered from it (specialize_dtype_queries)
-//   3. plan              graph -> dataflow (graph_to_dataflow), min-cut precision plan (core/precision_planner)
+//   2. dtype knowledge   one observed run on the example inputs and one per calibration input, completed
+//                        statically for views in branches not reached (value_observer); dtype queries answered
+//                        from it (specialize_dtype_queries)
+//   3. plan              graph -> dataflow (graph_to_dataflow, asking the user's node rule), min-cut precision plan
+//                        (core/precision_planner)
 //   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
-//   5. cancel casts      lossless round trips and no-op casts (cancel_casts), dead code
+//   5. cancel casts      low-precision IO on request (low_precision_io), then lossless round trips and no-op
+//                        casts (cancel_casts), dead code
 //   6. check and report  lint, outputs keep their dtypes (checked by running the result), report
 #pragma once
 
@@ -20,6 +23,7 @@
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "jit/conversion_report.h"
+#include "jit/graph_to_dataflow.h"
 
 namespace torch_mp::jit {
 
@@ -30,17 +34,24 @@ struct ConvertOptions {
   core::PlanMethod planner = core::PlanMethod::kMinCut;
   // Run the converted graph once on the example inputs and check that every output keeps its dtype.
   bool verifyOutputs = true;
+  // Asked per node before the op policy: module-path exclusions, per-node callables, the accuracy fallback.
+  NodeRule nodeRule;
+  // fp32 tensor inputs and outputs (top level and in returned tuples/lists) take the low dtype instead of keeping
+  // theirs, for models that feed one another.
+  bool lowPrecisionIO = false;
 };
 
 // The default options for the device the model runs on and the low-precision dtype.
 ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype);
 
-// Converts a frozen graph in place. `inputs` are the graph's inputs in order (the module first for a method).
+// Converts a frozen graph in place. `inputs` are the graph's inputs in order (the module first for a method);
+// `calibration` holds more input stacks of the same form, observed for value ranges only.
 // Throws c10::Error on bad options or internal failure; the caller converts a copy it can throw away.
 ConversionReport ConvertToMixedPrecision(
     std::shared_ptr<torch::jit::Graph>& graph,
     const torch::jit::Stack& inputs,
-    const ConvertOptions& options);
+    const ConvertOptions& options,
+    const std::vector<torch::jit::Stack>& calibration = {});
 
 struct ConvertedModule {
   torch::jit::Module module;
@@ -48,10 +59,12 @@ struct ConvertedModule {
 };
 
 // Freezes a copy of a scripted module in eval mode (or of an already frozen one) and converts its forward.
+// `calibrationInputs` are more forward inputs (without the module), observed for value ranges only.
 // The module passed in is not modified.
 ConvertedModule convertModule(
     const torch::jit::Module& module,
     const std::vector<c10::IValue>& exampleInputs,
-    const ConvertOptions& options);
+    const ConvertOptions& options,
+    const std::vector<std::vector<c10::IValue>>& calibrationInputs = {});
 
 } // namespace torch_mp::jit

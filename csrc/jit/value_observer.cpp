@@ -145,7 +145,10 @@ bool mayHoldTensor(const c10::TypePtr& type) {
   return false;
 }
 
-Observation observeValues(const std::shared_ptr<Graph>& graph, const Stack& inputs) {
+Observation observeValues(
+    const std::shared_ptr<Graph>& graph,
+    const Stack& inputs,
+    const std::vector<Stack>& calibration) {
   std::shared_ptr<Graph> instrumented = graph->copy();
   std::vector<Value*> originals;
   std::vector<Value*> copies;
@@ -164,17 +167,25 @@ Observation observeValues(const std::shared_ptr<Graph>& graph, const Stack& inpu
     instrumented->insertNode(instrumented->create(observeSymbol, {value, idConstant}, 0));
   }
 
-  Stack stack;
-  stack.reserve(inputs.size());
-  for (const c10::IValue& input : inputs) {
-    stack.push_back(input.deepcopy());
-  }
+  auto copied = [](const Stack& values) {
+    Stack stack;
+    stack.reserve(values.size());
+    for (const c10::IValue& value : values) {
+      stack.push_back(value.deepcopy());
+    }
+    return stack;
+  };
+  Stack stack = copied(inputs);
   std::vector<ObservedValue> recorded(copies.size());
   std::vector<bool> seen(copies.size(), false);
   {
     ScopedRecorder scope(&recorded, &seen);
     torch::jit::Code code(instrumented, "torch_mp_observe");
     torch::jit::InterpreterState(code).run(stack);
+    for (const Stack& extra : calibration) {
+      Stack calibrationStack = copied(extra);
+      torch::jit::InterpreterState(code).run(calibrationStack);
+    }
   }
 
   Observation observation;

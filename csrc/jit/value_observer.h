@@ -35,8 +35,12 @@ struct Observation {
 };
 
 // `inputs` are the graph's inputs in order (the module itself first for a method graph). They are deep-copied, so
-// a graph that mutates its inputs leaves the caller's tensors alone.
-Observation observeValues(const std::shared_ptr<torch::jit::Graph>& graph, const torch::jit::Stack& inputs);
+// a graph that mutates its inputs leaves the caller's tensors alone. Each stack of `calibration` (inputs in the
+// same form) runs too: sizes and magnitudes are the largest over all runs; `outputs` are the example inputs' run's.
+Observation observeValues(
+    const std::shared_ptr<torch::jit::Graph>& graph,
+    const torch::jit::Stack& inputs,
+    const std::vector<torch::jit::Stack>& calibration = {});
 
 // Completes the observation statically where it is safe: a value not reached by the example inputs, produced by an
 // op that never changes dtype (views, reshapes, copies) from a tensor whose dtype is known, gets that dtype. This

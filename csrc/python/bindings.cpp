@@ -1,13 +1,16 @@
 // Python bindings: graph-level entry points only. The Python package (torch_mp/) builds on these.
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "core/op_policy.h"
 #include "jit/pipeline.h"
+#include "jit/value_probe.h"
 
 namespace py = pybind11;
 
@@ -44,6 +47,79 @@ PolicyRows defaultPolicy(const std::string& targetName) {
   return rows;
 }
 
+// The forward's inputs from Python values, defaults filling trailing arguments left out. Errors call the values
+// `what` and each one `element` and its index.
+std::vector<c10::IValue> forwardInputs(
+    const std::vector<c10::Argument>& arguments,  // arguments[0] is self
+    const py::tuple& values,
+    const std::string& what,
+    const std::string& element) {
+  size_t required = 0;
+  for (size_t i = 1; i < arguments.size(); ++i) {
+    required += arguments[i].default_value() ? 0 : 1;
+  }
+  TORCH_CHECK_VALUE(
+      values.size() >= required && values.size() < arguments.size(), "torch_mp: forward takes ",
+      required == arguments.size() - 1 ? std::to_string(required)
+                                       : std::to_string(required) + " to " + std::to_string(arguments.size() - 1),
+      " inputs but ", what, " has ", values.size());
+  std::vector<c10::IValue> inputs;
+  for (size_t i = 1; i < arguments.size(); ++i) {
+    const c10::Argument& argument = arguments[i];
+    if (i - 1 >= values.size()) {
+      inputs.push_back(*argument.default_value());
+      continue;
+    }
+    try {
+      inputs.push_back(torch::jit::toIValue(values[i - 1], argument.type()));
+    } catch (const std::exception& error) {
+      TORCH_CHECK_TYPE(false, "torch_mp: ", element, " ", i - 1, " ('", argument.name(), "') does not fit type ",
+                       argument.type()->repr_str(), ": ", error.what());
+    }
+  }
+  return inputs;
+}
+
+py::object shapeOrNone(const std::optional<std::vector<int64_t>>& shape) {
+  return shape ? py::object(py::tuple(py::cast(*shape))) : py::none();
+}
+
+// A C++ node rule calling the Python one: rule(op, scope, output, input_shapes, input_dtypes, constants) returns
+// None or (category, kind, reason). Python exceptions become a ValueError naming the node.
+jit::NodeRule nodeRuleFrom(py::object rule) {
+  if (rule.is_none()) {
+    return {};
+  }
+  auto shared = std::make_shared<py::object>(std::move(rule));
+  return [shared](const jit::NodeDescription& node) -> std::optional<jit::NodeOverride> {
+    py::gil_scoped_acquire acquire;
+    py::object verdict;
+    try {
+      py::list shapes;
+      py::list dtypes;
+      for (size_t i = 0; i < node.inputShapes.size(); ++i) {
+        shapes.append(shapeOrNone(node.inputShapes[i]));
+        dtypes.append(node.inputDtypes[i] ? py::reinterpret_borrow<py::object>(
+                                                 reinterpret_cast<PyObject*>(torch::getTHPDtype(*node.inputDtypes[i])))
+                                           : py::none());
+      }
+      py::dict constants;
+      for (const auto& [name, value] : node.constants) {
+        constants[py::str(name)] = torch::jit::toPyObject(value);
+      }
+      verdict = (*shared)(node.op, node.scope, node.output, py::tuple(shapes), py::tuple(dtypes), constants);
+    } catch (py::error_already_set& error) {
+      TORCH_CHECK_VALUE(false, "torch_mp: a node rule failed on ", node.op, " (output %", node.output, ", module '",
+                        node.scope, "'): ", error.what());
+    }
+    if (verdict.is_none()) {
+      return std::nullopt;
+    }
+    auto [category, kind, reason] = verdict.cast<std::tuple<std::string, std::string, std::string>>();
+    return jit::NodeOverride{parseCategory(category), kind, reason};
+  };
+}
+
 std::pair<torch::jit::Module, std::string> convertModule(
     const torch::jit::Module& module,
     const py::tuple& exampleInputs,
@@ -51,7 +127,10 @@ std::pair<torch::jit::Module, std::string> convertModule(
     const std::string& policyName,
     const PolicyRows& policyRows,
     const std::string& planner,
-    bool verifyOutputs) {
+    bool verifyOutputs,
+    py::object nodeRule,
+    const std::vector<py::tuple>& calibrationInputs,
+    bool lowPrecisionIO) {
   jit::ConvertOptions options;
   options.lowDtype = parseDtype(dtype);
   options.policyName = policyName;
@@ -61,38 +140,33 @@ std::pair<torch::jit::Module, std::string> convertModule(
   TORCH_CHECK_VALUE(planner == "min-cut" || planner == "greedy", "torch_mp: planner must be 'min-cut' or 'greedy'");
   options.planner = planner == "min-cut" ? core::PlanMethod::kMinCut : core::PlanMethod::kGreedy;
   options.verifyOutputs = verifyOutputs;
+  options.nodeRule = nodeRuleFrom(std::move(nodeRule));
+  options.lowPrecisionIO = lowPrecisionIO;
 
   const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
-  const std::vector<c10::Argument>& arguments = schema.arguments();  // arguments[0] is self
-  size_t required = 0;
-  for (size_t i = 1; i < arguments.size(); ++i) {
-    required += arguments[i].default_value() ? 0 : 1;
-  }
-  TORCH_CHECK_VALUE(
-      exampleInputs.size() >= required && exampleInputs.size() < arguments.size(), "torch_mp: forward takes ",
-      required == arguments.size() - 1 ? std::to_string(required)
-                                       : std::to_string(required) + " to " + std::to_string(arguments.size() - 1),
-      " inputs but example_inputs has ", exampleInputs.size());
-  std::vector<c10::IValue> inputs;
-  for (size_t i = 1; i < arguments.size(); ++i) {
-    const c10::Argument& argument = arguments[i];
-    if (i - 1 >= exampleInputs.size()) {
-      inputs.push_back(*argument.default_value());
-      continue;
-    }
-    try {
-      inputs.push_back(torch::jit::toIValue(exampleInputs[i - 1], argument.type()));
-    } catch (const std::exception& error) {
-      TORCH_CHECK_TYPE(false, "torch_mp: example input ", i - 1, " ('", argument.name(), "') does not fit type ",
-                       argument.type()->repr_str(), ": ", error.what());
-    }
+  std::vector<c10::IValue> inputs = forwardInputs(schema.arguments(), exampleInputs, "example_inputs", "example input");
+  std::vector<std::vector<c10::IValue>> calibration;
+  for (size_t i = 0; i < calibrationInputs.size(); ++i) {
+    calibration.push_back(
+        forwardInputs(schema.arguments(), calibrationInputs[i], "calibration_inputs[" + std::to_string(i) + "]",
+                      "calibration_inputs[" + std::to_string(i) + "] input"));
   }
   jit::ConvertedModule converted;
   {
     py::gil_scoped_release release;
-    converted = jit::convertModule(module, inputs, options);
+    converted = jit::convertModule(module, inputs, options, calibration);
   }
   return {std::move(converted.module), converted.report.toJson()};
+}
+
+std::vector<at::Tensor> probeValues(
+    const torch::jit::Module& module,
+    const py::tuple& inputs,
+    const std::vector<std::string>& names) {
+  const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
+  std::vector<c10::IValue> values = forwardInputs(schema.arguments(), inputs, "inputs", "input");
+  py::gil_scoped_release release;
+  return jit::probeValues(module, values, names);
 }
 
 } // namespace
@@ -104,5 +178,8 @@ PYBIND11_MODULE(_C, m) {
         "The default op policy for a target as (op, category, reason) rows.");
   m.def("convert_module", &torch_mp::convertModule, py::arg("module"), py::arg("example_inputs"), py::arg("dtype"),
         py::arg("policy_name"), py::arg("policy"), py::arg("planner"), py::arg("verify_outputs"),
+        py::arg("node_rule"), py::arg("calibration_inputs"), py::arg("low_precision_io"),
         "Freezes a copy of a scripted module and converts it; returns (module, report JSON).");
+  m.def("probe_values", &torch_mp::probeValues, py::arg("module"), py::arg("inputs"), py::arg("names"),
+        "Runs a converted module's forward and returns the named top-level values (undefined where absent).");
 }

@@ -5,6 +5,8 @@
 #include <torch/csrc/jit/testing/file_check.h>
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "jit/pipeline.h"
 #include "test_utils.h"
 
@@ -28,11 +30,15 @@ struct Converted {
 };
 
 Converted convert(const std::shared_ptr<torch::jit::Graph>& original, const std::vector<c10::IValue>& inputs,
-                  c10::ScalarType low = at::kHalf) {
+                  c10::ScalarType low = at::kHalf, const std::function<void(ConvertOptions&)>& edit = {}) {
   Converted result;
   result.before = runGraph(original, inputs);
   result.graph = original->copy();
-  result.report = ConvertToMixedPrecision(result.graph, inputs, defaultOptions(c10::DeviceType::CPU, low));
+  ConvertOptions options = defaultOptions(c10::DeviceType::CPU, low);
+  if (edit) {
+    edit(options);
+  }
+  result.report = ConvertToMixedPrecision(result.graph, inputs, options);
   result.graph->lint();
   result.after = runGraph(result.graph, inputs);
   return result;
@@ -240,6 +246,89 @@ TEST(PipelineRulesTest, ReportListsUnknownOpsAndSerialises) {
   for (const char* key : {"\"unknown_ops\": [\"aten::frac\"]", "\"casts\": [", "\"nodes\": [", "\"planner\": "}) {
     EXPECT_NE(json.find(key), std::string::npos) << key << " in " << json;
   }
+}
+
+constexpr const char* kMatmulSoftmaxMatmul = R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %none : NoneType = prim::Constant()
+      %m : Tensor = aten::mm(%a, %b)
+      %s : Tensor = aten::softmax(%m, %one, %none)
+      %t : Tensor = aten::t(%s)
+      %o : Tensor = aten::mm(%s, %t)
+      return (%o))IR";
+
+TEST(PipelineRulesTest, NodeRuleOverridesThePolicyWithItsKindAndReason) {
+  auto graph = parseGraph(kMatmulSoftmaxMatmul);
+  std::vector<NodeDescription> asked;
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, at::kHalf, [&](ConvertOptions& o) {
+    o.nodeRule = [&](const NodeDescription& node) -> std::optional<NodeOverride> {
+      asked.push_back(node);
+      if (node.op == "aten::mm" && node.inputShapes[0] == std::vector<int64_t>{4, 5}) {  // the second mm
+        return NodeOverride{core::OpCategory::kFp32, "callable", "the last matmul stays fp32"};
+      }
+      return std::nullopt;
+    };
+  });
+  // the first mm is low, the second (kept fp32 by the rule) reads the fp32 softmax: one cast in, none out
+  FileCheck().check_count("HalfTensor = aten::to(", 2, /*exactly=*/true)->check("aten::mm")
+      ->check("FloatTensor = aten::to(")->check("aten::softmax")->check_not("aten::to")->run(*result.graph);
+  const NodeDecision& last = result.report.nodes.back();
+  EXPECT_EQ(last.op, "aten::mm");
+  EXPECT_EQ(last.precision, "fp32");
+  EXPECT_EQ(last.ruleKind, "callable");
+  EXPECT_EQ(last.rule, "fp32: the last matmul stays fp32");
+  ASSERT_FALSE(asked.empty());
+  EXPECT_EQ(asked.front().op, "aten::mm");
+  ASSERT_EQ(asked.front().inputShapes.size(), 2u);
+  EXPECT_EQ(*asked.front().inputShapes[0], (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(*asked.front().inputDtypes[1], c10::ScalarType::Float);
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, NodeRuleWithoutOpinionChangesNothing) {
+  auto graph = parseGraph(kMatmulSoftmaxMatmul);
+  const std::vector<c10::IValue> inputs{torch::randn({4, 6}), torch::randn({6, 5})};
+  auto plain = convert(graph, inputs);
+  auto ruled = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+    o.nodeRule = [](const NodeDescription&) -> std::optional<NodeOverride> { return std::nullopt; };
+  });
+  EXPECT_EQ(plain.graph->toString(), ruled.graph->toString());
+}
+
+TEST(PipelineRulesTest, LowPrecisionIOTakesAndReturnsTheLowDtype) {
+  auto graph = parseGraph(kMatmulSoftmaxMatmul);
+  const at::Tensor a = torch::randn({4, 6});
+  const at::Tensor b = torch::randn({6, 5});
+  auto result = convert(graph, {a, b}, at::kHalf, [](ConvertOptions& o) { o.lowPrecisionIO = true; });
+  // the first mm reads the fp16 inputs directly and the last one returns fp16: only the softmax's casts remain
+  FileCheck().check("graph(%a : Half")->check("%b : Half")->check_not("aten::to(%a")->check("aten::mm(%a, %b)")
+      ->check("FloatTensor = aten::to(")->check("aten::softmax")->check("HalfTensor = aten::to(")
+      ->check("aten::mm")->check_not("aten::to")->run(*result.graph);
+  auto out = runGraph(result.graph, {a.to(at::kHalf), b.to(at::kHalf)});
+  EXPECT_EQ(out[0].toTensor().scalar_type(), at::kHalf);
+  expectCloseOutputs({result.before[0].toTensor().to(at::kHalf)}, out, 1e-2);
+}
+
+TEST(PipelineRulesTest, LowPrecisionIOLeavesIntegerAndFp32OnlyGraphsTyped) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %i : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %none : NoneType = prim::Constant()
+      %s : Tensor = aten::softmax(%x, %one, %none)
+      %j : Tensor = aten::add(%i, %i, %one)
+      %t : (Tensor, Tensor) = prim::TupleConstruct(%s, %j)
+      return (%t))IR");
+  const at::Tensor x = torch::randn({3, 4});
+  const at::Tensor i = torch::arange(3);
+  auto result = convert(graph, {x, i}, at::kHalf, [](ConvertOptions& o) { o.lowPrecisionIO = true; });
+  // the softmax stays fp32 between the input and output casts; the integer tensor is never cast
+  FileCheck().check("%x : Half")->check("%i : Long")->check("aten::to(%x")->check("aten::softmax")
+      ->check("aten::to")->check("prim::TupleConstruct")->run(*result.graph);
+  auto out = runGraph(result.graph, {x.to(at::kHalf), i});
+  const auto& elements = out[0].toTupleRef().elements();
+  EXPECT_EQ(elements[0].toTensor().scalar_type(), at::kHalf);
+  EXPECT_EQ(elements[1].toTensor().scalar_type(), at::kLong);
 }
 
 } // namespace

@@ -1,5 +1,7 @@
 """python -m torch_mp: convert and report on saved files; bad files and arguments give an error, never a crash."""
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -69,3 +71,146 @@ def test_missing_file_and_bad_arguments(tmp_path, scripted):
     assert wrong_shape.returncode == 2 and "running the model on the example inputs failed" in wrong_shape.stderr
     bad_dtype = cli("convert", path, "-o", tmp_path / "out.pt", "--dtype", "fp8", "--input-shape", "1,3,16,16")
     assert bad_dtype.returncode == 2 and "invalid choice" in bad_dtype.stderr
+
+
+# --- conversion options: --exclude, --calib, --tolerance, --low-precision-io, --svg -----------------------------
+
+
+@pytest.fixture
+def cancellation(tmp_path):
+    """CancellationNet: fp16 rounds its signal away unless `offset` runs in fp32; it has a `head` module."""
+    from torch_mp.models import CancellationNet
+
+    model = CancellationNet().eval()
+    path = tmp_path / "cancel.pt"
+    torch.jit.save(torch.jit.trace(model, torch.randn(16, 64)), path)  # its __init__ does not script
+    calib = tmp_path / "calib.pt"
+    torch.save([(torch.randn(16, 64),) for _ in range(2)] + [torch.randn(16, 64)], calib)
+    return model, path, calib
+
+
+def stored_report(path):
+    import json
+
+    extra = {"torch_mp_report.json": ""}
+    torch.jit.load(path, _extra_files=extra)
+    return json.loads(extra["torch_mp_report.json"])
+
+
+def test_exclude_keeps_the_modules_in_fp32(tmp_path, cancellation):
+    _, path, _ = cancellation
+    out = tmp_path / "out.pt"
+    result = cli("convert", path, "-o", out, "--input-shape", "16,64", "--exclude", "head", "--exclude", "body.1?")
+    assert result.returncode == 0, result.stderr
+    nodes = stored_report(out)["nodes"]
+    head = [n for n in nodes if n["scope"] == "head" or n["scope"] in ("body.10", "body.14")]
+    assert len(head) == 3 and all(n["precision"] == "fp32" and n["rule_kind"] == "exclusion" for n in head)
+    assert any(n["precision"] == "low" for n in nodes if n["scope"] == "body.0")
+
+
+@pytest.mark.parametrize("glob, message", [
+    ("", "a module-path glob must not be empty"),
+    ("haed", "--exclude 'haed' matches no module of the model"),
+])
+def test_bad_exclude_is_an_error(tmp_path, cancellation, glob, message):
+    _, path, _ = cancellation
+    result = cli("convert", path, "-o", tmp_path / "out.pt", "--input-shape", "16,64", "--exclude", glob)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert [line for line in result.stderr.splitlines() if "error:" in line] == [result.stderr.strip().splitlines()[-1]]
+    assert "Traceback" not in result.stderr and not (tmp_path / "out.pt").exists()
+
+
+def test_calib_feeds_the_range_guard(tmp_path, cancellation):
+    _, path, _ = cancellation
+    calib = tmp_path / "calib.pt"
+    torch.save([torch.randn(16, 64) * 1e5], calib)  # values beyond half of fp16's max: the guard keeps fp32
+    plain, guarded = tmp_path / "plain.pt", tmp_path / "guarded.pt"
+    assert cli("convert", path, "-o", plain, "--input-shape", "16,64").returncode == 0
+    result = cli("convert", path, "-o", guarded, "--input-shape", "16,64", "--calib", calib)
+    assert result.returncode == 0, result.stderr
+    kinds = [n["rule_kind"] for n in stored_report(guarded)["nodes"]]
+    assert "range guard" in kinds and "range guard" not in [n["rule_kind"] for n in stored_report(plain)["nodes"]]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("missing", "--calib file"),
+    (b"garbage" * 50, "is not readable by torch.load"),
+    ({"x": 1}, "must hold a non-empty list of inputs"),
+    ((torch.randn(16, 64),), "must hold a non-empty list of inputs"),
+    ([], "must hold a non-empty list of inputs"),
+    ([torch.randn(16, 64), 3], "item 1 is of type int"),
+])
+def test_bad_calib_file_is_an_error(tmp_path, cancellation, content, message):
+    _, path, _ = cancellation
+    calib = tmp_path / "bad_calib.pt"
+    if isinstance(content, bytes):
+        calib.write_bytes(content)
+    elif content != "missing":
+        torch.save(content, calib)
+    result = cli("convert", path, "-o", tmp_path / "out.pt", "--input-shape", "16,64", "--calib", calib)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.count("error:") == 1 and "Traceback" not in result.stderr
+
+
+def test_tolerance_runs_the_fallback(tmp_path, cancellation):
+    model, path, calib = cancellation
+    out = tmp_path / "out.pt"
+    result = cli("convert", path, "-o", out, "--input-shape", "16,64", "--calib", calib, "--tolerance", "5e-3")
+    assert result.returncode == 0, result.stderr
+    assert "accuracy fallback (tolerance 0.005)" in result.stdout and "kept in fp32" in result.stdout
+    fallback = stored_report(out)["fallback"]
+    assert fallback["error_after"] <= 5e-3 < fallback["error_before"]
+    x = torch.randn(16, 64)
+    y = torch.jit.load(out)(x)
+    assert ((y - model(x)).norm() / model(x).norm()).item() < 1e-2
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "nan"])
+def test_bad_tolerance_is_an_error(tmp_path, cancellation, value):
+    _, path, _ = cancellation
+    result = cli("convert", path, "-o", tmp_path / "out.pt", "--input-shape", "16,64", f"--tolerance={value}")
+    assert result.returncode == 2 and "tolerance must be" in result.stderr, result.stderr
+
+
+def test_low_precision_io(tmp_path, cancellation):
+    _, path, _ = cancellation
+    kept, low = tmp_path / "kept.pt", tmp_path / "low.pt"
+    assert cli("convert", path, "-o", kept, "--input-shape", "16,64").returncode == 0
+    result = cli("convert", path, "-o", low, "--input-shape", "16,64", "--low-precision-io")
+    assert result.returncode == 0, result.stderr
+    x = torch.randn(16, 64)
+    assert torch.jit.load(kept)(x).dtype == torch.float32
+    assert torch.jit.load(low)(x.half()).dtype == torch.float16
+    bad = cli("convert", path, "-o", low, "--input-shape", "16,64", "--low-precision-io=yes")
+    assert bad.returncode == 2 and "ignored explicit argument" in bad.stderr
+
+
+def test_svg_from_convert_and_from_report(tmp_path, cancellation):
+    if shutil.which("dot") is None:
+        pytest.fail("Graphviz's `dot` is not installed: apt-get install graphviz (CI installs it)")
+    _, path, _ = cancellation
+    out, first, second = tmp_path / "out.pt", tmp_path / "convert.svg", tmp_path / "report.svg"
+    result = cli("convert", path, "-o", out, "--input-shape", "16,64", "--exclude", "head", "--svg", first)
+    assert result.returncode == 0, result.stderr
+    assert f"wrote {first}" in result.stdout
+    summary = cli("report", out, "--svg", second)
+    assert summary.returncode == 0, summary.stderr
+    for svg in (first, second):
+        text = svg.read_text()
+        assert text.startswith("<?xml") or text.startswith("<svg")
+        assert "fp32: excluded" in text  # the legend
+    # the loaded file's graph has other value names: the report's nodes are still found, same colours
+    assert sorted(re.findall(r'fill="(#[0-9a-f]{6})"', first.read_text())) == sorted(
+        re.findall(r'fill="(#[0-9a-f]{6})"', second.read_text()))
+
+
+def test_svg_errors(tmp_path, scripted):
+    _, path = scripted
+    plain = cli("report", path, "--svg", tmp_path / "x.svg")  # a model not saved by `convert`: no report inside
+    assert plain.returncode == 2 and "holds no report" in plain.stderr and "Traceback" not in plain.stderr
+    out = tmp_path / "out.pt"
+    no_dot = subprocess.run([sys.executable, "-m", "torch_mp", "convert", str(path), "-o", str(out),
+                             "--input-shape", "1,3,16,16", "--svg", str(tmp_path / "x.svg")],
+                            capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PATH": str(tmp_path)})
+    assert no_dot.returncode == 2 and "apt-get install graphviz" in no_dot.stderr
+    assert not out.exists()  # checked before converting

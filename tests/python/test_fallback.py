@@ -1,0 +1,81 @@
+"""The accuracy-driven fallback: a small set of fp32 nodes that brings a model within tolerance."""
+import pytest
+import torch
+
+import torch_mp
+from torch_mp.fallback import bisect_fallback, relative_error
+from torch_mp.models import CancellationNet
+
+
+@pytest.fixture
+def model():
+    return CancellationNet().eval()
+
+
+def batches(count=3):
+    return [(torch.randn(16, 64),) for _ in range(count)]
+
+
+def test_fallback_finds_the_sensitive_nodes_and_meets_the_tolerance(model):
+    calibration = batches()
+    plain = torch_mp.convert(model, calibration[0], torch.float16)
+    assert relative_error(model(*calibration[0]), plain(*calibration[0])) > 0.05
+
+    converted, report = torch_mp.convert(
+        model, calibration[0], torch.float16, calibration_inputs=calibration, tolerance=5e-3, return_report=True,
+        progress=False,
+    )
+    fallback = report.data["fallback"]
+    kept = fallback["kept_fp32"]
+    assert 1 <= len(kept) <= 3, kept
+    scopes = {n["scope"] for n in report.nodes if n["rule_kind"] == "fallback"}
+    assert "offset" in scopes
+    assert all(n["precision"] == "fp32" for n in report.nodes if n["rule_kind"] == "fallback")
+    assert fallback["error_before"] > 0.05 and fallback["error_after"] <= 5e-3
+    for inputs in batches(2):  # fresh inputs: the fix generalises
+        assert relative_error(model(*inputs), converted(*inputs)) < 1e-2
+    # everything else stays in low precision
+    low_linear = [n for n in report.nodes if n["op"] == "aten::linear" and n["precision"] == "low"]
+    assert len(low_linear) == 9
+
+
+def test_fallback_within_tolerance_keeps_nothing(model):
+    calibration = batches(1)
+    _, report = torch_mp.convert(
+        model, calibration[0], torch.float16, tolerance=10.0, return_report=True, progress=False
+    )
+    assert report.data["fallback"]["kept_fp32"] == [] and report.data["fallback"]["conversions"] == 1
+
+
+def test_fallback_with_a_metric_callable(model):
+    calibration = batches(2)
+
+    def top1_disagreement(reference, output):
+        return (reference.argmax(-1) != output.argmax(-1)).float().mean().item()
+
+    converted, report = torch_mp.convert(
+        model, calibration[0], torch.float16, calibration_inputs=calibration, tolerance=0.0,
+        metric=top1_disagreement, return_report=True, progress=False,
+    )
+    assert len(report.data["fallback"]["kept_fp32"]) <= 3
+    for inputs in calibration:
+        assert top1_disagreement(model(*inputs), converted(*inputs)) == 0.0
+
+
+def test_bisection_baseline_reaches_the_tolerance_too(model):
+    calibration = batches(2)
+    from torch_mp._convert import Conversion, _capture
+
+    scripted, _ = _capture(model, calibration[0])
+    job = Conversion(scripted, calibration[0], "float16", torch_mp.OpPolicy.default("cpu_fp16"), "min-cut", True,
+                     [], False)
+    kept, error, conversions = bisect_fallback(job, calibration, 5e-3)
+    assert error <= 5e-3 and 1 <= len(kept) <= 3 and conversions > len(kept)
+
+
+def test_fallback_arguments_are_checked(model):
+    x = torch.randn(4, 64)
+    with pytest.raises(ValueError, match="metric needs a tolerance"):
+        torch_mp.convert(model, (x,), torch.float16, metric=relative_error)
+    with pytest.raises(ValueError, match="tolerance must be"):
+        torch_mp.convert(model, (x,), torch.float16, tolerance=-1)

@@ -1,0 +1,250 @@
+"""Accuracy-driven fallback: the fewest nodes to keep in fp32 so the converted model meets a tolerance.
+
+    mp, report = torch_mp.convert(model, (x,), torch.float16, calibration_inputs=batches, tolerance=1e-3,
+                                  return_report=True)
+    report.data["fallback"]     # what was kept in fp32, the errors before and after, conversions and seconds
+
+Search (`search_fallback`):
+1. Convert; if the error on every calibration input is within tolerance, done.
+2. Rank the low-precision nodes by the error each one adds, from one instrumented run: the same calibration input
+   runs through the conversion and through an all-fp32 conversion of the same frozen graph (op outputs keep
+   their names across conversions); a node's score is the error of its output minus the largest error among the
+   values it reads. A node that turns accurate inputs into an inaccurate output scores high; one that only passes
+   on its inputs' error scores about 0. Errors are measured two ways and the larger increase counts: relative to
+   the value's norm, and relative to its spread around its mean (a layer whose output is 1000 + a small signal
+   keeps a small error of the first kind while rounding the signal away: the second kind sees it).
+3. Keep the top 1, 2, 4, ... ranked nodes in fp32 until the tolerance is met; bisect the count between the last
+   two tries; then drop the kept nodes the tolerance does not need (bisection within the kept set).
+Each step is one conversion and one run per calibration input. `bisect_fallback` is the plain search without the
+ranking (delta debugging over the nodes in graph order), for comparison in benchmarks/fallback_search.py.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _C
+from .policy import OpPolicy
+from .report import Report
+
+Metric = Callable[[Any, Any], float]
+
+
+def floating_tensors(value: Any) -> List[torch.Tensor]:
+    """Every floating tensor in a (nested) output, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value] if value.is_floating_point() else []
+    if isinstance(value, (tuple, list)):
+        return [t for item in value for t in floating_tensors(item)]
+    if isinstance(value, dict):
+        return [t for key in value for t in floating_tensors(value[key])]
+    return []
+
+
+def relative_error(reference: Any, output: Any) -> float:
+    """||output - reference|| / ||reference|| over all floating tensors of an output, in fp64 (the default metric).
+    Non-finite values count as an infinite error."""
+    ref = floating_tensors(reference)
+    out = floating_tensors(output)
+    if len(ref) != len(out):
+        raise ValueError(f"the outputs hold {len(out)} floating tensors where the fp32 model's hold {len(ref)}")
+    if not ref:
+        return 0.0
+    r = torch.cat([t.detach().double().flatten() for t in ref])
+    o = torch.cat([t.detach().double().flatten() for t in out])
+    if not torch.isfinite(o).all():
+        return float("inf")
+    return ((o - r).norm() / r.norm().clamp_min(1e-30)).item()
+
+
+class Progress:
+    """A one-line progress bar on stderr (when it is a terminal): steps done, the error, the nodes kept in fp32."""
+
+    def __init__(self, enabled: bool, total: int):
+        self.enabled = enabled and total > 0 and sys.stderr.isatty()
+        self.total = total
+        self.done = 0
+
+    def step(self, message: str) -> None:
+        self.done += 1
+        if self.enabled:
+            width = 24
+            filled = min(width, width * self.done // max(self.total, 1))
+            sys.stderr.write(f"\rtorch_mp fallback [{'#' * filled}{'.' * (width - filled)}] {self.done} {message}   ")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+class Evaluator:
+    """Converts with a set of nodes kept in fp32 and measures the worst error over the calibration inputs."""
+
+    def __init__(self, job, calibration: Sequence[Tuple[Any, ...]], tolerance: float, metric: Optional[Metric]):
+        self.job = job
+        self.calibration = list(calibration)
+        self.tolerance = tolerance
+        self.metric = metric or relative_error
+        with torch.no_grad():
+            self.references = [job.scripted(*inputs) for inputs in self.calibration]
+        self.conversions = 0
+
+    def error(self, keep_fp32: Sequence[str]) -> Tuple[float, Any, Report]:
+        module, report = self.job.run(keep_fp32)
+        self.conversions += 1
+        worst = 0.0
+        with torch.no_grad():
+            for inputs, reference in zip(self.calibration, self.references):
+                worst = max(worst, float(self.metric(reference, module(*self._module_inputs(inputs)))))
+        return worst, module, report
+
+    def _module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        if not self.job.low_precision_io:
+            return inputs
+        low = torch.float16 if self.job.dtype_name == "float16" else torch.bfloat16
+        return tuple(x.to(low) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x for x in inputs)
+
+    def meets(self, error: float) -> bool:
+        return error <= self.tolerance
+
+
+def rank_by_added_error(job, report: Report, module, inputs: Tuple[Any, ...]) -> List[Tuple[str, float]]:
+    """Low-precision nodes (by output name) with the relative error each adds, highest first."""
+    low = [n["output"] for n in report.nodes if n["precision"] == "low" and n["output"]]
+    everything_fp32 = OpPolicy(job.policy.entries(), name=job.policy.name)
+    everything_fp32.add_rule(lambda node: ("fp32", "reference for the fallback's ranking"), name="all fp32")
+    reference_module, _ = job.run(policy=everything_fp32)
+    readers = _read_values(module.graph, set(low))
+    names = sorted(set(low) | {name for reads in readers.values() for name in reads})
+    with torch.no_grad():
+        low_values = _C.probe_values(module._c, inputs, names)
+        reference_values = _C.probe_values(reference_module._c, inputs, names)
+    errors: Dict[str, Tuple[float, float]] = {}
+    for name, value, reference in zip(names, low_values, reference_values):
+        if value is not None and reference is not None and value.is_floating_point() and value.numel():
+            errors[name] = _errors(reference, value)
+    scores = []
+    for name in low:
+        if name not in errors:
+            continue
+        read = [errors[r] for r in readers.get(name, ()) if r in errors]
+        added = max(errors[name][kind] - max((e[kind] for e in read), default=0.0) for kind in (0, 1))
+        scores.append((name, added))
+    scores.sort(key=lambda item: -item[1])
+    return scores
+
+
+def _errors(reference: torch.Tensor, value: torch.Tensor) -> Tuple[float, float]:
+    """The error of a value relative to its norm and relative to its spread around its mean."""
+    r, v = reference.detach().double().flatten(), value.detach().double().flatten()
+    if not torch.isfinite(v).all():
+        return float("inf"), float("inf")
+    difference = (v - r).norm().item()
+    return difference / max(r.norm().item(), 1e-30), difference / max((r - r.mean()).norm().item(), 1e-30)
+
+
+def _read_values(graph, outputs: set) -> Dict[str, List[str]]:
+    """For each node whose first output is in `outputs`, the names of the values it reads, looking through casts."""
+    reads: Dict[str, List[str]] = {}
+
+    def source(value):
+        while value.node().kind() == "aten::to":
+            value = value.node().inputsAt(0)
+        return value.debugName()
+
+    def visit(block):
+        for node in block.nodes():
+            for sub in node.blocks():
+                visit(sub)
+            node_outputs = list(node.outputs())
+            if node_outputs and node_outputs[0].debugName() in outputs:
+                reads[node_outputs[0].debugName()] = [source(v) for v in node.inputs()]
+
+    visit(graph)
+    return reads
+
+
+def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric], progress: bool):
+    """Ranked search (module docstring); returns (module, report) with report.data["fallback"]."""
+    start = time.perf_counter()
+    evaluator = Evaluator(job, calibration, tolerance, metric)
+    error, module, report = evaluator.error(())
+    summary = {"tolerance": tolerance, "error_before": error, "method": "ranked", "ranking": []}
+    kept: List[str] = []
+    if not evaluator.meets(error):
+        ranking = rank_by_added_error(job, report, module, evaluator.calibration[0])
+        summary["ranking"] = [{"output": name, "added_error": score} for name, score in ranking[:20]]
+        order = [name for name, _ in ranking]
+        bar = Progress(progress, total=2 * max(1, len(order)).bit_length() + 4)
+        tried = {(): (error, module, report)}
+
+        def attempt(names: Tuple[str, ...]):
+            if names not in tried:
+                tried[names] = evaluator.error(names)
+                bar.step(f"{len(names)} nodes in fp32: error {tried[names][0]:.3g} (tolerance {tolerance:.3g})")
+            return tried[names]
+
+        # 1. double the count until the tolerance is met, 2. bisect between the last two counts
+        low_count, count = 0, 1
+        while count < len(order) and not evaluator.meets(attempt(tuple(order[:count]))[0]):
+            low_count, count = count, min(2 * count, len(order))
+        count = min(count, len(order))
+        high = count
+        while high - low_count > 1:
+            middle = (low_count + high) // 2
+            if evaluator.meets(attempt(tuple(order[:middle]))[0]):
+                high = middle
+            else:
+                low_count = middle
+        kept = order[:high]
+        if not evaluator.meets(attempt(tuple(kept))[0]):
+            bar.close()
+            raise ValueError(
+                f"the fallback kept all {len(order)} low-precision nodes in fp32 and the error is still "
+                f"{attempt(tuple(kept))[0]:.3g} > tolerance {tolerance:.3g}: is the metric comparing the right outputs?"
+            )
+        # 3. drop kept nodes the tolerance does not need
+        kept = _needed(kept, [], lambda names: evaluator.meets(attempt(tuple(sorted(names)))[0]))
+        error, module, report = attempt(tuple(sorted(kept)))
+        bar.close()
+    summary.update(kept_fp32=kept, error_after=error, conversions=evaluator.conversions,
+                   seconds=time.perf_counter() - start)
+    report.data["fallback"] = summary
+    return module, report
+
+
+def bisect_fallback(job, calibration, tolerance: float, metric: Optional[Metric] = None):
+    """Plain bisection without ranking (what ORT's search does, in delta-debugging form): returns
+    (kept output names, error, conversions)."""
+    evaluator = Evaluator(job, calibration, tolerance, metric)
+    error, _, report = evaluator.error(())
+    if evaluator.meets(error):
+        return [], error, evaluator.conversions
+    order = [n["output"] for n in report.nodes if n["precision"] == "low" and n["output"]]
+    cache: Dict[frozenset, bool] = {}
+
+    def meets(names) -> bool:
+        key = frozenset(names)
+        if key not in cache:
+            cache[key] = evaluator.meets(evaluator.error(sorted(key))[0])
+        return cache[key]
+
+    kept = _needed(order, [], meets)
+    return kept, evaluator.error(sorted(kept))[0], evaluator.conversions
+
+
+def _needed(candidates: List[str], base: List[str], meets: Callable[[List[str]], bool]) -> List[str]:
+    """The part of `candidates` that, kept in fp32 with `base`, the tolerance needs, by bisection; assumes that
+    base + candidates meets it. About 2 k log2(n) tests for k needed nodes among n."""
+    if meets(base):
+        return []
+    if len(candidates) == 1:
+        return list(candidates)
+    half = len(candidates) // 2
+    first, second = candidates[:half], candidates[half:]
+    from_first = _needed(first, base + second, meets)
+    return from_first + _needed(second, base + from_first, meets)
