@@ -157,6 +157,12 @@ ConversionReport ConvertToMixedPrecision(
   report.dtype = c10::toString(options.lowDtype);
   report.policy = options.policyName;
   report.planner = options.planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
+  auto phaseStart = start;
+  auto endPhase = [&](const char* name) {
+    const auto now = std::chrono::steady_clock::now();
+    report.phases.emplace_back(name, std::chrono::duration<double>(now - phaseStart).count());
+    phaseStart = now;
+  };
 
   // 1. fp32 clean-up, before any cast exists.
   torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
@@ -164,6 +170,7 @@ ConversionReport ConvertToMixedPrecision(
   torch::jit::RemoveListMutation(graph);
   torch::jit::EliminateDeadCode(graph);
   report.weightBytesBefore = constantBytes(*graph);
+  endPhase("cleanup");
 
   // 2. Dtype knowledge.
   Observation observation;
@@ -178,6 +185,7 @@ ConversionReport ConvertToMixedPrecision(
   inferUnreachedDtypes(graph, observation.values);
   recordObservedDtypes(observation.values);
   SpecializeDtypeQueries(graph, observation.values);  // the dead queries go with the final dead-code pass
+  endPhase("observe");
 
   // 3. Plan.
   DataflowMapping mapping = buildDataflow(graph, observation.values, options.policy, options.lowDtype);
@@ -185,15 +193,18 @@ ConversionReport ConvertToMixedPrecision(
   report.nodes = decisionsOf(mapping, plan, observation.values);
   report.unknownOps = mapping.unknownOps;
   report.unobservedNodes = mapping.unobservedNodes;
+  endPhase("plan");
 
   // 4. Apply.
   std::unordered_set<const Node*> inserted =
       applyPrecisionPlan(graph, mapping, plan, observation.values, options.lowDtype);
+  endPhase("apply");
 
   // 5. Cancel casts that change nothing; drop the fp32 constants nobody reads any more; share equal constants.
   CancelCasts(graph);
   torch::jit::EliminateDeadCode(graph);
   torch::jit::ConstantPooling(graph);
+  endPhase("cancel");
 
   // 6. Check and report.
   graph->lint();
@@ -204,8 +215,10 @@ ConversionReport ConvertToMixedPrecision(
         expected == actual, "torch_mp internal error: converted outputs have dtypes ", actual, " instead of ",
         expected);
   }
+  endPhase("verify");
   collectCasts(graph->block(), inserted, observation.values, report);
   report.weightBytesAfter = constantBytes(*graph);
+  endPhase("report");
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
