@@ -38,6 +38,7 @@ import importlib.util
 import math
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -205,7 +206,7 @@ def measure(blocks: int, repeats: int, workdir: str, x: torch.Tensor) -> dict:
         convert_times.append(seconds)
         pipeline_times.append(report.data["seconds"])
         phases.append(report.data.get("phases", {}))
-        graphs.add(str(converted.graph))
+        graphs.add(re.sub(r"___torch_mangle_\d+", "", str(converted.graph)))  # each clone gets a new class name
     with torch.no_grad():
         got = converted(x)
     assert got.dtype == torch.float32 and torch.isfinite(got).all(), "converted model gives a bad output"
