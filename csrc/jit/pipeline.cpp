@@ -67,7 +67,7 @@ Stack runGraph(const std::shared_ptr<Graph>& graph, const Stack& inputs) {
   for (const c10::IValue& input : inputs) {
     stack.push_back(input.deepcopy());
   }
-  torch::jit::Code code(graph->copy(), "torch_mp_verify");
+  torch::jit::Code code(graph, "torch_mp_verify");  // Code preprocesses a copy: the graph stays as it is
   torch::jit::InterpreterState(code).run(stack);
   return stack;
 }
