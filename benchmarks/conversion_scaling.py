@@ -11,7 +11,11 @@ chains N small blocks on an 8x16 fp32 tensor; the blocks cycle through what the 
   gate     exp (fp32), sum (fp32), div, mul, relu, add of a long skip connection (fan-out over several blocks)
   mm       mm with a 16x16 weight (low) -> relu
 and every 40th block a data-dependent prim::If with one op per branch. Blocks are grouped 50 to a method
-(`chunk_k`); freezing inlines them. Weights are parameters, so the frozen graph holds them as constants.
+(`chunk_k`); freezing inlines them. Weights are parameters, so the frozen graph holds them as constants; the blocks
+reuse 64 sets of them (--distinct-weights: one set per block). Why: PyTorch's own freezing compares same-shaped
+tensor constants with each other (common-subexpression elimination and constant pooling hash a tensor constant by
+its type, so equal-shaped weights share a bucket), which is quadratic in their number and would make
+torch.jit.freeze, and with it the conversion, time that instead of the graph size.
 
 Node count. All nodes of the graph that torch.jit.freeze returns for the scripted model (that is, after PyTorch's
 frozen-graph optimisations, which is also where torch_mp's own fp32 clean-up starts), counted recursively through
@@ -160,8 +164,11 @@ def script(model: torch.nn.Module) -> torch.jit.ScriptModule:
 
 
 def timed(fn):
+    """(wall seconds, result); the process CPU seconds of the call go to timed.cpu (robust on a loaded machine)."""
+    cpu = time.process_time()
     start = time.perf_counter()
     result = fn()
+    timed.cpu = time.process_time() - cpu
     return time.perf_counter() - start, result
 
 
@@ -188,22 +195,24 @@ def cpu_model() -> str:
 def measure(blocks: int, repeats: int, workdir: str, x: torch.Tensor) -> dict:
     model = build_model(blocks, workdir)
     script_s, scripted = timed(lambda: script(model))
-    freeze_times = []
+    freeze_times, freeze_cpu = [], []
     frozen = None
     for _ in range(repeats):
         seconds, frozen = timed(lambda: torch.jit.freeze(scripted))
         freeze_times.append(seconds)
+        freeze_cpu.append(timed.cpu)
     nodes = count_nodes(frozen.graph)
     with torch.no_grad():
         expected = frozen(x)
     assert torch.isfinite(expected).all(), "the synthetic fp32 model overflows"
-    convert_times, pipeline_times, phases = [], [], []
+    convert_times, convert_cpu, pipeline_times, phases = [], [], [], []
     graphs = set()
     for _ in range(repeats):
         seconds, (converted, report) = timed(
             lambda: torch_mp.convert(scripted, (x,), torch.float16, return_report=True)
         )
         convert_times.append(seconds)
+        convert_cpu.append(timed.cpu)
         pipeline_times.append(report.data["seconds"])
         phases.append(report.data.get("phases", {}))
         graphs.add(re.sub(r"___torch_mangle_\d+", "", str(converted.graph)))  # each clone gets a new class name
@@ -221,6 +230,8 @@ def measure(blocks: int, repeats: int, workdir: str, x: torch.Tensor) -> dict:
         "script": script_s,
         "freeze": statistics.median(freeze_times),
         "convert": statistics.median(convert_times),
+        "freeze_cpu": statistics.median(freeze_cpu),
+        "convert_cpu": statistics.median(convert_cpu),
         "pipeline": statistics.median(pipeline_times),
         "phases": median_phases,
         "low": sum(n["precision"] == "low" for n in report.nodes),
@@ -243,12 +254,12 @@ def calibrate(workdir: str):
 def table(rows) -> str:
     phase_names = list(rows[-1]["phases"])
     head = ["nodes", "blocks", "torch.jit.freeze s", "torch_mp.convert s", "pipeline s", "convert us/node",
-            "convert / freeze"] + [f"{p} s" for p in phase_names]
+            "convert / freeze", "freeze CPU s", "convert CPU s"] + [f"{p} s" for p in phase_names]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         cells = [f"{r['nodes']}", f"{r['blocks']}", f"{r['freeze']:.3f}", f"{r['convert']:.3f}",
                  f"{r['pipeline']:.3f}", f"{1e6 * r['convert'] / r['nodes']:.1f}",
-                 f"{r['convert'] / r['freeze']:.2f}"]
+                 f"{r['convert'] / r['freeze']:.2f}", f"{r['freeze_cpu']:.3f}", f"{r['convert_cpu']:.3f}"]
         cells += [f"{r['phases'].get(p, float('nan')):.3f}" for p in phase_names]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -258,7 +269,8 @@ def fits_text(rows) -> str:
     nodes = [r["nodes"] for r in rows]
     lines = ["| timing | a | exponent b | us/node at the largest size |", "| --- | --- | --- | --- |"]
     for key, label in (("freeze", "torch.jit.freeze"), ("convert", "torch_mp.convert (wall)"),
-                       ("pipeline", "torch_mp pipeline (report seconds)")):
+                       ("pipeline", "torch_mp pipeline (report seconds)"), ("freeze_cpu", "torch.jit.freeze (CPU)"),
+                       ("convert_cpu", "torch_mp.convert (CPU)")):
         a, b = fit_power(nodes, [r[key] for r in rows])
         lines.append(f"| {label} | {a:.3g} | {b:.3f} | {1e6 * rows[-1][key] / rows[-1]['nodes']:.2f} |")
     for phase in rows[-1]["phases"]:
@@ -301,7 +313,12 @@ def main() -> int:
     parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-write", action="store_true", help="print only; do not write the .md and .png")
+    parser.add_argument("--distinct-weights", action="store_true",
+                        help="one weight set per block instead of 64 shared ones (PyTorch's freeze is then quadratic)")
     args = parser.parse_args()
+    global WEIGHT_SETS
+    if args.distinct_weights:
+        WEIGHT_SETS = 10**9
     sizes = [int(s) for s in args.sizes.split(",")]
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -335,16 +352,18 @@ def main() -> int:
 
 Command: `python benchmarks/conversion_scaling.py` (sizes {args.sizes}, median of {args.repeats} runs each;
 {total:.0f} s in all). Date: {datetime.date.today().isoformat()}. Machine: {cpu_model()}, {os.cpu_count()} cores
-(torch uses 1 thread). torch {torch.__version__}, Python {platform.python_version()}.
+(torch uses 1 thread; "CPU s" is the process's CPU time, steadier than wall time when other jobs share the
+machine). torch {torch.__version__}, Python {platform.python_version()}.
 
 Models: synthetic chains of small blocks on an 8x16 fp32 tensor (linear/matmul/mm, gelu/relu/add/mul/slice/cat/
 view/reshape, softmax/layer_norm/exp/sum, residual diamonds, a long skip connection, a data-dependent `prim::If`
-every 40 blocks); see the script's docstring. **Nodes**: all nodes of the graph `torch.jit.freeze` returns, counted
+every 40 blocks; the blocks reuse 64 sets of weights, `--distinct-weights` gives each block its own); see the
+script's docstring. **Nodes**: all nodes of the graph `torch.jit.freeze` returns, counted
 through `prim::If` blocks, constants included, the graph's param/return nodes excluded.
 
 **What is timed.** `torch.jit.freeze`: freezing only (clone, inline, fold attributes, PyTorch's frozen-graph
 optimisations); it never runs the model. `torch_mp.convert`: wall time of the whole call, which also freezes (in
-C++), runs PyTorch's frozen-graph optimisations again, **runs the model twice** (once instrumented to observe every
+C++, `freeze_module`) and runs PyTorch's frozen-graph optimisations (its `cleanup` phase), **runs the model twice** (once instrumented to observe every
 value's dtype, size and range, once to verify the converted outputs), plans, applies, and builds the report
 (parsed into Python). `pipeline`: `report.data["seconds"]`, the C++ pipeline after freezing; its phases are
 `report.data["phases"]`.
@@ -361,8 +380,16 @@ ratio {largest['convert'] / largest['freeze']:.2f}.
 
 ![conversion time vs graph size](conversion_scaling.png)
 """
-    with open(os.path.join(HERE, "CONVERSION_SCALING.md"), "w") as f:
-        f.write(md)
+    path = os.path.join(HERE, "CONVERSION_SCALING.md")
+    begin, end = "<!-- conversion_scaling.py: begin -->", "<!-- conversion_scaling.py: end -->"
+    section = f"{begin}\n{md.split(chr(10), 2)[2].strip()}\n{end}"
+    text_now = open(path).read() if os.path.exists(path) else ""
+    if begin in text_now and end in text_now:  # replace the measured section, keep the prose around it
+        text_now = text_now[: text_now.index(begin)] + section + text_now[text_now.index(end) + len(end):]
+    else:
+        text_now = "# Conversion time vs graph size\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(text_now)
     print("wrote benchmarks/CONVERSION_SCALING.md and benchmarks/conversion_scaling.png")
     return 0
 
