@@ -22,7 +22,8 @@ frozen-graph optimisations, which is also where torch_mp's own fp32 clean-up sta
 the blocks of prim::If, prim::Constant nodes included, the graph's param and return nodes excluded. The block
 count for a target size comes from a linear fit of node count vs block count measured on two small models.
 
-Timings, each the median of --repeats runs on the same scripted module (scripting is not timed):
+Timings, each the median of --repeats runs (--repeats-large above 20k nodes) on the same scripted module
+(scripting is not timed):
   freeze     torch.jit.freeze(scripted): clone, inline, fold attributes into constants, and PyTorch's frozen-graph
              optimisations (OptimizeFrozenGraph). It does not run the model.
   convert    wall time of torch_mp.convert(scripted, (x,), torch.float16, return_report=True): the same freeze
@@ -312,6 +313,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats-large", type=int, default=1, help="runs per size above 20k nodes")
     parser.add_argument("--no-write", action="store_true", help="print only; do not write the .md and .png")
     parser.add_argument("--distinct-weights", action="store_true",
                         help="one weight set per block instead of 64 shared ones (PyTorch's freeze is then quadratic)")
@@ -330,7 +332,7 @@ def main() -> int:
         print(f"calibration: {per_block:.2f} nodes per block + {fixed:.0f}", flush=True)
         for size in sizes:
             blocks = max(1, round((size - fixed) / per_block))
-            row = measure(blocks, args.repeats, workdir, x)
+            row = measure(blocks, args.repeats if size <= 20000 else args.repeats_large, workdir, x)
             rows.append(row)
             print(f"{row['nodes']:>7} nodes ({blocks} blocks; scripting {row['script']:.1f} s): "
                   f"freeze {row['freeze']:.3f} s, convert {row['convert']:.3f} s, pipeline {row['pipeline']:.3f} s "
@@ -350,7 +352,8 @@ def main() -> int:
     largest = rows[-1]
     md = f"""# Conversion time vs graph size
 
-Command: `python benchmarks/conversion_scaling.py` (sizes {args.sizes}, median of {args.repeats} runs each;
+Command: `python benchmarks/conversion_scaling.py` (sizes {args.sizes}; median of {args.repeats} runs up to 20k
+nodes, {args.repeats_large} above;
 {total:.0f} s in all). Date: {datetime.date.today().isoformat()}. Machine: {cpu_model()}, {os.cpu_count()} cores
 (torch uses 1 thread; "CPU s" is the process's CPU time, steadier than wall time when other jobs share the
 machine). torch {torch.__version__}, Python {platform.python_version()}.
