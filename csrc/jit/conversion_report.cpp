@@ -104,7 +104,11 @@ double ConversionReport::lowPrecisionFlopFraction() const {
 std::string ConversionReport::toJson() const {
   std::ostringstream out;
   out << "{\"dtype\": " << quoted(dtype) << ", \"policy\": " << quoted(policy) << ", \"planner\": " << quoted(planner)
-      << ", \"seconds\": " << seconds << ", \"weight_bytes_before\": " << weightBytesBefore
+      << ", \"seconds\": " << seconds << ", \"phases\": {";
+  for (size_t i = 0; i < phases.size(); ++i) {
+    out << (i ? ", " : "") << quoted(phases[i].first) << ": " << phases[i].second;
+  }
+  out << "}, \"weight_bytes_before\": " << weightBytesBefore
       << ", \"weight_bytes_after\": " << weightBytesAfter << ", \"cast_bytes\": " << castBytes
       << ", \"unobserved_nodes\": " << unobservedNodes
       << ", \"low_precision_flop_fraction\": " << lowPrecisionFlopFraction() << ", \"unknown_ops\": [";

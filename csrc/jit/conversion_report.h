@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torch_mp::jit {
@@ -41,6 +42,8 @@ struct ConversionReport {
   std::vector<std::string> unknownOps;
   int unobservedNodes = 0;
   double seconds = 0.0;
+  // Seconds per pipeline phase, in order: cleanup, observe, plan, apply, cancel, verify, report.
+  std::vector<std::pair<std::string, double>> phases;
 
   int lowPrecisionNodes() const;
   // Fraction of the heavy ops' FLOPs that run in low precision (1 when the graph has none).
