@@ -14,7 +14,9 @@ Search (`search_fallback`):
    the value's norm, and relative to its spread around its mean (a layer whose output is 1000 + a small signal
    keeps a small error of the first kind while rounding the signal away: the second kind sees it).
 3. Keep the top 1, 2, 4, ... ranked nodes in fp32 until the tolerance is met; bisect the count between the last
-   two tries; then drop the kept nodes the tolerance does not need (bisection within the kept set).
+   two tries; then drop the kept nodes the tolerance does not need (bisection within the kept set, at most
+   `PRUNE_BUDGET` conversions: where the error is spread over many nodes, pruning them one by one would cost more
+   than it saves, and the ranked prefix already meets the tolerance).
 Each step is one conversion and one run per calibration input. `bisect_fallback` is the plain search without the
 ranking (delta debugging over the nodes in graph order), for comparison in benchmarks/fallback_search.py.
 """
@@ -31,6 +33,11 @@ from .policy import OpPolicy
 from .report import Report
 
 Metric = Callable[[Any, Any], float]
+PRUNE_BUDGET = 24  # conversions the pruning step may spend
+
+
+class _OutOfBudget(Exception):
+    pass
 
 
 def floating_tensors(value: Any) -> List[torch.Tensor]:
@@ -207,8 +214,19 @@ def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
                 f"the fallback kept all {len(order)} low-precision nodes in fp32 and the error is still "
                 f"{attempt(tuple(kept))[0]:.3g} > tolerance {tolerance:.3g}: is the metric comparing the right outputs?"
             )
-        # 3. drop kept nodes the tolerance does not need
-        kept = _needed(kept, [], lambda names: evaluator.meets(attempt(tuple(sorted(names)))[0]))
+        # 3. drop kept nodes the tolerance does not need, within the budget
+        budget = evaluator.conversions + PRUNE_BUDGET
+
+        def meets_within_budget(names) -> bool:
+            key = tuple(sorted(names))
+            if key not in tried and evaluator.conversions >= budget:
+                raise _OutOfBudget
+            return evaluator.meets(attempt(key)[0])
+
+        try:
+            kept = _needed(kept, [], meets_within_budget)
+        except _OutOfBudget:
+            summary["pruning"] = f"stopped after {PRUNE_BUDGET} conversions; the ranked prefix is kept"
         error, module, report = attempt(tuple(sorted(kept)))
         bar.close()
     summary.update(kept_fp32=kept, error_after=error, conversions=evaluator.conversions,
@@ -217,9 +235,11 @@ def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
     return module, report
 
 
-def bisect_fallback(job, calibration, tolerance: float, metric: Optional[Metric] = None):
+def bisect_fallback(job, calibration, tolerance: float, metric: Optional[Metric] = None,
+                    max_conversions: Optional[int] = None):
     """Plain bisection without ranking (what ORT's search does, in delta-debugging form): returns
-    (kept output names, error, conversions)."""
+    (kept output names, error, conversions), or (None, None, conversions) when it needed more than
+    `max_conversions`."""
     evaluator = Evaluator(job, calibration, tolerance, metric)
     error, _, report = evaluator.error(())
     if evaluator.meets(error):
@@ -230,10 +250,15 @@ def bisect_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
     def meets(names) -> bool:
         key = frozenset(names)
         if key not in cache:
+            if max_conversions is not None and evaluator.conversions >= max_conversions:
+                raise _OutOfBudget
             cache[key] = evaluator.meets(evaluator.error(sorted(key))[0])
         return cache[key]
 
-    kept = _needed(order, [], meets)
+    try:
+        kept = _needed(order, [], meets)
+    except _OutOfBudget:
+        return None, None, evaluator.conversions
     return kept, evaluator.error(sorted(kept))[0], evaluator.conversions
 
 
