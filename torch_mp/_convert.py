@@ -40,6 +40,7 @@ def convert(
     policy: Optional[OpPolicy] = None,
     planner: str = "min-cut",
     verify: bool = True,
+    fuse_casts: bool = True,
     return_report: bool = False,
 ):
     """Converts an fp32 model into a frozen mixed-precision TorchScript module.
@@ -52,6 +53,9 @@ def convert(
         policy: an OpPolicy; default: the one for the inputs' device and `dtype`.
         planner: "min-cut" (fewest cast bytes, exact) or "greedy" (painting, for comparison).
         verify: run the result once and check every output keeps its dtype.
+        fuse_casts: fold casts into the ops that read them (softmax/sum/mean/... with dtype=, mixed-dtype
+            add/sub/mul/div, cast chains); only stock aten ops, so the result still loads anywhere. False keeps
+            every cast the plan needs (for comparison).
         return_report: also return the Report.
 
     Returns:
@@ -70,7 +74,7 @@ def convert(
     try:
         with torch.no_grad():
             converted, report_json = _C.convert_module(
-                scripted._c, inputs, dtype_name, policy.name, policy.rows(), planner, verify
+                scripted._c, inputs, dtype_name, policy.name, policy.rows(), planner, verify, bool(fuse_casts)
             )
     except (ValueError, TypeError):
         raise

@@ -6,7 +6,8 @@
 //                        reached (value_observer); dtype queries answered from it (specialize_dtype_queries)
 //   3. plan              graph -> dataflow (graph_to_dataflow), min-cut precision plan (core/precision_planner)
 //   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
-//   5. cancel casts      lossless round trips and no-op casts (cancel_casts), dead code
+//   5. cancel casts      lossless round trips and no-op casts (cancel_casts); casts fused into the ops that read
+//      and fuse casts    them (fuse_casts: dtype= arguments, mixed-dtype arithmetic, cast chains), dead code
 //   6. check and report  lint, outputs keep their dtypes (checked by running the result), report
 #pragma once
 
@@ -30,6 +31,8 @@ struct ConvertOptions {
   core::PlanMethod planner = core::PlanMethod::kMinCut;
   // Run the converted graph once on the example inputs and check that every output keeps its dtype.
   bool verifyOutputs = true;
+  // Fold casts into the ops that read them (fuse_casts). Off: the casts the plan needs all stay (for comparison).
+  bool fuseCasts = true;
 };
 
 // The default options for the device the model runs on and the low-precision dtype.

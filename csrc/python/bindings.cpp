@@ -51,7 +51,8 @@ std::pair<torch::jit::Module, std::string> convertModule(
     const std::string& policyName,
     const PolicyRows& policyRows,
     const std::string& planner,
-    bool verifyOutputs) {
+    bool verifyOutputs,
+    bool fuseCasts) {
   jit::ConvertOptions options;
   options.lowDtype = parseDtype(dtype);
   options.policyName = policyName;
@@ -61,6 +62,7 @@ std::pair<torch::jit::Module, std::string> convertModule(
   TORCH_CHECK_VALUE(planner == "min-cut" || planner == "greedy", "torch_mp: planner must be 'min-cut' or 'greedy'");
   options.planner = planner == "min-cut" ? core::PlanMethod::kMinCut : core::PlanMethod::kGreedy;
   options.verifyOutputs = verifyOutputs;
+  options.fuseCasts = fuseCasts;
 
   const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
   const std::vector<c10::Argument>& arguments = schema.arguments();  // arguments[0] is self
@@ -104,5 +106,6 @@ PYBIND11_MODULE(_C, m) {
         "The default op policy for a target as (op, category, reason) rows.");
   m.def("convert_module", &torch_mp::convertModule, py::arg("module"), py::arg("example_inputs"), py::arg("dtype"),
         py::arg("policy_name"), py::arg("policy"), py::arg("planner"), py::arg("verify_outputs"),
+        py::arg("fuse_casts") = true,
         "Freezes a copy of a scripted module and converts it; returns (module, report JSON).");
 }
