@@ -24,7 +24,7 @@ from torch_mp.fallback import Evaluator, bisect_fallback, search_fallback  # noq
 from torch_mp.models import CancellationNet, resnet50_ibn_a  # noqa: E402
 
 DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
-MAX_BISECTION = 150  # conversions: plain bisection over hundreds of nodes with a diffuse error takes far more
+MAX_BISECTION = 100  # conversions: plain bisection over hundreds of nodes with a diffuse error takes far more
 
 
 class Encoder(torch.nn.Module):

@@ -40,6 +40,7 @@ def convert(
     policy: Optional[OpPolicy] = None,
     planner: str = "min-cut",
     verify: bool = True,
+    fuse_casts: bool = True,
     return_report: bool = False,
     calibration_inputs: Optional[Sequence[Any]] = None,
     keep_io_dtypes: bool = True,
@@ -57,6 +58,9 @@ def convert(
         policy: an OpPolicy; default: the one for the inputs' device and `dtype`.
         planner: "min-cut" (fewest cast bytes, exact) or "greedy" (painting, for comparison).
         verify: run the result once and check every output keeps its dtype.
+        fuse_casts: fold casts into the ops that read them (softmax/sum/mean/... with dtype=, mixed-dtype
+            add/sub/mul/div, cast chains); only stock aten ops, so the result still loads anywhere. False keeps
+            every cast the plan needs (for comparison).
         return_report: also return the Report.
         calibration_inputs: more inputs (a list, each like example_inputs) the model runs on before planning: the
             range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range.
@@ -86,7 +90,8 @@ def convert(
     scripted, capture = _capture(model, inputs)
     if policy is None:
         policy = OpPolicy.default(target_for(_device_of(inputs, model), dtype))
-    job = Conversion(scripted, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes)
+    job = Conversion(scripted, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes,
+                     bool(fuse_casts))
     if tolerance is None:
         module, report = job.run()
     else:
@@ -100,7 +105,8 @@ def convert(
 class Conversion:
     """One model's conversion settings; run() converts it, optionally keeping given nodes in fp32."""
 
-    def __init__(self, scripted, inputs, dtype_name, policy, planner, verify, calibration, low_precision_io):
+    def __init__(self, scripted, inputs, dtype_name, policy, planner, verify, calibration, low_precision_io,
+                 fuse_casts=True):
         self.scripted = scripted
         self.inputs = inputs
         self.dtype_name = dtype_name
@@ -109,6 +115,7 @@ class Conversion:
         self.verify = verify
         self.calibration = calibration
         self.low_precision_io = low_precision_io
+        self.fuse_casts = fuse_casts
 
     def run(self, keep_fp32: Sequence[str] = (), policy: Optional[OpPolicy] = None) -> Tuple[Any, Report]:
         policy = policy or self.policy
@@ -117,6 +124,7 @@ class Conversion:
                 converted, report_json = _C.convert_module(
                     self.scripted._c, self.inputs, self.dtype_name, policy.name, policy.rows(), self.planner,
                     self.verify, policy.node_rule(keep_fp32), self.calibration, self.low_precision_io,
+                    self.fuse_casts,
                 )
         except (ValueError, TypeError):
             raise

@@ -44,6 +44,16 @@ class Report:
         return self.data["cast_bytes"]
 
     @property
+    def fused_casts(self) -> int:
+        """Casts the plan needed that were folded into the ops reading them (not in `casts`)."""
+        return self.data.get("fused_casts", 0)
+
+    @property
+    def fused_cast_bytes(self) -> int:
+        """Bytes per inference those fused casts would have moved."""
+        return self.data.get("fused_cast_bytes", 0)
+
+    @property
     def seconds(self) -> float:
         return self.data["seconds"]
 
@@ -72,7 +82,9 @@ class Report:
             f"{d['seconds'] * 1e3:.1f} ms)",
             f"  nodes: {low} low precision, {len(self.nodes) - low} fp32; "
             f"{self.low_precision_flop_fraction * 100:.1f}% of the heavy ops' FLOPs in low precision",
-            f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference",
+            f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference"
+            f" ({d.get('fused_casts', 0)} more fused into their readers, saving"
+            f" {d.get('fused_cast_bytes', 0) / 1e6:.3f} MB)",
             f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
             f"({self.weight_ratio:.2f}x)",
         ]

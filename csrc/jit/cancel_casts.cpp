@@ -12,21 +12,6 @@ using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
 
-// The target dtype of `aten::to(%x, dtype, false, false, None)`, or nothing for any other node.
-std::optional<c10::ScalarType> plainCastTarget(const Node* node) {
-  if (node->kind() != c10::aten::to || node->inputs().size() != 5) {
-    return std::nullopt;
-  }
-  auto dtype = torch::jit::constant_as<int64_t>(node->input(1));
-  auto nonBlocking = torch::jit::constant_as<bool>(node->input(2));
-  auto copy = torch::jit::constant_as<bool>(node->input(3));
-  auto memoryFormat = torch::jit::toIValue(node->input(4));
-  if (!dtype || !nonBlocking || *nonBlocking || !copy || *copy || !memoryFormat || !memoryFormat->isNone()) {
-    return std::nullopt;
-  }
-  return static_cast<c10::ScalarType>(*dtype);
-}
-
 bool fp32HoldsExactly(c10::ScalarType dtype) {
   return dtype == c10::ScalarType::Half || dtype == c10::ScalarType::BFloat16 || dtype == c10::ScalarType::Float;
 }
@@ -73,6 +58,21 @@ class CastCanceller {
 };
 
 } // namespace
+
+std::optional<c10::ScalarType> plainCastTarget(const Node* node) {
+  if (node->kind() != c10::aten::to || node->inputs().size() != 5 ||
+      node->input(1)->type()->kind() != c10::TypeKind::IntType) {  // not aten::to.other(Tensor, Tensor, ...)
+    return std::nullopt;
+  }
+  auto dtype = torch::jit::constant_as<int64_t>(node->input(1));
+  auto nonBlocking = torch::jit::constant_as<bool>(node->input(2));
+  auto copy = torch::jit::constant_as<bool>(node->input(3));
+  auto memoryFormat = torch::jit::toIValue(node->input(4));
+  if (!dtype || !nonBlocking || *nonBlocking || !copy || *copy || !memoryFormat || !memoryFormat->isNone()) {
+    return std::nullopt;
+  }
+  return static_cast<c10::ScalarType>(*dtype);
+}
 
 bool CancelCasts(const std::shared_ptr<torch::jit::Graph>& graph) {
   GRAPH_DUMP("Before CancelCasts", graph);

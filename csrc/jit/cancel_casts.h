@@ -14,6 +14,10 @@
 
 namespace torch_mp::jit {
 
+// The target dtype of `aten::to(%x, dtype, false, false, None)` (a plain dtype cast), or nothing for any other
+// node.
+std::optional<c10::ScalarType> plainCastTarget(const torch::jit::Node* node);
+
 // Returns whether the graph changed.
 bool CancelCasts(const std::shared_ptr<torch::jit::Graph>& graph);
 

@@ -37,6 +37,8 @@ struct ConversionReport {
   std::vector<NodeDecision> nodes;
   std::vector<CastRecord> casts;
   int64_t castBytes = 0;
+  int fusedCasts = 0;          // casts the plan needed that fuse_casts folded into their readers (not in `casts`)
+  int64_t fusedCastBytes = 0;  // the bytes those would have moved per inference
   int64_t weightBytesBefore = 0;
   int64_t weightBytesAfter = 0;
   std::vector<std::string> unknownOps;

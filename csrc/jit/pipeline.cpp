@@ -14,6 +14,7 @@
 #include "jit/apply_precision_plan.h"
 #include "jit/cancel_casts.h"
 #include "jit/flop_estimate.h"
+#include "jit/fuse_casts.h"
 #include "jit/graph_to_dataflow.h"
 #include "jit/low_precision_io.h"
 #include "jit/module_scope.h"
@@ -132,6 +133,31 @@ std::vector<NodeDecision> decisionsOf(
   return decisions;
 }
 
+// Bytes a cast reads and writes per inference, at the observed size of the value it casts.
+CastRecord castRecordOf(const Node* cast, const ObservedValues& observed) {
+  const torch::jit::Value* source = cast->input(0);
+  const c10::ScalarType from = recordedDtype(source).value();
+  const c10::ScalarType to = recordedDtype(cast->output()).value();
+  auto it = observed.find(source);
+  const int64_t numel = it == observed.end() ? 0 : it->second.numel;
+  return {source->debugName(), c10::toString(from), c10::toString(to),
+          numel * static_cast<int64_t>(c10::elementSize(from) + c10::elementSize(to))};
+}
+
+// Drops from `nodes` those no longer in the graph (destroyed by a pass), so a node created later at a freed address
+// is never mistaken for one of them.
+void keepLiveNodes(const torch::jit::Block* block, const std::unordered_set<const Node*>& nodes,
+                   std::unordered_set<const Node*>& live) {
+  for (const Node* node : block->nodes()) {
+    for (const torch::jit::Block* sub : node->blocks()) {
+      keepLiveNodes(sub, nodes, live);
+    }
+    if (nodes.count(node)) {
+      live.insert(node);
+    }
+  }
+}
+
 void collectCasts(
     const torch::jit::Block* block,
     const std::unordered_set<const Node*>& inserted,
@@ -144,13 +170,7 @@ void collectCasts(
     if (!inserted.count(node)) {
       continue;
     }
-    const torch::jit::Value* source = node->input(0);
-    const c10::ScalarType from = recordedDtype(source).value();
-    const c10::ScalarType to = recordedDtype(node->output()).value();
-    auto it = observed.find(source);
-    const int64_t numel = it == observed.end() ? 0 : it->second.numel;
-    CastRecord cast{source->debugName(), c10::toString(from), c10::toString(to),
-                    numel * static_cast<int64_t>(c10::elementSize(from) + c10::elementSize(to))};
+    CastRecord cast = castRecordOf(node, observed);
     report.castBytes += cast.bytes;
     report.casts.push_back(std::move(cast));
   }
@@ -238,12 +258,27 @@ ConversionReport ConvertToMixedPrecision(
       applyPrecisionPlan(graph, mapping, plan, observation.values, options.lowDtype);
   endPhase("apply");
 
-  // 5. Cancel casts that change nothing (low-precision IO first: its casts meet the plan's head to head); drop the
-  //    fp32 constants nobody reads any more; share equal constants.
+  // 5. Cancel casts that change nothing (low-precision IO first: its casts meet the plan's head to head), fuse
+  //    casts into the ops that read them; drop the fp32 constants nobody reads any more; share equal constants. A
+  //    cast leaves `inserted` before it is destroyed, so the report lists exactly the casts that remain, and the
+  //    fused ones are counted apart.
   if (options.lowPrecisionIO) {
     LowerGraphIO(graph, options.lowDtype, inserted);
   }
   CancelCasts(graph);
+  {
+    std::unordered_set<const Node*> live;
+    keepLiveNodes(graph->block(), inserted, live);
+    inserted = std::move(live);
+  }
+  if (options.fuseCasts) {
+    FuseCasts(graph, observation.values, [&](const Node* cast) {
+      if (inserted.erase(cast)) {
+        report.fusedCasts += 1;
+        report.fusedCastBytes += castRecordOf(cast, observation.values).bytes;
+      }
+    });
+  }
   torch::jit::EliminateDeadCode(graph);
   torch::jit::ConstantPooling(graph);
   endPhase("cancel");

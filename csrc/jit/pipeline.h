@@ -8,8 +8,9 @@
 //   3. plan              graph -> dataflow (graph_to_dataflow, asking the user's node rule), min-cut precision plan
 //                        (core/precision_planner)
 //   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
-//   5. cancel casts      low-precision IO on request (low_precision_io), then lossless round trips and no-op
-//                        casts (cancel_casts), dead code
+//   5. cancel casts      low-precision IO on request (low_precision_io); lossless round trips and no-op casts
+//      and fuse casts    (cancel_casts); casts fused into the ops that read them (fuse_casts: dtype= arguments,
+//                        mixed-dtype arithmetic, cast chains), dead code
 //   6. check and report  lint, outputs keep their dtypes (checked by running the result), report
 #pragma once
 
@@ -39,6 +40,8 @@ struct ConvertOptions {
   // fp32 tensor inputs and outputs (top level and in returned tuples/lists) take the low dtype instead of keeping
   // theirs, for models that feed one another.
   bool lowPrecisionIO = false;
+  // Fold casts into the ops that read them (fuse_casts). Off: the casts the plan needs all stay (for comparison).
+  bool fuseCasts = true;
 };
 
 // The default options for the device the model runs on and the low-precision dtype.

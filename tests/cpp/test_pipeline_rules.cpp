@@ -57,7 +57,8 @@ TEST(PipelineRulesTest, ConvReluSoftmaxCastsOnceInAndOnceOut) {
       %s : Tensor = aten::softmax(%r, %one, %none)
       return (%s))IR");
   inlineInputAsConstant(*graph, 1, torch::randn({4, 3, 3, 3}));
-  auto result = convert(graph, {torch::randn({2, 3, 8, 8})});
+  // Without fusion (test_fuse_casts.cpp has it with): the softmax reads an fp32 copy.
+  auto result = convert(graph, {torch::randn({2, 3, 8, 8})}, at::kHalf, [](ConvertOptions& o) { o.fuseCasts = false; });
   FileCheck()
       .check("Half(4, 3, 3, 3")->check("prim::Constant")
       ->check("HalfTensor = aten::to(%x, ")->check("aten::conv2d")->check("aten::relu")
@@ -270,9 +271,10 @@ TEST(PipelineRulesTest, NodeRuleOverridesThePolicyWithItsKindAndReason) {
       return std::nullopt;
     };
   });
-  // the first mm is low, the second (kept fp32 by the rule) reads the fp32 softmax: one cast in, none out
+  // the first mm is low, the second (kept fp32 by the rule) reads the fp32 softmax: casts of the inputs only (the
+  // softmax upcasts through its dtype= argument)
   FileCheck().check_count("HalfTensor = aten::to(", 2, /*exactly=*/true)->check("aten::mm")
-      ->check("FloatTensor = aten::to(")->check("aten::softmax")->check_not("aten::to")->run(*result.graph);
+      ->check("FloatTensor = aten::softmax")->check_not("aten::to")->run(*result.graph);
   const NodeDecision& last = result.report.nodes.back();
   EXPECT_EQ(last.op, "aten::mm");
   EXPECT_EQ(last.precision, "fp32");
@@ -301,9 +303,10 @@ TEST(PipelineRulesTest, LowPrecisionIOTakesAndReturnsTheLowDtype) {
   const at::Tensor a = torch::randn({4, 6});
   const at::Tensor b = torch::randn({6, 5});
   auto result = convert(graph, {a, b}, at::kHalf, [](ConvertOptions& o) { o.lowPrecisionIO = true; });
-  // the first mm reads the fp16 inputs directly and the last one returns fp16: only the softmax's casts remain
+  // the first mm reads the fp16 inputs directly and the last one returns fp16: only the softmax's output cast
+  // remains (its input cast is folded into its dtype= argument)
   FileCheck().check("graph(%a : Half")->check("%b : Half")->check_not("aten::to(%a")->check("aten::mm(%a, %b)")
-      ->check("FloatTensor = aten::to(")->check("aten::softmax")->check("HalfTensor = aten::to(")
+      ->check_not("aten::to")->check("aten::softmax")->check("HalfTensor = aten::to(")
       ->check("aten::mm")->check_not("aten::to")->run(*result.graph);
   auto out = runGraph(result.graph, {a.to(at::kHalf), b.to(at::kHalf)});
   EXPECT_EQ(out[0].toTensor().scalar_type(), at::kHalf);
@@ -322,9 +325,10 @@ TEST(PipelineRulesTest, LowPrecisionIOLeavesIntegerAndFp32OnlyGraphsTyped) {
   const at::Tensor x = torch::randn({3, 4});
   const at::Tensor i = torch::arange(3);
   auto result = convert(graph, {x, i}, at::kHalf, [](ConvertOptions& o) { o.lowPrecisionIO = true; });
-  // the softmax stays fp32 between the input and output casts; the integer tensor is never cast
-  FileCheck().check("%x : Half")->check("%i : Long")->check("aten::to(%x")->check("aten::softmax")
-      ->check("aten::to")->check("prim::TupleConstruct")->run(*result.graph);
+  // the softmax stays fp32 between the input and output casts (the input's folded into its dtype= argument); the
+  // integer tensor is never cast
+  FileCheck().check("%x : Half")->check("%i : Long")->check_not("aten::to(%x")->check("aten::softmax(%x, %")
+      ->check("HalfTensor = aten::to(")->check("prim::TupleConstruct")->run(*result.graph);
   auto out = runGraph(result.graph, {x.to(at::kHalf), i});
   const auto& elements = out[0].toTupleRef().elements();
   EXPECT_EQ(elements[0].toTensor().scalar_type(), at::kHalf);

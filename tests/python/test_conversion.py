@@ -64,17 +64,25 @@ def cast_targets(module):
     return sorted(n.inputsAt(1).toIValue() for n in casts_in(module))
 
 
+@pytest.mark.parametrize("fuse_casts", [False, True])
 @pytest.mark.parametrize("dtype", LOW)
-def test_mlp_has_exactly_one_cast_in_and_one_out(dtype):
+def test_mlp_has_exactly_one_cast_in_and_one_out(dtype, fuse_casts):
     model = Mlp().eval()
     x = torch.randn(4, 16)
-    converted = torch_mp.convert(model, (x,), dtype)
-    assert cast_targets(converted) == sorted([CODE[dtype], CODE[torch.float32]])
+    converted = torch_mp.convert(model, (x,), dtype, fuse_casts=fuse_casts)
     low = str(dtype).split(".")[1]
     low = {"float16": "Half", "bfloat16": "BFloat16"}[low]
-    FileCheck().check(f"{low}Tensor = aten::to(%x").check("aten::linear").check("aten::relu").check(
+    check = FileCheck().check(f"{low}Tensor = aten::to(%x").check("aten::linear").check("aten::relu").check(
         "aten::linear"
-    ).check("FloatTensor = aten::to").check("aten::softmax").run(str(converted.graph))
+    )
+    if fuse_casts:  # the way out is softmax's dtype=float32
+        assert cast_targets(converted) == [CODE[dtype]]
+        check.check_not("aten::to").check("FloatTensor = aten::softmax").run(str(converted.graph))
+        (softmax,) = [n for n in converted.graph.nodes() if n.kind() == "aten::softmax"]
+        assert softmax.inputsAt(2).toIValue() == CODE[torch.float32]
+    else:
+        assert cast_targets(converted) == sorted([CODE[dtype], CODE[torch.float32]])
+        check.check("FloatTensor = aten::to").check("aten::softmax").run(str(converted.graph))
     out = converted(x)
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, model(x), rtol=0, atol=2e-2 if dtype == torch.bfloat16 else 2e-3)
@@ -173,8 +181,10 @@ def test_policy_removal_makes_an_op_unknown_and_fp32():
     assert report.unknown_ops == ["aten::relu"]
     relu = [n for n in report.nodes if n["op"] == "aten::relu"]
     assert relu[0]["precision"] == "fp32" and "unknown op" in relu[0]["rule"]
-    # relu in fp32 between two fp16 linears: one cast out of fc1, one into fc2, one before softmax, one in
-    assert len(casts_in(converted)) == 4
+    # relu in fp32 between two fp16 linears: one cast out of fc1, one into fc2, one in; the one before softmax is
+    # fused into softmax's dtype= (it is in the report as fused)
+    assert len(casts_in(converted)) == 3
+    assert len(report.casts) == 3 and report.fused_casts == 1
 
 
 def test_policy_api():
@@ -227,10 +237,12 @@ def test_report_json_and_table():
     assert data["dtype"] == "Half" and data["planner"] == "min-cut"
     linear = [n for n in data["nodes"] if n["op"] == "aten::linear"]
     assert len(linear) == 2 and all(n["precision"] == "low" for n in linear)
-    assert {c["to"] for c in data["casts"]} == {"Half", "Float"}
-    assert sum(c["bytes"] for c in data["casts"]) == data["cast_bytes"] == 4 * 16 * 6 + 4 * 8 * 6
+    # the cast into fc1 stays; the one before softmax is fused into softmax's dtype= and counted apart
+    assert [c["to"] for c in data["casts"]] == ["Half"]
+    assert sum(c["bytes"] for c in data["casts"]) == data["cast_bytes"] == 4 * 16 * 6
+    assert data["fused_casts"] == 1 and data["fused_cast_bytes"] == 4 * 8 * 6
     text = str(report)
-    assert "aten::linear" in text and "casts:" in text
+    assert "aten::linear" in text and "casts:" in text and "1 more fused into their readers" in text
 
 
 def test_input_specs_replace_example_tensors():
@@ -257,12 +269,14 @@ def test_policy_doc_matches_the_cpp_defaults():
 def test_lstm_shape_checks_and_dtype_queries_cost_no_casts(dtype):
     """nn.LSTM's scripted forward has an untaken `unsqueeze` branch and reads `input.dtype` for its zero state:
     the branch's view inherits its input's dtype and the query is answered from the observation, so only the
-    zero state and the head's output are cast."""
+    zero state is cast (the head's output goes to log_softmax as its dtype=float32 argument)."""
     from torch_mp.models import LSTMTagger
 
     tokens = torch.randint(0, 1000, (4, 20))
     converted, report = torch_mp.convert(LSTMTagger().eval(), (tokens,), dtype, return_report=True)
     assert converted.graph.findAllNodes("prim::dtype") == []
     low = {torch.float16: "Half", torch.bfloat16: "BFloat16"}[dtype]
-    assert [(c["from"], c["to"]) for c in report.casts] == [("Float", low), (low, "Float")]
+    # the head's output is read by log_softmax with dtype=float32: that cast is fused
+    assert [(c["from"], c["to"]) for c in report.casts] == [("Float", low)]
+    assert report.fused_casts == 1
     assert report.weight_ratio == pytest.approx(0.5, abs=1e-3)

@@ -1,0 +1,216 @@
+#include "jit/fuse_casts.h"
+
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/jit_log.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "jit/apply_precision_plan.h"
+#include "jit/cancel_casts.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::AliasDb;
+using torch::jit::Block;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Use;
+using torch::jit::Value;
+
+bool isLowFloat(std::optional<c10::ScalarType> dtype) {
+  return dtype == c10::ScalarType::Half || dtype == c10::ScalarType::BFloat16;
+}
+
+// Ops whose `dtype=` argument upcasts `self` inside the kernel (case A).
+bool hasUpcastingDtypeArgument(const Node* node) {
+  static const c10::Symbol kinds[] = {
+      c10::aten::softmax, c10::aten::log_softmax, c10::aten::sum,     c10::aten::mean,
+      c10::aten::prod,    c10::aten::cumsum,      c10::aten::cumprod,
+  };
+  return std::find(std::begin(kinds), std::end(kinds), node->kind()) != std::end(kinds);
+}
+
+// add / sub / mul / div with two tensor operands (case B).
+bool isTensorArithmetic(const Node* node) {
+  static const char* const schemas[] = {
+      "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+      "aten::sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
+      "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor",
+      "aten::div.Tensor(Tensor self, Tensor other) -> Tensor",
+  };
+  for (const char* schema : schemas) {
+    if (node->matches(schema)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool definedInLoopBody(const Value* value) {
+  for (const Block* block = value->node()->owningBlock(); block->owningNode(); block = block->owningNode()->owningBlock()) {
+    if (block->owningNode()->kind() == c10::prim::Loop) {
+      return true;
+    }
+  }
+  return false;
+}
+
+class CastFuser {
+ public:
+  CastFuser(
+      const std::shared_ptr<Graph>& graph,
+      const ObservedValues& observed,
+      const std::function<void(const Node*)>& beforeRemoving)
+      : graph_(graph), observed_(observed), beforeRemoving_(beforeRemoving), aliasDb_(graph, /*isFrozen=*/true) {}
+
+  bool run() {
+    std::vector<Node*> upcasts;
+    collectUpcasts(graph_->block(), upcasts);
+    bool changed = false;
+    for (Node* cast : upcasts) {
+      changed |= fuseReaders(cast);
+    }
+    return changed;
+  }
+
+ private:
+  // Plain casts to fp32 of a low-precision value nobody writes in place, in program order.
+  void collectUpcasts(Block* block, std::vector<Node*>& upcasts) {
+    for (Node* node : block->nodes()) {
+      for (Block* sub : node->blocks()) {
+        collectUpcasts(sub, upcasts);
+      }
+      if (plainCastTarget(node) == c10::ScalarType::Float && isLowFloat(recordedDtype(node->input(0))) &&
+          !aliasDb_.hasWriters(node->input(0)) && !aliasDb_.hasWriters(node->output())) {
+        upcasts.push_back(node);
+      }
+    }
+  }
+
+  bool fuseReaders(Node* cast) {
+    Value* upcast = cast->output();
+    Value* low = cast->input(0);
+    bool changed = false;
+    const std::vector<Use> uses = upcast->uses();  // the loop rewrites them
+    for (const Use& use : uses) {
+      Node* reader = use.user;
+      if (reader->input(use.offset) != upcast) {
+        continue;
+      }
+      if (fuseIntoDtypeArgument(reader, use.offset, low) || fuseIntoArithmetic(reader, use.offset, low) ||
+          shortenChain(reader, use.offset, low)) {
+        changed = true;
+      }
+    }
+    if (changed && !upcast->hasUses()) {
+      GRAPH_UPDATE("Fused away cast ", upcast->debugName(), " of ", low->debugName());
+      if (beforeRemoving_) {
+        beforeRemoving_(cast);
+      }
+      cast->destroy();
+    }
+    return changed;
+  }
+
+  // Case A: softmax(%y, dim, None) => softmax(%x, dim, fp32).
+  bool fuseIntoDtypeArgument(Node* reader, size_t offset, Value* low) {
+    if (offset != 0 || !hasUpcastingDtypeArgument(reader) || reader->outputs().size() != 1 ||
+        recordedDtype(reader->output()) != c10::ScalarType::Float) {
+      return false;
+    }
+    const c10::FunctionSchema* schema = reader->maybeSchema();
+    if (!schema || schema->arguments().empty() || schema->arguments()[0].name() != "self") {
+      return false;
+    }
+    const std::optional<int> dtypeIndex = schema->argumentIndexWithName("dtype");
+    if (!dtypeIndex || static_cast<size_t>(*dtypeIndex) >= reader->inputs().size()) {
+      return false;
+    }
+    const auto dtypeArgument = torch::jit::toIValue(reader->input(*dtypeIndex));
+    if (!dtypeArgument || !dtypeArgument->isNone()) {
+      return false;  // dtype already set (or not a constant): the op's own choice stays
+    }
+    torch::jit::WithInsertPoint guard(reader);
+    reader->replaceInput(*dtypeIndex, graph_->insertConstant(static_cast<int64_t>(c10::ScalarType::Float)));
+    reader->replaceInput(0, low);
+    GRAPH_UPDATE("Fused upcast into ", reader->kind().toQualString(), " (dtype=Float) reading ", low->debugName());
+    return true;
+  }
+
+  // Case B: add(%y, %f) => add(%x, %f) where type promotion yields fp32 anyway.
+  bool fuseIntoArithmetic(Node* reader, size_t offset, Value* low) {
+    if (offset > 1 || !isTensorArithmetic(reader) || recordedDtype(reader->output()) != c10::ScalarType::Float) {
+      return false;
+    }
+    Value* other = reader->input(1 - offset);
+    if (other == reader->input(offset) || recordedDtype(other) != c10::ScalarType::Float ||
+        other->node()->kind() == c10::prim::NumToTensor) {
+      return false;
+    }
+    const std::optional<int64_t> otherDim = knownDim(other);
+    const std::optional<int64_t> lowDim = knownDim(low);
+    if (!otherDim || !lowDim) {
+      return false;
+    }
+    if (*otherDim == 0 && *lowDim != 0) {
+      return false;  // a 0-dim fp32 tensor does not win over a dimensioned low one: the result would be low
+    }
+    reader->replaceInput(offset, low);
+    GRAPH_UPDATE("Fused upcast into ", reader->kind().toQualString(), " (promotes to Float) reading ",
+                 low->debugName());
+    return true;
+  }
+
+  // Case C: to(to(%x, fp32), D) => to(%x, D); %x is Half or BFloat16, which fp32 holds exactly.
+  bool shortenChain(Node* reader, size_t offset, Value* low) {
+    if (offset != 0 || !plainCastTarget(reader)) {
+      return false;
+    }
+    reader->replaceInput(0, low);
+    GRAPH_UPDATE("Shortened cast chain: ", reader->output()->debugName(), " now casts ", low->debugName());
+    return true;
+  }
+
+  // The number of dimensions a value has, from its complete type or its observed sizes; nothing when unknown. Plain
+  // casts keep their input's sizes, so an inserted cast's dim is its input's.
+  std::optional<int64_t> knownDim(const Value* value) const {
+    for (;;) {
+      if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+        if (auto dim = tensorType->dim()) {
+          return static_cast<int64_t>(*dim);
+        }
+      }
+      auto it = observed_.find(value);
+      if (it != observed_.end() && it->second.isTensor && !definedInLoopBody(value)) {
+        return static_cast<int64_t>(it->second.sizes.size());
+      }
+      if (!plainCastTarget(value->node())) {
+        return std::nullopt;
+      }
+      value = value->node()->input(0);
+    }
+  }
+
+  std::shared_ptr<Graph> graph_;
+  const ObservedValues& observed_;
+  const std::function<void(const Node*)>& beforeRemoving_;
+  AliasDb aliasDb_;
+};
+
+} // namespace
+
+bool FuseCasts(
+    const std::shared_ptr<Graph>& graph,
+    const ObservedValues& observed,
+    const std::function<void(const Node*)>& beforeRemoving) {
+  GRAPH_DUMP("Before FuseCasts", graph);
+  const bool changed = CastFuser(graph, observed, beforeRemoving).run();
+  GRAPH_DUMP("After FuseCasts", graph);
+  return changed;
+}
+
+} // namespace torch_mp::jit

@@ -1,0 +1,50 @@
+// Removes casts by letting their readers cast inside their own kernel. Only stock aten ops are used, so the result
+// loads and runs in any libtorch (the portable mode; no custom op is required to load a converted model).
+//
+// A. Ops with a dtype= argument upcast their input and compute in the requested dtype, bit for bit what the cast
+//    followed by the op computes:
+//      %y = aten::to(%x, 6, false, false, None)        %x : Half or BFloat16
+//      %r = aten::softmax(%y, %dim, None)               =>   %r = aten::softmax(%x, %dim, 6)
+//    for softmax, log_softmax, sum (all overloads with dtype=), mean, prod, cumsum, cumprod. Only when the reader's
+//    dtype argument is the constant None.
+// B. Mixed-dtype arithmetic: add / sub / mul / div (Tensor overloads) reading the upcast %y beside an fp32 tensor %f
+//    read %x instead: type promotion computes in fp32 on the upcast values, so the result is the same bit for bit.
+//      %y = aten::to(%x, 6, false, false, None)
+//      %r = aten::mul(%y, %f)                           =>   %r = aten::mul(%x, %f)
+//    Only where promotion provably yields fp32: %f's dtype is Float and %f is dimensioned (dim >= 1) or %x is 0-dim
+//    too (a 0-dim tensor does not win over a dimensioned one: half(4) * float() is half). Dims come from complete
+//    tensor types or from the observed sizes (not for values defined in a loop body, whose rank could change between
+//    iterations); an unknown dim never fuses. %f produced by prim::NumToTensor (a wrapped number) never fuses, and
+//    neither does %f == %y (both operands would become low).
+// C. Chains: %y = aten::to(%x, 6, ...); %z = aten::to(%y, D, ...) with %x held exactly by fp32 (Half, BFloat16)
+//    => %z = aten::to(%x, D, ...) (rounding once from the exact value; D == dtype(%x) is CancelCasts' round trip).
+//    Casts of constants need no pass here: applyPrecisionPlan already stores every constant read in low precision
+//    as a low-precision constant, and the only casts of constants left are the deliberate low -> fp32 casts for
+//    nodes the example inputs did not reach (folding them would bring the fp32 weights back).
+// D. Not done: folding `low matmul -> aten::to(fp32)` into aten::mm.dtype / bmm.dtype / addmm.dtype / baddbmm.dtype.
+//    torch 2.13 declares these out_dtype overloads but has no CPU kernel for them ("Could not run 'aten::mm.dtype'
+//    with arguments from the 'CPU' backend"), so a model using them would not run on CPU: not portable.
+//
+// Never removed: casts to a low dtype (fp32 -> low rounds), casts that are not plain `aten::to(%x, dtype, false,
+// false, None)`, casts whose input is written in place anywhere (the cast's copy protects its readers from that).
+// A reader that fuses stops reading the cast; the cast itself goes when no reader is left, and is then passed to
+// `beforeRemoving` (so a caller can account for it) before it is destroyed. Readers in nested blocks are fine: %x
+// dominates the cast, which dominates its readers. Dtypes come from the values' types (recordObservedDtypes).
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <functional>
+#include <memory>
+
+#include "jit/value_observer.h"
+
+namespace torch_mp::jit {
+
+// Returns whether the graph changed.
+bool FuseCasts(
+    const std::shared_ptr<torch::jit::Graph>& graph,
+    const ObservedValues& observed = ObservedValues(),
+    const std::function<void(const torch::jit::Node* cast)>& beforeRemoving = nullptr);
+
+} // namespace torch_mp::jit

@@ -1,0 +1,394 @@
+// FuseCasts: each case where it fires and where it must not, with lint, FileCheck and numerics before/after.
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/ir/irparser.h>
+#include <torch/csrc/jit/testing/file_check.h>
+
+#include "jit/apply_precision_plan.h"
+#include "jit/fuse_casts.h"
+#include "jit/pipeline.h"
+#include "test_utils.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::testing::FileCheck;
+
+// Runs FuseCasts and checks lint and that the outputs are bit for bit the same; returns whether it changed the graph
+// and how many casts it removed.
+std::pair<bool, int> fuse(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs) {
+  auto before = runGraph(graph, inputs);
+  int removed = 0;
+  const bool changed = FuseCasts(graph, ObservedValues(), [&](const torch::jit::Node*) { ++removed; });
+  graph->lint();
+  expectSameOutputs(before, runGraph(graph, inputs));
+  return {changed, removed};
+}
+
+// The constant dtype= argument of every `kind` node (-1 where it is None), in program order.
+std::vector<int64_t> dtypeArguments(const torch::jit::Block* block, c10::Symbol kind) {
+  std::vector<int64_t> dtypes;
+  for (const torch::jit::Node* node : block->nodes()) {
+    for (const torch::jit::Block* sub : node->blocks()) {
+      auto inner = dtypeArguments(sub, kind);
+      dtypes.insert(dtypes.end(), inner.begin(), inner.end());
+    }
+    if (node->kind() == kind) {
+      const auto index = node->schema().argumentIndexWithName("dtype").value();
+      const auto dtype = torch::jit::toIValue(node->input(index));
+      dtypes.push_back(dtype && dtype->isInt() ? dtype->toInt() : -1);
+    }
+  }
+  return dtypes;
+}
+
+const std::vector<int64_t> kFloatOnce = {static_cast<int64_t>(at::kFloat)};
+
+// Gives the value produced by the first `kind` node the type Float without sizes (IR strings cannot spell it).
+torch::jit::Value* typeAsFloatOfUnknownRank(torch::jit::Graph& graph, c10::Symbol kind) {
+  for (torch::jit::Node* node : graph.nodes()) {
+    if (node->kind() == kind) {
+      node->output()->setType(c10::TensorType::get()->withScalarType(at::kFloat));
+      return node->output();
+    }
+  }
+  return nullptr;
+}
+
+at::Tensor halfInput(std::vector<int64_t> sizes) {
+  return (at::randn(sizes) * 4).to(at::kHalf);
+}
+
+// --- A. ops with dtype= -----------------------------------------------------------------------------------------
+
+TEST(FuseCastsTest, SoftmaxReadsLowInputWithDtypeFloat) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %s : Float(2, 8, strides=[8, 1], device=cpu) = aten::softmax(%up, %one, %none)
+      return (%s))IR");
+  auto [changed, removed] = fuse(graph, {halfInput({2, 8})});
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(removed, 1);
+  FileCheck().check_not("aten::to")->check("aten::softmax(%x, ")->run(*graph);
+  EXPECT_EQ(dtypeArguments(graph->block(), c10::aten::softmax), kFloatOnce);
+}
+
+TEST(FuseCastsTest, ReductionsAndScansReadLowInputWithDtypeFloat) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : BFloat16(3, 5, strides=[5, 1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %dims : int[] = prim::ListConstruct(%one)
+      %up : Float(3, 5, strides=[5, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %sum : Float(3, strides=[1], device=cpu) = aten::sum(%up, %dims, %false, %none)
+      %mean : Float(3, strides=[1], device=cpu) = aten::mean(%up, %dims, %false, %none)
+      %all : Float(requires_grad=0, device=cpu) = aten::sum(%up, %none)
+      %cumsum : Float(3, 5, strides=[5, 1], device=cpu) = aten::cumsum(%up, %one, %none)
+      %logp : Float(3, 5, strides=[5, 1], device=cpu) = aten::log_softmax(%up, %one, %none)
+      return (%sum, %mean, %all, %cumsum, %logp))IR");
+  auto [changed, removed] = fuse(graph, {(at::randn({3, 5}) * 4).to(at::kBFloat16)});
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(removed, 1);
+  FileCheck()
+      .check_not("aten::to")
+      ->check("aten::sum(%x, ")->check("aten::mean(%x, ")->check("aten::sum(%x, ")->check("aten::cumsum(%x, ")
+      ->check("aten::log_softmax(%x, ")
+      ->run(*graph);
+  const int64_t f = static_cast<int64_t>(at::kFloat);
+  EXPECT_EQ(dtypeArguments(graph->block(), c10::aten::sum), std::vector<int64_t>({f, f}));
+  for (c10::Symbol kind : {c10::aten::mean, c10::aten::cumsum, c10::aten::log_softmax}) {
+    EXPECT_EQ(dtypeArguments(graph->block(), kind), kFloatOnce) << kind.toQualString();
+  }
+}
+
+TEST(FuseCastsTest, SoftmaxWithDtypeAlreadySetKeepsTheCast) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %s : Float(2, 8, strides=[8, 1], device=cpu) = aten::softmax(%up, %one, %fp32)
+      return (%s))IR");
+  auto [changed, removed] = fuse(graph, {halfInput({2, 8})});
+  EXPECT_FALSE(changed);
+  EXPECT_EQ(removed, 0);
+  FileCheck().check("aten::to(%x")->check("aten::softmax(")->run(*graph);
+  FileCheck().check_not("aten::softmax(%x")->run(*graph);
+}
+
+TEST(FuseCastsTest, CastWithAnotherReaderStaysForIt) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %s : Float(2, 8, strides=[8, 1], device=cpu) = aten::softmax(%up, %one, %none)
+      %e : Float(2, 8, strides=[8, 1], device=cpu) = aten::exp(%up)
+      return (%s, %e))IR");
+  auto [changed, removed] = fuse(graph, {halfInput({2, 8})});
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(removed, 0);  // exp still reads the cast
+  FileCheck()
+      .check_count("aten::to(%x", 1, /*exactly=*/true)->check("aten::softmax(%x, ")->check("aten::exp(")
+      ->run(*graph);
+  FileCheck().check_not("aten::exp(%x")->run(*graph);
+  EXPECT_EQ(dtypeArguments(graph->block(), c10::aten::softmax), kFloatOnce);
+}
+
+TEST(FuseCastsTest, LossyDowncastIsNeverFused) {
+  // fp32 -> half rounds; softmax on the rounded half values is not softmax on the fp32 ones.
+  auto graph = parseGraph(R"IR(
+    graph(%x : Float(2, 8, strides=[8, 1], device=cpu)):
+      %half : int = prim::Constant[value=5]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %down : Half(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %half, %false, %false, %none)
+      %s : Half(2, 8, strides=[8, 1], device=cpu) = aten::softmax(%down, %one, %none)
+      %y : Float(2, 8, strides=[8, 1], device=cpu) = aten::add(%down, %x, %one)
+      return (%s, %y))IR");
+  auto [changed, removed] = fuse(graph, {at::randn({2, 8})});
+  EXPECT_FALSE(changed);
+  FileCheck().check_count("aten::to(%x, ", 1, /*exactly=*/true)->check("aten::softmax(%")->run(*graph);
+  FileCheck().check_not("aten::softmax(%x")->check_not("aten::add(%x")->run(*graph);
+}
+
+TEST(FuseCastsTest, InPlaceWriteOfTheLowValueKeepsTheCast) {
+  // The cast's copy protects softmax from the later in-place write.
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %c : Half(2, 8, strides=[8, 1], device=cpu) = aten::clone(%x, %none)
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%c, %fp32, %false, %false, %none)
+      %w : Half(2, 8, strides=[8, 1], device=cpu) = aten::mul_(%c, %c)
+      %s : Float(2, 8, strides=[8, 1], device=cpu) = aten::softmax(%up, %one, %none)
+      return (%s, %w))IR");
+  auto [changed, removed] = fuse(graph, {halfInput({2, 8})});
+  EXPECT_FALSE(changed);
+  FileCheck().check("aten::clone(%x")->check("aten::to(")->check("aten::mul_(")->check("aten::softmax(")
+      ->run(*graph);
+  EXPECT_EQ(dtypeArguments(graph->block(), c10::aten::softmax), std::vector<int64_t>({-1}));
+}
+
+TEST(FuseCastsTest, ReaderInsideIfBranchReadsTheLowValue) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu), %flag : bool):
+      %fp32 : int = prim::Constant[value=6]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %r : Float(2, 8, strides=[8, 1], device=cpu) = prim::If(%flag)
+        block0():
+          %s : Float(2, 8, strides=[8, 1], device=cpu) = aten::softmax(%up, %one, %none)
+          -> (%s)
+        block1():
+          %e : Float(2, 8, strides=[8, 1], device=cpu) = aten::exp(%up)
+          -> (%e)
+      return (%r))IR");
+  auto [changed, removed] = fuse(graph, {halfInput({2, 8}), true});
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(removed, 0);
+  FileCheck().check("aten::to(%x")->check("prim::If")->check("aten::softmax(%x, ")->check("aten::exp(")
+      ->run(*graph);
+  FileCheck().check_not("aten::exp(%x")->run(*graph);
+  expectSameOutputs(runGraph(graph, {halfInput({2, 8}).fill_(0.5), false}),
+                    {at::full({2, 8}, 0.5).exp()});
+}
+
+// --- B. mixed-dtype arithmetic ----------------------------------------------------------------------------------
+
+TEST(FuseCastsTest, ArithmeticWithDimensionedFp32OperandReadsLowValue) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu), %f : Float(8, strides=[1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %a : Float(2, 8, strides=[8, 1], device=cpu) = aten::add(%up, %f, %one)
+      %b : Float(2, 8, strides=[8, 1], device=cpu) = aten::sub(%f, %up, %one)
+      %c : Float(2, 8, strides=[8, 1], device=cpu) = aten::mul(%up, %f)
+      %d : Float(2, 8, strides=[8, 1], device=cpu) = aten::div(%f, %up)
+      return (%a, %b, %c, %d))IR");
+  auto [changed, removed] = fuse(graph, {halfInput({2, 8}), at::randn({8})});
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(removed, 1);
+  FileCheck()
+      .check_not("aten::to")->check("aten::add(%x, %f")->check("aten::sub(%f, %x")->check("aten::mul(%x, %f")
+      ->check("aten::div(%f, %x")->run(*graph);
+}
+
+TEST(FuseCastsTest, ArithmeticOnTwoZeroDimTensorsReadsLowValue) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(requires_grad=0, device=cpu), %f : Float(requires_grad=0, device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(requires_grad=0, device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %c : Float(requires_grad=0, device=cpu) = aten::mul(%up, %f)
+      return (%c))IR");
+  auto [changed, removed] = fuse(graph, {at::tensor(3.3).to(at::kHalf), at::tensor(1.7f)});
+  EXPECT_TRUE(changed);
+  FileCheck().check_not("aten::to")->check("aten::mul(%x, %f)")->run(*graph);
+}
+
+TEST(FuseCastsTest, ZeroDimFp32OperandKeepsTheCast) {
+  // half(2, 8) * float() is half: a 0-dim tensor does not win promotion over a dimensioned one.
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu), %f : Float(requires_grad=0, device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %c : Float(2, 8, strides=[8, 1], device=cpu) = aten::mul(%up, %f)
+      return (%c))IR");
+  auto [changed, removed] = fuse(graph, {halfInput({2, 8}), at::tensor(1.7f)});
+  EXPECT_FALSE(changed);
+  FileCheck().check("aten::to(%x")->check("aten::mul(%")->check(", %f)")->run(*graph);
+  FileCheck().check_not("aten::mul(%x")->run(*graph);
+}
+
+TEST(FuseCastsTest, UnknownDimsOrSameOperandKeepTheCast) {
+  // %f's dim is unknown (no sizes, nothing observed); %up * %up would become half * half.
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu), %f : Float(*, *, device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %g : Tensor = aten::relu(%f)
+      %c : Float(2, 8, strides=[8, 1], device=cpu) = aten::mul(%up, %g)
+      %s : Float(2, 8, strides=[8, 1], device=cpu) = aten::mul(%up, %up)
+      return (%c, %s))IR");
+  typeAsFloatOfUnknownRank(*graph, c10::aten::relu);
+  auto [changed, removed] = fuse(graph, {halfInput({2, 8}), at::randn({2, 8})});
+  EXPECT_FALSE(changed);
+  FileCheck().check_count("aten::to(%x", 1, /*exactly=*/true)->run(*graph);
+  FileCheck().check_not("aten::mul(%x")->run(*graph);
+}
+
+TEST(FuseCastsTest, ObservedSizesGiveTheDims) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, 8, strides=[8, 1], device=cpu), %f : Float(*, *, device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, 8, strides=[8, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %g : Tensor = aten::relu(%f)
+      %c : Float(2, 8, strides=[8, 1], device=cpu) = aten::mul(%up, %g)
+      return (%c))IR");
+  ObservedValue g;
+  g.isTensor = true;
+  g.dtype = at::kFloat;
+  g.numel = 16;
+  g.sizes = {2, 8};
+  ObservedValues observed{{typeAsFloatOfUnknownRank(*graph, c10::aten::relu), g}};
+  auto inputs = std::vector<c10::IValue>{halfInput({2, 8}), at::randn({2, 8})};
+  auto before = runGraph(graph, inputs);
+  EXPECT_TRUE(FuseCasts(graph, observed));
+  graph->lint();
+  FileCheck().check_not("aten::to")->check("aten::mul(%x, %")->run(*graph);
+  expectSameOutputs(before, runGraph(graph, inputs));
+}
+
+// --- C. chains and constants ------------------------------------------------------------------------------------
+
+TEST(FuseCastsTest, LosslessChainCastsOnce) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(4, strides=[1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %bf16 : int = prim::Constant[value=15]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(4, strides=[1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %b : BFloat16(4, strides=[1], device=cpu) = aten::to(%up, %bf16, %false, %false, %none)
+      return (%b))IR");
+  auto [changed, removed] = fuse(graph, {halfInput({4})});
+  EXPECT_TRUE(changed);
+  EXPECT_EQ(removed, 1);
+  FileCheck().check_count("aten::to(%x, ", 1, /*exactly=*/true)->run(*graph);
+  FileCheck().check_count("aten::to", 1, /*exactly=*/true)->run(*graph);
+}
+
+TEST(FuseCastsTest, LossyChainStays) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Float(4, strides=[1], device=cpu)):
+      %half : int = prim::Constant[value=5]()
+      %bf16 : int = prim::Constant[value=15]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %h : Half(4, strides=[1], device=cpu) = aten::to(%x, %half, %false, %false, %none)
+      %b : BFloat16(4, strides=[1], device=cpu) = aten::to(%h, %bf16, %false, %false, %none)
+      return (%b))IR");
+  auto [changed, removed] = fuse(graph, {at::randn({4})});
+  EXPECT_FALSE(changed);
+  FileCheck().check_count("aten::to", 2, /*exactly=*/true)->run(*graph);
+}
+
+// In the pipeline: weights read in low precision are stored as low constants (no cast of a constant is left), the
+// softmax after a low conv reads it with dtype=Float, and the report counts the fused cast apart.
+TEST(FuseCastsTest, PipelineFoldsConstantsAndReportsFusedCasts) {
+  const std::string ir = R"IR(
+    graph(%x : Tensor, %w : Tensor):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %zero : int = prim::Constant[value=0]()
+      %ones : int[] = prim::ListConstruct(%one, %one)
+      %zeros : int[] = prim::ListConstruct(%zero, %zero)
+      %c : Tensor = aten::conv2d(%x, %w, %none, %ones, %zeros, %ones, %one)
+      %r : Tensor = aten::relu(%c)
+      %s : Tensor = aten::softmax(%r, %one, %none)
+      return (%s))IR";
+  const auto x = torch::randn({2, 3, 8, 8});
+  const auto w = torch::randn({4, 3, 3, 3});
+  auto convert = [&](bool fuseCasts) {
+    auto graph = parseGraph(ir);
+    torch::jit::WithInsertPoint guard(graph->block()->nodes().front());
+    graph->inputs()[1]->replaceAllUsesWith(graph->insertConstant(w));
+    graph->eraseInput(1);
+    auto before = runGraph(graph, {x});
+    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kHalf);
+    options.fuseCasts = fuseCasts;
+    ConversionReport report = ConvertToMixedPrecision(graph, {x}, options);
+    graph->lint();
+    expectCloseOutputs(before, runGraph(graph, {x}), 1e-2);
+    return std::make_pair(graph, report);
+  };
+  auto [fused, fusedReport] = convert(true);
+  auto [plain, plainReport] = convert(false);
+  FileCheck()
+      .check("Half(4, 3, 3, 3")->check("prim::Constant")->check_count("aten::to", 1, /*exactly=*/true)
+      ->check("aten::conv2d")->check("aten::relu")->check("aten::softmax(%")->check_not("aten::to")
+      ->run(*fused);
+  for (torch::jit::Node* node : fused->nodes()) {
+    if (node->kind() == c10::aten::softmax) {
+      EXPECT_EQ(recordedDtype(node->input(0)), at::kHalf);
+      EXPECT_EQ(torch::jit::constant_as<int64_t>(node->input(2)), static_cast<int64_t>(at::kFloat));
+    }
+  }
+  EXPECT_EQ(plainReport.casts.size(), 2u);
+  EXPECT_EQ(plainReport.fusedCasts, 0);
+  EXPECT_EQ(fusedReport.casts.size(), 1u);
+  EXPECT_EQ(fusedReport.fusedCasts, 1);
+  EXPECT_EQ(fusedReport.fusedCastBytes, 2 * 4 * 6 * 6 * 6);  // the fp16 conv output read, an fp32 copy written
+  EXPECT_EQ(fusedReport.castBytes + fusedReport.fusedCastBytes, plainReport.castBytes);
+  EXPECT_NE(fusedReport.toJson().find("\"fused_casts\": 1"), std::string::npos);
+}
+
+} // namespace
+} // namespace torch_mp::jit

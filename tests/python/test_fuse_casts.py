@@ -1,0 +1,98 @@
+"""Cast fusion on a real attention block: the softmax reads the low-precision scores with dtype=float32 (no cast
+node), the report counts the fused cast apart, accuracy holds, and the saved file loads in a fresh Python without
+torch_mp (only stock aten ops)."""
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+import torch_mp
+from torch_mp.accuracy import compare
+
+
+class Attention(nn.Module):
+    def __init__(self, dim: int = 64):
+        super().__init__()
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.out = nn.Linear(dim, dim)
+        self.scale = 1.0 / math.sqrt(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(self.q(x), self.k(x).transpose(-2, -1)) * self.scale
+        probs = torch.softmax(scores, dim=-1)
+        return self.out(torch.matmul(probs, self.v(x)))
+
+
+def _softmax_nodes(graph):
+    return [node for node in graph.nodes() if node.kind() == "aten::softmax"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_softmax_reads_low_scores_with_dtype_float(dtype):
+    torch.manual_seed(0)
+    model = Attention().eval()
+    x = torch.randn(2, 16, 64)
+    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    (softmax,) = _softmax_nodes(converted.graph)
+    scores, _, dtype_argument = softmax.inputs()
+    assert scores.type().dtype() == dtype  # reads the low matmul's scores directly ...
+    assert dtype_argument.toIValue() == 6  # ... as torch.float32 (ScalarType 6) inside the kernel
+    assert scores.node().kind() != "aten::to"
+    torch.testing.FileCheck().check("aten::matmul").check_not("aten::to").check("aten::softmax").run(
+        str(converted.graph)
+    )
+
+    _, plain = torch_mp.convert(model, (x,), dtype, fuse_casts=False, return_report=True)
+    assert report.fused_casts >= 1 and plain.fused_casts == 0
+    assert len(report.casts) + report.fused_casts == len(plain.casts)
+    assert report.cast_bytes + report.fused_cast_bytes == plain.cast_bytes
+    assert report.cast_bytes < plain.cast_bytes
+    assert "fused into their readers" in report.summary()
+
+    with torch.no_grad():
+        for inputs in [x, torch.randn(2, 16, 64), torch.randn(3, 16, 64)]:
+            agreement = compare(model(inputs), converted(inputs))
+            assert agreement.cosine > 0.9999, agreement
+            assert agreement.max_rel_error < (2e-3 if dtype == torch.float16 else 2e-2), agreement
+
+
+def test_fusion_off_keeps_the_cast_before_softmax():
+    model = Attention().eval()
+    converted = torch_mp.convert(model, (torch.randn(2, 16, 64),), torch.float16, fuse_casts=False)
+    (softmax,) = _softmax_nodes(converted.graph)
+    assert softmax.inputsAt(0).node().kind() == "aten::to"
+    assert softmax.inputsAt(2).toIValue() is None
+
+
+def test_fused_model_loads_without_torch_mp(tmp_path):
+    torch.manual_seed(0)
+    model = Attention().eval()
+    x = torch.randn(2, 16, 64)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    path, data_path = tmp_path / "attention_fp16.pt", tmp_path / "data.pt"
+    torch.jit.save(converted, path)
+    torch.save({"x": x, "expected": converted(x)}, data_path)
+    script = textwrap.dedent(
+        f"""
+        import sys, torch
+        model = torch.jit.load({str(path)!r})
+        assert any(n.kind() == "aten::softmax" and n.inputsAt(2).toIValue() == 6 for n in model.graph.nodes())
+        data = torch.load({str(data_path)!r})
+        out = model(data["x"])
+        assert out.dtype == torch.float32, out.dtype
+        assert torch.equal(out, data["expected"]), (out - data["expected"]).abs().max()
+        assert "torch_mp" not in sys.modules
+        print("ok")
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
