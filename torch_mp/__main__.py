@@ -7,7 +7,6 @@
     python -m torch_mp policy [--target cuda_fp16]          print a default op policy (docs/OP_POLICY.md)
 """
 import argparse
-import json
 import os
 import shutil
 import sys

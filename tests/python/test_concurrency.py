@@ -2,7 +2,6 @@
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-from torch import nn
 
 import torch_mp
 from torch_mp.models import ControlFlowNet, ConvBnNet, LSTMTagger, NestedOutputNet

@@ -1,5 +1,4 @@
 """Bad input gets a clear exception naming the problem; the user's module is never modified."""
-import copy
 
 import pytest
 import torch

@@ -2,10 +2,6 @@
 node), the report counts the fused cast apart, accuracy holds, and the saved file loads in a fresh Python without
 torch_mp (only stock aten ops)."""
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -13,6 +9,8 @@ from torch import nn
 
 import torch_mp
 from torch_mp.accuracy import compare
+
+from fresh_process import assert_runs_without_torch_mp
 
 
 class Attention(nn.Module):
@@ -76,23 +74,7 @@ def test_fused_model_loads_without_torch_mp(tmp_path):
     model = Attention().eval()
     x = torch.randn(2, 16, 64)
     converted = torch_mp.convert(model, (x,), torch.float16)
-    path, data_path = tmp_path / "attention_fp16.pt", tmp_path / "data.pt"
+    path = tmp_path / "attention_fp16.pt"
     torch.jit.save(converted, path)
-    torch.save({"x": x, "expected": converted(x)}, data_path)
-    script = textwrap.dedent(
-        f"""
-        import sys, torch
-        model = torch.jit.load({str(path)!r})
-        assert any(n.kind() == "aten::softmax" and n.inputsAt(2).toIValue() == 6 for n in model.graph.nodes())
-        data = torch.load({str(data_path)!r})
-        out = model(data["x"])
-        assert out.dtype == torch.float32, out.dtype
-        assert torch.equal(out, data["expected"]), (out - data["expected"]).abs().max()
-        assert "torch_mp" not in sys.modules
-        print("ok")
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    check = 'assert any(n.kind() == "aten::softmax" and n.inputsAt(2).toIValue() == 6 for n in model.graph.nodes())'
+    assert_runs_without_torch_mp(path, x, converted(x), tmp_path, check)

@@ -3,14 +3,14 @@ import json
 import os
 import re
 import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
 
 import torch_mp
 from torch_mp.models import ConvBnNet, NestedOutputNet
+
+from fresh_process import assert_runs_without_torch_mp
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -23,24 +23,7 @@ def test_saved_file_is_about_half_and_loads_without_torch_mp(tmp_path, dtype):
     torch.jit.save(converted, mp_path)
     assert os.path.getsize(mp_path) < 0.6 * os.path.getsize(fp32_path)
 
-    data_path = tmp_path / "data.pt"
-    torch.save({"x": x, "expected": converted(x)}, data_path)
-    script = textwrap.dedent(
-        f"""
-        import sys, torch
-        model = torch.jit.load({str(mp_path)!r})
-        data = torch.load({str(data_path)!r})
-        out = model(data["x"])
-        assert out.dtype == torch.float32, out.dtype
-        assert torch.equal(out, data["expected"]), (out - data["expected"]).abs().max()
-        assert "torch_mp" not in sys.modules
-        print("ok")
-        """
-    )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert_runs_without_torch_mp(mp_path, x, converted(x), tmp_path)
 
 
 def test_nested_outputs_survive_save_and_load(tmp_path):
