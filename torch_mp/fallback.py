@@ -185,7 +185,10 @@ def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
     if not evaluator.meets(error):
         ranking = rank_by_added_error(job, report, module, evaluator.calibration[0])
         summary["ranking"] = [{"output": name, "added_error": score} for name, score in ranking[:20]]
-        order = [name for name, _ in ranking]
+        ranked = {name for name, _ in ranking}
+        # nodes the probe cannot read (inside if/loop blocks) come last, in graph order
+        unranked = [n["output"] for n in report.nodes if n["precision"] == "low" and n["output"] not in ranked]
+        order = [name for name, _ in ranking] + [name for name in unranked if name]
         bar = Progress(progress, total=2 * max(1, len(order)).bit_length() + 4)
         tried = {(): (error, module, report)}
 
