@@ -48,7 +48,7 @@ class Settings(NamedTuple):
     compile_timeout_s: Optional[int]  # None: torch.compile is skipped
 
 
-FULL = {"cpu": Settings(batch=8, seq=128, rounds=7, timing_s=30, compile_timeout_s=240),
+FULL = {"cpu": Settings(batch=8, seq=128, rounds=7, timing_s=20, compile_timeout_s=180),
         "cuda": Settings(batch=32, seq=128, rounds=30, timing_s=20, compile_timeout_s=300)}
 # inductor needs minutes per model on two cores: a quick run skips it
 QUICK = {"cpu": Settings(batch=2, seq=64, rounds=3, timing_s=0, compile_timeout_s=None),
