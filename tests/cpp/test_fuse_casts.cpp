@@ -343,24 +343,11 @@ TEST(FuseCastsTest, LossyChainStays) {
 // In the pipeline: weights read in low precision are stored as low constants (no cast of a constant is left), the
 // softmax after a low conv reads it with dtype=Float, and the report counts the fused cast apart.
 TEST(FuseCastsTest, PipelineFoldsConstantsAndReportsFusedCasts) {
-  const std::string ir = R"IR(
-    graph(%x : Tensor, %w : Tensor):
-      %none : NoneType = prim::Constant()
-      %one : int = prim::Constant[value=1]()
-      %zero : int = prim::Constant[value=0]()
-      %ones : int[] = prim::ListConstruct(%one, %one)
-      %zeros : int[] = prim::ListConstruct(%zero, %zero)
-      %c : Tensor = aten::conv2d(%x, %w, %none, %ones, %zeros, %ones, %one)
-      %r : Tensor = aten::relu(%c)
-      %s : Tensor = aten::softmax(%r, %one, %none)
-      return (%s))IR";
   const auto x = torch::randn({2, 3, 8, 8});
   const auto w = torch::randn({4, 3, 3, 3});
   auto convert = [&](bool fuseCasts) {
-    auto graph = parseGraph(ir);
-    torch::jit::WithInsertPoint guard(graph->block()->nodes().front());
-    graph->inputs()[1]->replaceAllUsesWith(graph->insertConstant(w));
-    graph->eraseInput(1);
+    auto graph = parseGraph(kConvReluSoftmax);
+    inlineInputAsConstant(*graph, 1, w);
     auto before = runGraph(graph, {x});
     ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kHalf);
     options.fuseCasts = fuseCasts;

@@ -15,13 +15,6 @@ namespace {
 
 using torch::jit::testing::FileCheck;
 
-// Replaces graph input `index` by a constant holding `value` (IR strings cannot spell tensor constants).
-void inlineInputAsConstant(torch::jit::Graph& graph, size_t index, const at::Tensor& value) {
-  torch::jit::WithInsertPoint guard(graph.block()->nodes().front());
-  graph.inputs()[index]->replaceAllUsesWith(graph.insertConstant(value));
-  graph.eraseInput(index);
-}
-
 struct Converted {
   std::shared_ptr<torch::jit::Graph> graph;
   ConversionReport report;
@@ -45,17 +38,7 @@ Converted convert(const std::shared_ptr<torch::jit::Graph>& original, const std:
 }
 
 TEST(PipelineRulesTest, ConvReluSoftmaxCastsOnceInAndOnceOut) {
-  auto graph = parseGraph(R"IR(
-    graph(%x : Tensor, %w : Tensor):
-      %none : NoneType = prim::Constant()
-      %one : int = prim::Constant[value=1]()
-      %zero : int = prim::Constant[value=0]()
-      %ones : int[] = prim::ListConstruct(%one, %one)
-      %zeros : int[] = prim::ListConstruct(%zero, %zero)
-      %c : Tensor = aten::conv2d(%x, %w, %none, %ones, %zeros, %ones, %one)
-      %r : Tensor = aten::relu(%c)
-      %s : Tensor = aten::softmax(%r, %one, %none)
-      return (%s))IR");
+  auto graph = parseGraph(kConvReluSoftmax);
   inlineInputAsConstant(*graph, 1, torch::randn({4, 3, 3, 3}));
   // Without fusion (test_fuse_casts.cpp has it with): the softmax reads an fp32 copy.
   auto result = convert(graph, {torch::randn({2, 3, 8, 8})}, at::kHalf, [](ConvertOptions& o) { o.fuseCasts = false; });

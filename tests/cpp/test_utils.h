@@ -12,10 +12,30 @@
 
 namespace torch_mp::jit {
 
+// conv2d (weight %w) -> relu -> softmax: a low op, a follow op and an fp32 op in a row.
+constexpr const char* kConvReluSoftmax = R"IR(
+    graph(%x : Tensor, %w : Tensor):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %zero : int = prim::Constant[value=0]()
+      %ones : int[] = prim::ListConstruct(%one, %one)
+      %zeros : int[] = prim::ListConstruct(%zero, %zero)
+      %c : Tensor = aten::conv2d(%x, %w, %none, %ones, %zeros, %ones, %one)
+      %r : Tensor = aten::relu(%c)
+      %s : Tensor = aten::softmax(%r, %one, %none)
+      return (%s))IR";
+
 inline std::shared_ptr<torch::jit::Graph> parseGraph(const std::string& ir) {
   auto graph = std::make_shared<torch::jit::Graph>();
   torch::jit::parseIR(ir, graph.get());
   return graph;
+}
+
+// Replaces graph input `index` by a constant holding `value` (IR strings cannot spell tensor constants).
+inline void inlineInputAsConstant(torch::jit::Graph& graph, size_t index, const at::Tensor& value) {
+  torch::jit::WithInsertPoint guard(graph.block()->nodes().front());
+  graph.inputs()[index]->replaceAllUsesWith(graph.insertConstant(value));
+  graph.eraseInput(index);
 }
 
 // Runs a copy of the graph on copies of the inputs.
