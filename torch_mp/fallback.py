@@ -192,45 +192,45 @@ def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
         bar = Progress(progress, total=2 * max(1, len(order)).bit_length() + 4)
         tried = {(): (error, module, report)}
 
-        def attempt(names: Tuple[str, ...]):
-            if names not in tried:
-                tried[names] = evaluator.error(names)
-                bar.step(f"{len(names)} nodes in fp32: error {tried[names][0]:.3g} (tolerance {tolerance:.3g})")
-            return tried[names]
+        def attempt(names) -> Tuple[float, Any, Report]:
+            key = tuple(sorted(names))  # one conversion per set, however the search reached it
+            if key not in tried:
+                tried[key] = evaluator.error(key)
+                bar.step(f"{len(key)} nodes in fp32: error {tried[key][0]:.3g} (tolerance {tolerance:.3g})")
+            return tried[key]
 
         # 1. double the count until the tolerance is met, 2. bisect between the last two counts
         low_count, count = 0, 1
-        while count < len(order) and not evaluator.meets(attempt(tuple(order[:count]))[0]):
+        while count < len(order) and not evaluator.meets(attempt(order[:count])[0]):
             low_count, count = count, min(2 * count, len(order))
         count = min(count, len(order))
         high = count
         while high - low_count > 1:
             middle = (low_count + high) // 2
-            if evaluator.meets(attempt(tuple(order[:middle]))[0]):
+            if evaluator.meets(attempt(order[:middle])[0]):
                 high = middle
             else:
                 low_count = middle
         kept = order[:high]
-        if not evaluator.meets(attempt(tuple(kept))[0]):
+        if not evaluator.meets(attempt(kept)[0]):
             bar.close()
             raise ValueError(
                 f"the fallback kept all {len(order)} low-precision nodes in fp32 and the error is still "
-                f"{attempt(tuple(kept))[0]:.3g} > tolerance {tolerance:.3g}: is the metric comparing the right outputs?"
+                f"{attempt(kept)[0]:.3g} > tolerance {tolerance:.3g}: is the metric comparing the right outputs?"
             )
         # 3. drop kept nodes the tolerance does not need, within the budget
         budget = evaluator.conversions + PRUNE_BUDGET
 
         def meets_within_budget(names) -> bool:
-            key = tuple(sorted(names))
-            if key not in tried and evaluator.conversions >= budget:
+            if tuple(sorted(names)) not in tried and evaluator.conversions >= budget:
                 raise _OutOfBudget
-            return evaluator.meets(attempt(key)[0])
+            return evaluator.meets(attempt(names)[0])
 
         try:
             kept = _needed(kept, [], meets_within_budget)
         except _OutOfBudget:
             summary["pruning"] = f"stopped after {PRUNE_BUDGET} conversions; the ranked prefix is kept"
-        error, module, report = attempt(tuple(sorted(kept)))
+        error, module, report = attempt(kept)
         bar.close()
     summary.update(kept_fp32=kept, error_after=error, conversions=evaluator.conversions,
                    seconds=time.perf_counter() - start)
