@@ -5,6 +5,7 @@ The defaults live in C++ (csrc/core/op_policy.cpp), one entry per op with its re
     policy = torch_mp.OpPolicy.default("cpu_bf16")
     policy.set("aten::gelu", "fp32", reason="our activations are large")
     policy.remove("aten::add")          # now unknown, hence fp32
+    policy.set("aten::bmm", "low_fp32_output")  # fp16 inputs, fp32 accumulation and fp32 result
     policy.exclude("head.*")            # every node inside the module `head`'s children stays fp32
     policy.add_rule(lambda node: "fp32" if node.op == "aten::conv2d" and node.input_shapes[0][1] < 16 else None)
     torch_mp.convert(model, (x,), torch.bfloat16, policy=policy)
@@ -22,7 +23,10 @@ import torch
 
 from . import _C
 
-CATEGORIES = ("low", "follow", "widest", "fp32")
+# "low_fp32_output": computed in the low dtype (accumulating in fp32), result written in fp32, e.g. a matmul that
+# feeds a norm. On CUDA, mm / bmm / 2-d and 3-d matmul do it in one kernel (aten::mm.dtype); elsewhere the low
+# result is cast once, and a softmax / sum / mean reader folds that cast into its own kernel.
+CATEGORIES = ("low", "low_fp32_output", "follow", "widest", "fp32")
 TARGETS = ("cuda_fp16", "cuda_bf16", "cpu_bf16", "cpu_fp16")
 
 
@@ -110,7 +114,7 @@ class OpPolicy:
         return self
 
     def add_rule(self, rule: Rule, name: Optional[str] = None) -> "OpPolicy":
-        """Adds a per-node rule: `rule(node: NodeInfo)` returns a category ("low", "follow", "widest", "fp32"),
+        """Adds a per-node rule: `rule(node: NodeInfo)` returns a category (one of CATEGORIES),
         optionally with a reason as (category, reason), or None to leave the node to later rules and the op table.
         Rules run once per candidate node, in the order they were added."""
         if not callable(rule):

@@ -355,6 +355,8 @@ const char* toString(OpCategory category) {
   switch (category) {
     case OpCategory::kLowPrecision:
       return "low";
+    case OpCategory::kLowFp32Output:
+      return "low_fp32_output";
     case OpCategory::kFollow:
       return "follow";
     case OpCategory::kWidest:
@@ -367,7 +369,8 @@ const char* toString(OpCategory category) {
 
 std::optional<OpCategory> categoryFromString(const std::string& name) {
   for (OpCategory category :
-       {OpCategory::kLowPrecision, OpCategory::kFollow, OpCategory::kWidest, OpCategory::kFp32}) {
+       {OpCategory::kLowPrecision, OpCategory::kLowFp32Output, OpCategory::kFollow, OpCategory::kWidest,
+        OpCategory::kFp32}) {
     if (name == toString(category)) {
       return category;
     }

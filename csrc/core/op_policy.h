@@ -14,6 +14,8 @@ namespace torch_mp::core {
 
 enum class OpCategory {
   kLowPrecision,  // always runs in the low-precision dtype: the ops tensor cores / AMX / AVX512-BF16 speed up
+  kLowFp32Output, // runs in the low dtype (accumulating in fp32, as every kernel we pick does) and writes fp32:
+                  // for an op whose result feeds a norm or softmax; one kernel where aten has the form (fuse_casts)
   kFollow,        // precision-neutral: runs in whichever precision the planner finds cheaper in casts
   kWidest,        // type-promoting: runs in fp32 whenever any floating input arrives in fp32
   kFp32,          // numerically sensitive (or unknown): always fp32

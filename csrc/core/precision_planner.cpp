@@ -177,14 +177,38 @@ std::vector<Precision> paintGreedily(
   return precision;
 }
 
+bool writesFp32(const DataflowGraph& graph, int node) {
+  return graph.nodes[node].category == OpCategory::kLowFp32Output;
+}
+
+// The same graph in the three categories the solvers know: each low_fp32_output node becomes a low node, and one
+// extra fp32 node (the last) produces its outputs.
+DataflowGraph withFp32Writer(const DataflowGraph& graph) {
+  DataflowGraph plain = graph;
+  const int writer = plain.addNode(OpCategory::kFp32);
+  for (DataflowGraph::Value& value : plain.values) {
+    if (writesFp32(graph, value.producer)) {
+      value.producer = writer;
+    }
+  }
+  for (DataflowGraph::Node& node : plain.nodes) {
+    if (node.category == OpCategory::kLowFp32Output) {
+      node.category = OpCategory::kLowPrecision;
+    }
+  }
+  return plain;
+}
+
 } // namespace
 
 PrecisionPlan planPrecision(const DataflowGraph& graph, PlanMethod method) {
+  const DataflowGraph plain = withFp32Writer(graph);
   PrecisionPlan plan;
-  const std::vector<std::vector<int>> implies = fp32Implications(graph);
-  const std::vector<bool> fixedFp32 = fp32Closure(graph, implies);
-  plan.precision = method == PlanMethod::kMinCut ? solveMinCut(graph, fixedFp32)
-                                                 : paintGreedily(graph, implies, fixedFp32);
+  const std::vector<std::vector<int>> implies = fp32Implications(plain);
+  const std::vector<bool> fixedFp32 = fp32Closure(plain, implies);
+  plan.precision = method == PlanMethod::kMinCut ? solveMinCut(plain, fixedFp32)
+                                                 : paintGreedily(plain, implies, fixedFp32);
+  plan.precision.resize(graph.nodes.size());
   plan.forcedToFp32.resize(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
     plan.forcedToFp32[n] = graph.nodes[n].category != OpCategory::kFp32 && fixedFp32[n];
@@ -192,10 +216,16 @@ PrecisionPlan planPrecision(const DataflowGraph& graph, PlanMethod method) {
   return plan;
 }
 
+Precision producedPrecision(const DataflowGraph& graph, const std::vector<Precision>& precision, int value) {
+  const int producer = graph.values[value].producer;
+  return writesFp32(graph, producer) ? Precision::kFp32 : precision[producer];
+}
+
 CastCost castCost(const DataflowGraph& graph, const std::vector<Precision>& precision) {
   CastCost cost;
-  for (const DataflowGraph::Value& value : graph.values) {
-    const Precision produced = precision[value.producer];
+  for (size_t v = 0; v < graph.values.size(); ++v) {
+    const DataflowGraph::Value& value = graph.values[v];
+    const Precision produced = producedPrecision(graph, precision, static_cast<int>(v));
     bool readInOther = false;
     for (int consumer : value.consumers) {
       readInOther = readInOther || precision[consumer] != produced;

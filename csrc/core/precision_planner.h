@@ -10,6 +10,7 @@
 // bytes moved by casts, where a value read by consumers of the other precision costs one cast however many they
 // are. With two labels and these submodular costs the optimum is an exact s-t minimum cut (one auxiliary vertex per
 // value and direction models the shared cast). Among optimal plans, follow nodes prefer low precision.
+// A low_fp32_output node is a low node whose outputs are fp32 values: to the planner they come from an fp32 node.
 //
 // Nothing here knows TorchScript: a torch.export front can build the same DataflowGraph.
 #pragma once
@@ -54,6 +55,9 @@ struct PrecisionPlan {
 };
 
 PrecisionPlan planPrecision(const DataflowGraph& graph, PlanMethod method = PlanMethod::kMinCut);
+
+// The precision a value is written in: its producer's, or fp32 for the outputs of a low_fp32_output node.
+Precision producedPrecision(const DataflowGraph& graph, const std::vector<Precision>& precision, int value);
 
 struct CastCost {
   int casts = 0;

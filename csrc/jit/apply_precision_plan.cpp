@@ -76,6 +76,12 @@ class PlanApplier {
         reader->replaceInput(index, cast);
       }
     }
+    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
+      if (plan_.precision[n] == Precision::kLow &&
+          mapping_.dataflow.nodes[n].category == core::OpCategory::kLowFp32Output) {
+        writeOutputsInFp32(mapping_.nodes[n]);
+      }
+    }
     return std::move(inserted_);
   }
 
@@ -92,6 +98,22 @@ class PlanApplier {
     visit(mapping_.nodes[n]);
     for (Node* boundary : mapping_.blockBoundaries[n]) {
       visit(boundary);
+    }
+  }
+
+  // A low_fp32_output node computes low; one cast right after it gives every reader the fp32 value the plan
+  // promised. A reader planned low then reads low -> fp32 -> low, which CancelCasts takes back to the low output,
+  // and fuse_casts may fold the cast into the node's own kernel.
+  void writeOutputsInFp32(Node* node) {
+    for (Value* output : node->outputs()) {
+      if (!isObservedFp32(observed_, output)) {
+        continue;
+      }
+      torch::jit::WithInsertPoint guard(node->next());
+      Value* cast = insertCast(*graph_, output, c10::ScalarType::Float);
+      output->replaceAllUsesWith(cast);
+      cast->node()->replaceInput(0, output);
+      inserted_.insert(cast->node());
     }
   }
 
@@ -112,7 +134,7 @@ class PlanApplier {
         continue;
       }
       const core::DataflowGraph::Value& value = mapping_.dataflow.values[it->second];
-      if (!value.castable || plan_.precision[value.producer] == wanted) {
+      if (!value.castable || core::producedPrecision(mapping_.dataflow, plan_.precision, it->second) == wanted) {
         continue;
       }
       requestCast(input, wanted == Precision::kLow ? lowDtype_ : c10::ScalarType::Float, node, i);

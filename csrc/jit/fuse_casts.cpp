@@ -1,5 +1,6 @@
 #include "jit/fuse_casts.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
@@ -59,13 +60,20 @@ bool definedInLoopBody(const Value* value) {
   return false;
 }
 
+using KernelQuery = std::function<bool(const c10::OperatorName&, c10::DeviceType)>;
+
 class CastFuser {
  public:
   CastFuser(
       const std::shared_ptr<Graph>& graph,
       const ObservedValues& observed,
-      const std::function<void(const Node*)>& beforeRemoving)
-      : graph_(graph), observed_(observed), beforeRemoving_(beforeRemoving), aliasDb_(graph, /*isFrozen=*/true) {}
+      const std::function<void(const Node*)>& beforeRemoving,
+      const KernelQuery& kernelExists)
+      : graph_(graph),
+        observed_(observed),
+        beforeRemoving_(beforeRemoving),
+        kernelExists_(kernelExists),
+        aliasDb_(graph, /*isFrozen=*/true) {}
 
   bool run() {
     std::vector<Node*> upcasts;
@@ -92,6 +100,9 @@ class CastFuser {
   }
 
   bool fuseReaders(Node* cast) {
+    if (fuseIntoProduct(cast)) {
+      return true;
+    }
     Value* upcast = cast->output();
     Value* low = cast->input(0);
     bool changed = false;
@@ -114,6 +125,65 @@ class CastFuser {
       cast->destroy();
     }
     return changed;
+  }
+
+  // Case D: to(mm(%a, %b), fp32) => mm.dtype(%a, %b, fp32) where the device has that kernel.
+  bool fuseIntoProduct(Node* cast) {
+    Value* product = cast->input(0);
+    Node* producer = product->node();
+    if (product->uses().size() != 1 || producer->outputs().size() != 1) {
+      return false;  // another reader needs the low product
+    }
+    const std::optional<c10::Symbol> form = outDtypeForm(producer);
+    auto observed = observed_.find(product);
+    if (!form || observed == observed_.end() ||
+        !kernelExists_(c10::OperatorName(form->toQualString(), "dtype"), observed->second.device.type())) {
+      return false;
+    }
+    torch::jit::WithInsertPoint guard(producer);
+    Node* fused = graph_->create(
+        *form,
+        {producer->input(0), producer->input(1),
+         graph_->insertConstant(static_cast<int64_t>(c10::ScalarType::Float))});
+    graph_->insertNode(fused);
+    fused->output()->setType(cast->output()->type());
+    fused->output()->copyMetadata(cast->output());
+    cast->output()->replaceAllUsesWith(fused->output());
+    GRAPH_UPDATE("Fused upcast into ", fused->kind().toQualString(), ".dtype writing ", fused->output()->debugName());
+    if (beforeRemoving_) {
+      beforeRemoving_(cast);
+    }
+    cast->destroy();
+    producer->destroy();
+    return true;
+  }
+
+  // aten::mm or aten::bmm when the node computes exactly that (matmul on observed 2-d x 2-d or 3-d x 3-d tensors
+  // with one batch size), else nothing.
+  std::optional<c10::Symbol> outDtypeForm(const Node* node) const {
+    if (node->inputs().size() != 2) {
+      return std::nullopt;
+    }
+    if (node->kind() == c10::aten::mm || node->kind() == c10::aten::bmm) {
+      return node->kind();
+    }
+    if (node->kind() != c10::aten::matmul) {
+      return std::nullopt;
+    }
+    auto left = observed_.find(node->input(0));
+    auto right = observed_.find(node->input(1));
+    if (left == observed_.end() || right == observed_.end() || definedInLoopBody(node->output())) {
+      return std::nullopt;
+    }
+    const std::vector<int64_t>& a = left->second.sizes;
+    const std::vector<int64_t>& b = right->second.sizes;
+    if (a.size() == 2 && b.size() == 2) {
+      return c10::aten::mm;
+    }
+    if (a.size() == 3 && b.size() == 3 && a[0] == b[0]) {
+      return c10::aten::bmm;
+    }
+    return std::nullopt;
   }
 
   // Case A: softmax(%y, dim, None) => softmax(%x, dim, fp32).
@@ -198,17 +268,27 @@ class CastFuser {
   std::shared_ptr<Graph> graph_;
   const ObservedValues& observed_;
   const std::function<void(const Node*)>& beforeRemoving_;
+  const KernelQuery& kernelExists_;
   AliasDb aliasDb_;
 };
 
 } // namespace
 
+bool hasKernelFor(const c10::OperatorName& op, c10::DeviceType device) {
+  const std::optional<c10::OperatorHandle> handle = c10::Dispatcher::singleton().findOp(op);
+  const std::optional<c10::DispatchKey> key = device == c10::DeviceType::CUDA ? std::optional(c10::DispatchKey::CUDA)
+      : device == c10::DeviceType::CPU                                        ? std::optional(c10::DispatchKey::CPU)
+                                                                              : std::nullopt;
+  return handle && key && handle->hasKernelForDispatchKey(*key);
+}
+
 bool FuseCasts(
     const std::shared_ptr<Graph>& graph,
     const ObservedValues& observed,
-    const std::function<void(const Node*)>& beforeRemoving) {
+    const std::function<void(const Node*)>& beforeRemoving,
+    const KernelQuery& kernelExists) {
   GRAPH_DUMP("Before FuseCasts", graph);
-  const bool changed = CastFuser(graph, observed, beforeRemoving).run();
+  const bool changed = CastFuser(graph, observed, beforeRemoving, kernelExists).run();
   GRAPH_DUMP("After FuseCasts", graph);
   return changed;
 }

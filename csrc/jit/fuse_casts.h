@@ -21,9 +21,13 @@
 //    Casts of constants need no pass here: applyPrecisionPlan already stores every constant read in low precision
 //    as a low-precision constant, and the only casts of constants left are the deliberate low -> fp32 casts for
 //    nodes the example inputs did not reach (folding them would bring the fp32 weights back).
-// D. Not done: folding `low matmul -> aten::to(fp32)` into aten::mm.dtype / bmm.dtype / addmm.dtype / baddbmm.dtype.
-//    torch 2.13 declares these out_dtype overloads but has no CPU kernel for them ("Could not run 'aten::mm.dtype'
-//    with arguments from the 'CPU' backend"), so a model using them would not run on CPU: not portable.
+// D. A low matrix product read only through its upcast writes fp32 itself, where aten has that one-kernel form for
+//    the device the product ran on (a kernel registered for aten::mm.dtype / bmm.dtype there: CUDA in torch 2.13,
+//    where cuBLAS accumulates in fp32 and stores fp32; no CPU kernel, so nothing changes on CPU):
+//      %p = aten::mm(%a, %b)                            %a, %b : Half or BFloat16
+//      %y = aten::to(%p, 6, false, false, None)         =>   %y = aten::mm(%a, %b, 6)   (mm.dtype)
+//    for mm, bmm, and matmul of two observed 2-d (mm) or two 3-d tensors with equal batch size (bmm). This is what
+//    the low_fp32_output category asks for (apply_precision_plan writes its cast).
 //
 // Never removed: casts to a low dtype (fp32 -> low rounds), casts that are not plain `aten::to(%x, dtype, false,
 // false, None)`, casts whose input is written in place anywhere (the cast's copy protects its readers from that).
@@ -41,10 +45,14 @@
 
 namespace torch_mp::jit {
 
-// Returns whether the graph changed.
+// Whether aten has a kernel for the op (say aten::mm.dtype) on the device type: the dispatcher's answer.
+bool hasKernelFor(const c10::OperatorName& op, c10::DeviceType device);
+
+// Returns whether the graph changed. `kernelExists` answers case D's question (tests stand in for a GPU with it).
 bool FuseCasts(
     const std::shared_ptr<torch::jit::Graph>& graph,
     const ObservedValues& observed = ObservedValues(),
-    const std::function<void(const torch::jit::Node* cast)>& beforeRemoving = nullptr);
+    const std::function<void(const torch::jit::Node* cast)>& beforeRemoving = nullptr,
+    const std::function<bool(const c10::OperatorName&, c10::DeviceType)>& kernelExists = hasKernelFor);
 
 } // namespace torch_mp::jit

@@ -293,6 +293,15 @@ class DataflowBuilder {
     }
   }
 
+  bool writesContainer(const Node* node) const {
+    for (const Value* output : node->outputs()) {
+      if (kindOf(output) == ValueKind::kContainer) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Adds the node (with its blocks' boundaries) and visits its blocks. Values are registered before they are
   // used: the node's outputs and block inputs first, the uses of block outputs after the blocks are visited.
   void addNode(Node* node) {
@@ -303,6 +312,10 @@ class DataflowBuilder {
     bool unobserved = false;
     int index = -1;
     if (classify(node, boundaries, category, rule, kind, unobserved)) {
+      if (category == OpCategory::kLowFp32Output && writesContainer(node)) {
+        category = OpCategory::kFp32;
+        rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
+      }
       index = mapping_.dataflow.addNode(category);
       mapping_.nodes.push_back(node);
       mapping_.blockBoundaries.push_back(boundaries);

@@ -21,7 +21,7 @@ using PolicyRows = std::vector<std::tuple<std::string, std::string, std::string>
 
 core::OpCategory parseCategory(const std::string& name) {
   auto category = core::categoryFromString(name);
-  TORCH_CHECK_VALUE(category, "torch_mp: unknown op category '", name, "' (expected low, follow, widest or fp32)");
+  TORCH_CHECK_VALUE(category, "torch_mp: unknown op category '", name, "' (expected low, low_fp32_output, follow, widest or fp32)");
   return *category;
 }
 

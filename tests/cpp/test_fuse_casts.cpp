@@ -1,4 +1,5 @@
 // FuseCasts: each case where it fires and where it must not, with lint, FileCheck and numerics before/after.
+#include <c10/util/accumulate.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/irparser.h>
@@ -304,6 +305,113 @@ TEST(FuseCastsTest, ObservedSizesGiveTheDims) {
   graph->lint();
   FileCheck().check_not("aten::to")->check("aten::mul(%x, %")->run(*graph);
   expectSameOutputs(before, runGraph(graph, inputs));
+}
+
+// --- D. products that write fp32 themselves ----------------------------------------------------------------------
+
+// to(matmul(%a, %b), fp32) on low operands of the given rank.
+std::shared_ptr<torch::jit::Graph> lowMatmulUpcast(int rank, bool lowReaderToo = false) {
+  std::string type = "(";
+  for (int d = 0; d < rank; ++d) {
+    type += "*, ";
+  }
+  type += "device=cpu)";
+  return parseGraph(
+      "graph(%a : Half" + type + ", %b : Half" + type + "):\n"
+      "  %fp32 : int = prim::Constant[value=6]()\n"
+      "  %false : bool = prim::Constant[value=0]()\n"
+      "  %none : NoneType = prim::Constant()\n"
+      "  %p : Half" + type + " = aten::matmul(%a, %b)\n"
+      "  %up : Float" + type + " = aten::to(%p, %fp32, %false, %false, %none)\n" +
+      (lowReaderToo ? "  %r : Half" + type + " = aten::relu(%p)\n  return (%up, %r)" : "  return (%up)"));
+}
+
+ObservedValue observedTensor(std::vector<int64_t> sizes, c10::Device device) {
+  ObservedValue seen;
+  seen.isTensor = true;
+  seen.dtype = at::kHalf;
+  seen.device = device;
+  seen.numel = c10::multiply_integers(sizes);
+  seen.sizes = std::move(sizes);
+  return seen;
+}
+
+// What the product's operands and result were observed as: matmul of [batch, 4, 8] x [batch, 8, 5] on `device`.
+ObservedValues observedMatmul(const torch::jit::Graph& graph, c10::Device device, std::vector<int64_t> left) {
+  std::vector<int64_t> right = left;
+  right[right.size() - 2] = 8;
+  right.back() = 5;
+  std::vector<int64_t> result = left;
+  result.back() = 5;
+  ObservedValues observed;
+  observed.emplace(graph.inputs()[0], observedTensor(left, device));
+  observed.emplace(graph.inputs()[1], observedTensor(right, device));
+  for (const torch::jit::Node* node : graph.nodes()) {
+    if (node->kind() == c10::aten::matmul) {
+      observed.emplace(node->output(), observedTensor(result, device));
+    }
+  }
+  return observed;
+}
+
+// Stands in for a CUDA build: every mm.dtype / bmm.dtype query on CUDA says yes, and is recorded.
+struct CudaKernels {
+  std::vector<std::string> asked;
+  bool operator()(const c10::OperatorName& op, c10::DeviceType device) {
+    asked.push_back(op.name + "." + op.overload_name + "@" + c10::DeviceTypeName(device, /*lower_case=*/true));
+    return device == c10::DeviceType::CUDA;
+  }
+};
+
+TEST(FuseCastsTest, CudaMatmulOfMatricesWritesFp32ThroughMmDtype) {
+  auto graph = lowMatmulUpcast(2);
+  const ObservedValues observed = observedMatmul(*graph, c10::Device(c10::kCUDA, 0), {4, 8});
+  CudaKernels kernels;
+  int removed = 0;
+  EXPECT_TRUE(FuseCasts(graph, observed, [&](const torch::jit::Node*) { ++removed; }, std::ref(kernels)));
+  graph->lint();
+  EXPECT_EQ(removed, 1);
+  EXPECT_EQ(kernels.asked, std::vector<std::string>{"aten::mm.dtype@cuda"});
+  FileCheck().check_not("aten::to")->check_not("aten::matmul")->check("aten::mm(%a, %b, %")->run(*graph);
+  const torch::jit::Node* product = graph->outputs()[0]->node();
+  EXPECT_EQ(product->schema().overload_name(), "dtype");
+  EXPECT_EQ(torch::jit::toIValue(product->input(2))->toInt(), static_cast<int64_t>(at::kFloat));
+  EXPECT_EQ(recordedDtype(graph->outputs()[0]), at::kFloat);
+}
+
+TEST(FuseCastsTest, CudaBatchedMatmulWritesFp32ThroughBmmDtype) {
+  auto graph = lowMatmulUpcast(3);
+  const ObservedValues observed = observedMatmul(*graph, c10::Device(c10::kCUDA, 0), {3, 4, 8});
+  CudaKernels kernels;
+  EXPECT_TRUE(FuseCasts(graph, observed, nullptr, std::ref(kernels)));
+  graph->lint();
+  FileCheck().check_not("aten::to")->check("aten::bmm(%a, %b, %")->run(*graph);
+}
+
+TEST(FuseCastsTest, ProductStaysWhereNoOutDtypeKernelOrNoMatchingForm) {
+  {  // on CPU: torch has no kernel for aten::mm.dtype there, and the real dispatcher says so
+    auto graph = lowMatmulUpcast(2);
+    auto inputs = std::vector<c10::IValue>{halfInput({4, 8}), halfInput({8, 5})};
+    auto before = runGraph(graph, inputs);
+    EXPECT_FALSE(hasKernelFor(c10::OperatorName("aten::mm", "dtype"), c10::DeviceType::CPU));
+    EXPECT_FALSE(FuseCasts(graph, observedMatmul(*graph, c10::Device(c10::kCPU), {4, 8})));
+    FileCheck().check("aten::matmul(%a, %b)")->check("= aten::to(")->run(*graph);
+    expectSameOutputs(before, runGraph(graph, inputs));
+  }
+  {  // a 4-d matmul is neither mm nor bmm
+    auto graph = lowMatmulUpcast(4);
+    CudaKernels kernels;
+    EXPECT_FALSE(FuseCasts(graph, observedMatmul(*graph, c10::Device(c10::kCUDA, 0), {2, 3, 4, 8}), nullptr,
+                           std::ref(kernels)));
+    FileCheck().check("aten::matmul(%a, %b)")->check("= aten::to(")->run(*graph);
+  }
+  {  // another reader needs the low product
+    auto graph = lowMatmulUpcast(2, /*lowReaderToo=*/true);
+    CudaKernels kernels;
+    EXPECT_FALSE(FuseCasts(graph, observedMatmul(*graph, c10::Device(c10::kCUDA, 0), {4, 8}), nullptr,
+                           std::ref(kernels)));
+    FileCheck().check("aten::matmul(%a, %b)")->check("= aten::to(")->run(*graph);
+  }
 }
 
 // --- C. chains and constants ------------------------------------------------------------------------------------

@@ -318,5 +318,81 @@ TEST(PipelineRulesTest, LowPrecisionIOLeavesIntegerAndFp32OnlyGraphsTyped) {
   EXPECT_EQ(elements[1].toTensor().scalar_type(), at::kLong);
 }
 
+const NodeDecision& decisionFor(const ConversionReport& report, const std::string& op) {
+  for (const NodeDecision& node : report.nodes) {
+    if (node.op == op) {
+      return node;
+    }
+  }
+  throw std::runtime_error("no decision for " + op);
+}
+
+// matmul -> relu -> layer_norm: a low op, a follow op and an fp32 op.
+constexpr const char* kMatmulReluNorm = R"IR(
+    graph(%x : Tensor, %w : Tensor):
+      %none : NoneType = prim::Constant()
+      %eps : float = prim::Constant[value=1e-05]()
+      %true : bool = prim::Constant[value=1]()
+      %n : int = prim::Constant[value=5]()
+      %shape : int[] = prim::ListConstruct(%n)
+      %p : Tensor = aten::matmul(%x, %w)
+      %r : Tensor = aten::relu(%p)
+      %y : Tensor = aten::layer_norm(%r, %shape, %none, %none, %eps, %true)
+      return (%y))IR";
+
+TEST(PipelineRulesTest, LowFp32OutputCastsRightAfterTheOpAndItsReadersStayFp32) {
+  auto graph = parseGraph(kMatmulReluNorm);
+  inlineInputAsConstant(*graph, 1, torch::randn({6, 5}));
+  const std::vector<c10::IValue> inputs{torch::randn({3, 4, 6})};
+  // as a plain low op, the relu follows it in fp16 and the norm reads an upcast of the relu's output
+  auto low = convert(graph, inputs);
+  FileCheck().check("aten::matmul")->check("HalfTensor = aten::relu")->check("FloatTensor = aten::to(")
+      ->check("aten::layer_norm")->run(*low.graph);
+  auto fp32Output = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+    o.policy.set("aten::matmul", core::OpCategory::kLowFp32Output, "feeds a norm");
+  });
+  // the matmul still reads fp16 (its input cast and the fp16 weight), its result is cast once, on CPU (no
+  // aten::matmul out_dtype kernel), and the relu and the norm read fp32
+  FileCheck().check("Half(6, 5")->check("HalfTensor = aten::to(%x, ")->check("HalfTensor = aten::matmul(")
+      ->check("FloatTensor = aten::to(")->check("FloatTensor = aten::relu")->check_not("aten::to")
+      ->check("aten::layer_norm")->run(*fp32Output.graph);
+  EXPECT_EQ(fp32Output.report.casts.size(), 2u);
+  const NodeDecision& matmul = decisionFor(fp32Output.report, "aten::matmul");
+  EXPECT_EQ(matmul.precision, "low");
+  EXPECT_EQ(matmul.rule, "low_fp32_output: feeds a norm");
+  EXPECT_EQ(decisionFor(fp32Output.report, "aten::relu").precision, "fp32");
+  expectCloseOutputs(fp32Output.before, fp32Output.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, LowFp32OutputFeedingSoftmaxFoldsItsCastIntoTheSoftmax) {
+  auto graph = parseGraph(kMatmulSoftmaxMatmul);
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, at::kHalf, [](ConvertOptions& o) {
+    o.policy.set("aten::mm", core::OpCategory::kLowFp32Output, "feeds a softmax");
+  });
+  // the first mm's fp32 result is what the softmax computes from, in one kernel: softmax(low, dtype=float)
+  FileCheck().check("HalfTensor = aten::mm(")->check_not("FloatTensor = aten::to(")
+      ->check("FloatTensor = aten::softmax(")->run(*result.graph);
+  EXPECT_EQ(result.report.fusedCasts, 1);
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, LowFp32OutputWithAListResultRunsInFp32) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor):
+      %two : int = prim::Constant[value=2]()
+      %zero : int = prim::Constant[value=0]()
+      %parts : Tensor[] = aten::split(%x, %two, %zero)
+      %first : Tensor = aten::__getitem__(%parts, %zero)
+      return (%first))IR");
+  auto result = convert(graph, {torch::randn({4, 3})}, at::kHalf, [](ConvertOptions& o) {
+    o.policy.set("aten::split", core::OpCategory::kLowFp32Output, "asked for");
+  });
+  FileCheck().check_not("aten::to")->run(*result.graph);
+  const NodeDecision& split = decisionFor(result.report, "aten::split");
+  EXPECT_EQ(split.precision, "fp32");
+  EXPECT_NE(split.rule.find("writes a list or tuple of tensors"), std::string::npos) << split.rule;
+  expectSameOutputs(result.before, result.after);
+}
+
 } // namespace
 } // namespace torch_mp::jit

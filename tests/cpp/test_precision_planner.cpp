@@ -16,9 +16,14 @@ namespace {
 constexpr Precision kLow = Precision::kLow;
 constexpr Precision kFp32 = Precision::kFp32;
 
+bool writesFp32(const DataflowGraph& graph, int node) {
+  return graph.nodes[node].category == OpCategory::kLowFp32Output;
+}
+
 // The nodes that must be fp32, computed as precision_planner.h states it, independently of the planner: fp32
-// nodes; every member of a non-castable value one of whose members is fp32; a widest node that reads a castable
-// value whose producer is fp32. Iterated to a fixed point.
+// nodes; every member of a non-castable value one of whose members is fp32 (a value written in fp32 by a
+// low_fp32_output node counts as an fp32 member); a widest node that reads a castable value written in fp32.
+// Iterated to a fixed point.
 std::vector<bool> expectedFixedFp32(const DataflowGraph& graph) {
   std::vector<bool> fixed(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
@@ -34,18 +39,21 @@ std::vector<bool> expectedFixedFp32(const DataflowGraph& graph) {
       }
     };
     for (const DataflowGraph::Value& value : graph.values) {
+      const bool writtenFp32 = fixed[value.producer] || writesFp32(graph, value.producer);
       if (!value.castable) {
-        bool anyFixed = fixed[value.producer];
+        bool anyFixed = writtenFp32;
         for (int consumer : value.consumers) {
           anyFixed = anyFixed || fixed[consumer];
         }
         if (anyFixed) {
-          fix(value.producer);
+          if (!writesFp32(graph, value.producer)) {
+            fix(value.producer);
+          }
           for (int consumer : value.consumers) {
             fix(consumer);
           }
         }
-      } else if (fixed[value.producer]) {
+      } else if (writtenFp32) {
         for (int consumer : value.consumers) {
           if (graph.nodes[consumer].category == OpCategory::kWidest) {
             fix(consumer);
@@ -64,17 +72,20 @@ std::string violation(const DataflowGraph& graph, const std::vector<bool>& fixed
     if (fixed[n] && p[n] != kFp32) {
       why << "node " << n << " must be fp32; ";
     }
-    if (!fixed[n] && graph.nodes[n].category == OpCategory::kLowPrecision && p[n] != kLow) {
+    const OpCategory category = graph.nodes[n].category;
+    if (!fixed[n] && (category == OpCategory::kLowPrecision || category == OpCategory::kLowFp32Output) &&
+        p[n] != kLow) {
       why << "low node " << n << " is not low; ";
     }
   }
   for (size_t v = 0; v < graph.values.size(); ++v) {
     const DataflowGraph::Value& value = graph.values[v];
+    const Precision written = writesFp32(graph, value.producer) ? kFp32 : p[value.producer];
     for (int consumer : value.consumers) {
-      if (!value.castable && p[consumer] != p[value.producer]) {
+      if (!value.castable && p[consumer] != written) {
         why << "tied value " << v << " is cast; ";
       }
-      if (value.castable && graph.nodes[consumer].category == OpCategory::kWidest && p[value.producer] == kFp32 &&
+      if (value.castable && graph.nodes[consumer].category == OpCategory::kWidest && written == kFp32 &&
           p[consumer] == kLow) {
         why << "widest node " << consumer << " reads fp32 value " << v << " in low precision; ";
       }
@@ -121,11 +132,12 @@ BruteForce bruteForce(const DataflowGraph& graph, const std::vector<bool>& fixed
 DataflowGraph randomGraph(std::mt19937& rng) {
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const OpCategory categories[] = {
-      OpCategory::kLowPrecision, OpCategory::kFollow, OpCategory::kWidest, OpCategory::kFp32};
+      OpCategory::kLowPrecision, OpCategory::kFollow, OpCategory::kWidest, OpCategory::kFp32,
+      OpCategory::kLowFp32Output};
   DataflowGraph graph;
   const int numNodes = uniform(2, 9);
   for (int i = 0; i < numNodes; ++i) {
-    graph.addNode(categories[uniform(0, 3)]);
+    graph.addNode(categories[uniform(0, 4)]);
   }
   const int numValues = uniform(1, 2 * numNodes);
   for (int v = 0; v < numValues; ++v) {
@@ -469,6 +481,48 @@ TEST(PrecisionPlannerTest, LongChainCutsAtCheapestValue) {
       EXPECT_EQ(castCost(graph, plan.precision).bytes, 100);
     }
   }
+}
+
+TEST(PrecisionPlannerTest, Fp32OutputFeedingFp32NeedsNoCast) {
+  DataflowGraph graph;
+  const int input = graph.addNode(OpCategory::kFp32);
+  const int matmul = graph.addNode(OpCategory::kLowFp32Output);
+  const int norm = graph.addNode(OpCategory::kFp32);
+  graph.addUse(graph.addValue(input, 100, true), matmul);
+  graph.addUse(graph.addValue(matmul, 1000, true), norm);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision[matmul], kLow);
+  EXPECT_EQ(producedPrecision(graph, plan.precision, 1), kFp32);
+  const CastCost cost = castCost(graph, plan.precision);
+  EXPECT_EQ(cost.casts, 1);  // the input into the matmul; its output reaches the norm as it is
+  EXPECT_EQ(cost.bytes, 100);
+}
+
+TEST(PrecisionPlannerTest, Fp32OutputDrawsItsFollowersToFp32) {
+  // A plain low node would pull the follow node low (its 1000-byte output cast once before the fp32 norm either
+  // way); written in fp32, the follow node stays fp32 and nothing after the matmul is cast.
+  DataflowGraph graph;
+  const int matmul = graph.addNode(OpCategory::kLowFp32Output);
+  const int follow = graph.addNode(OpCategory::kFollow);
+  const int norm = graph.addNode(OpCategory::kFp32);
+  graph.addUse(graph.addValue(matmul, 1000, true), follow);
+  graph.addUse(graph.addValue(follow, 1000, true), norm);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision[follow], kFp32);
+  EXPECT_EQ(castCost(graph, plan.precision).casts, 0);
+  EXPECT_FALSE(plan.forcedToFp32[follow]);
+}
+
+TEST(PrecisionPlannerTest, Fp32OutputTiedToItsReadersMakesThemFp32) {
+  DataflowGraph graph;
+  const int matmul = graph.addNode(OpCategory::kLowFp32Output);
+  const int reader = graph.addNode(OpCategory::kLowPrecision);
+  graph.addUse(graph.addValue(matmul, 1000, /*castable=*/false), reader);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision[matmul], kLow);
+  EXPECT_EQ(plan.precision[reader], kFp32);
+  EXPECT_TRUE(plan.forcedToFp32[reader]);
+  EXPECT_FALSE(plan.forcedToFp32[matmul]);
 }
 
 } // namespace

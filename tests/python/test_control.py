@@ -241,3 +241,59 @@ def test_default_io_keeps_dtypes():
     model, x = TupleOut().eval(), torch.randn(2, 3, 32, 32)
     y, (index, probabilities) = torch_mp.convert(model, (x,), torch.float16)(x)
     assert (y.dtype, index.dtype, probabilities.dtype) == (torch.float32, torch.int64, torch.float32)
+
+
+class ScoresThenNorm(nn.Module):
+    """A batched matmul whose result goes through a relu into a layer norm: the case for an fp32 matmul output."""
+
+    def __init__(self):
+        super().__init__()
+        self.keys = nn.Parameter(torch.randn(4, 32, 16))
+        self.norm = nn.LayerNorm(16)
+
+    def forward(self, x):
+        return self.norm(torch.relu(torch.matmul(x, self.keys)))
+
+
+def kinds_after(graph, op):
+    """The kinds of the nodes after the first `op` node, in order."""
+    kinds = [n.kind() for n in graph.nodes() if n.kind() != "prim::Constant"]
+    return kinds[kinds.index(op) + 1:]
+
+
+def test_low_fp32_output_writes_the_product_in_fp32(policy):
+    model, x = ScoresThenNorm().eval(), torch.randn(4, 8, 32)
+    plain, _ = convert(model, (x,), policy)
+    assert kinds_after(plain.graph, "aten::matmul")[:2] == ["aten::relu", "aten::to"]  # relu in fp16, then upcast
+    converted, report = convert(model, (x,), policy.copy().set("aten::matmul", "low_fp32_output", "feeds a norm"))
+    # the product is cast once, right after the matmul (no CPU out_dtype kernel), and the relu runs in fp32
+    assert kinds_after(converted.graph, "aten::matmul")[:3] == ["aten::to", "aten::relu", "aten::layer_norm"]
+    matmul = next(n for n in converted.graph.nodes() if n.kind() == "aten::matmul")
+    assert {i.type().dtype() for i in matmul.inputs()} == {torch.float16}
+    (decision,) = [n for n in report.nodes if n["op"] == "aten::matmul"]
+    assert decision["precision"] == "low" and decision["rule"] == "low_fp32_output: feeds a norm"
+    assert precisions(report, "aten::relu") == {"": "fp32"}
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x), model(x), rtol=0, atol=2e-2)
+
+
+def test_low_fp32_output_from_a_node_rule_only_where_it_says(policy):
+    model, x = Net().eval(), torch.randn(4, 32)
+    rule = lambda node: "low_fp32_output" if node.scope == "body.1.fc" else None  # noqa: E731
+    converted, report = convert(model, (x,), policy.copy().add_rule(rule, "fp32 product"))
+    linears = [n for n in converted.graph.nodes() if n.kind() == "aten::linear"]
+    assert len(linears) == 3 and all(n.output().type().dtype() == torch.float16 for n in linears)
+    readers = [[use.user.kind() for use in n.output().uses()] for n in linears]
+    # body.0.fc feeds its relu in fp16; body.1.fc (the rule's) is cast up at once; the head's output is cast as
+    # every fp32 model output is
+    assert readers == [["aten::relu"], ["aten::to"], ["aten::to"]]
+    assert precisions(report, "aten::relu") == {"body.0": "low", "body.1": "fp32"}
+    kinds = {n["scope"]: n["rule_kind"] for n in report.nodes if n["op"] == "aten::linear"}
+    assert kinds == {"body.0.fc": "policy", "body.1.fc": "callable", "head": "policy"}
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x), model(x), rtol=0, atol=2e-2)
+
+
+def test_unknown_category_names_the_choices(policy):
+    with pytest.raises(ValueError, match="low_fp32_output"):
+        policy.set("aten::matmul", "fp32_out")
