@@ -12,9 +12,9 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
 def library_sources():
-    """The C++ sources shared with the CMake build (csrc/core and csrc/jit), as paths relative to setup.py."""
+    """The C++ sources shared with the CMake build (csrc/core, csrc/jit and csrc/kernels), as paths relative to setup.py."""
     sources = []
-    for folder in ("core", "jit"):
+    for folder in ("core", "jit", "kernels"):
         sources += sorted(glob.glob(os.path.join("csrc", folder, "*.cpp"), root_dir=ROOT))
     return sources
 
@@ -31,7 +31,9 @@ setup(
             name="torch_mp._C",
             sources=library_sources() + [os.path.join("csrc", "python", "bindings.cpp")],
             include_dirs=[os.path.join(ROOT, "csrc")],
-            extra_compile_args=["-O2"],
+            # -fopenmp: at::parallel_for (kernels/) is an OpenMP pragma in torch's headers; without the flag it runs
+            # on one thread. Not linked: the symbols resolve to the OpenMP runtime torch itself loads.
+            extra_compile_args=["-O2", "-fopenmp"],
         )
     ],
     cmdclass={"build_ext": BuildExtension},

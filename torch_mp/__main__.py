@@ -3,6 +3,7 @@
     python -m torch_mp demo [--dtype bf16]                 convert the built-in ResNet-50 IBN-a, print its report
     python -m torch_mp convert IN.pt -o OUT.pt --dtype fp16 --input-shape 1,3,224,224 [--report report.json]
                        [--exclude GLOB ...] [--calib FILE] [--tolerance X] [--low-precision-io] [--svg graph.svg]
+                       [--kernels portable|fused]
     python -m torch_mp report OUT.pt [--svg graph.svg]      summarise a converted file (and draw it)
     python -m torch_mp policy [--target cuda_fp16]          print a default op policy (docs/OP_POLICY.md)
 """
@@ -166,7 +167,7 @@ def convert(args: argparse.Namespace) -> int:
     model.eval()
     converted, report = torch_mp.convert(model, example, dtype, return_report=True, policy=policy,
                                          calibration_inputs=calibration, tolerance=args.tolerance,
-                                         keep_io_dtypes=not args.low_precision_io)
+                                         keep_io_dtypes=not args.low_precision_io, kernels=args.kernels)
     check_exclusions(args.exclude or [], report)
     torch.jit.save(converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
     if args.report:
@@ -245,6 +246,9 @@ def main(argv=None) -> int:
     convert_parser.add_argument("--low-precision-io", action="store_true",
                                 help="fp32 inputs and outputs take the low dtype (default: they keep their dtypes)")
     convert_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")
+    convert_parser.add_argument("--kernels", choices=("portable", "fused"), default="portable",
+                                help="fused: elementwise chains become torch_mp::fused_pointwise calls; loading the "
+                                     "output then needs the torch_mp library (default: portable, aten ops only)")
     report_parser = commands.add_parser("report", help="summarise a converted model")
     report_parser.add_argument("model")
     report_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")

@@ -12,6 +12,7 @@ from .report import Report
 
 LOW_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 PLANNERS = ("min-cut", "greedy")
+KERNELS = ("portable", "fused")
 
 
 class ConversionError(RuntimeError):
@@ -41,6 +42,7 @@ def convert(
     planner: str = "min-cut",
     verify: bool = True,
     fuse_casts: bool = True,
+    kernels: str = "portable",
     return_report: bool = False,
     calibration_inputs: Optional[Sequence[Any]] = None,
     keep_io_dtypes: bool = True,
@@ -61,6 +63,10 @@ def convert(
         fuse_casts: fold casts into the ops that read them (softmax/sum/mean/... with dtype=, mixed-dtype
             add/sub/mul/div, cast chains); only stock aten ops, so the result still loads anywhere. False keeps
             every cast the plan needs (for comparison).
+        kernels: "portable" (default): only aten ops, the saved model loads in any libtorch. "fused": chains of
+            elementwise ops and casts on CPU tensors become torch_mp::fused_pointwise calls (one pass over memory);
+            loading such a model needs the torch_mp library: `import torch_mp` before torch.jit.load, or linking
+            libtorch_mp in C++.
         return_report: also return the Report.
         calibration_inputs: more inputs (a list, each like example_inputs) the model runs on before planning: the
             range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range.
@@ -76,6 +82,8 @@ def convert(
         the converted torch.jit.ScriptModule, or (module, Report) with return_report=True.
     """
     dtype_name = _check_dtype(dtype)
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
     if policy is not None and not isinstance(policy, OpPolicy):
@@ -91,7 +99,7 @@ def convert(
     if policy is None:
         policy = OpPolicy.default(target_for(_device_of(inputs, model), dtype))
     job = Conversion(scripted, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes,
-                     bool(fuse_casts))
+                     bool(fuse_casts), kernels == "fused")
     if tolerance is None:
         module, report = job.run()
     else:
@@ -106,7 +114,7 @@ class Conversion:
     """One model's conversion settings; run() converts it, optionally keeping given nodes in fp32."""
 
     def __init__(self, scripted, inputs, dtype_name, policy, planner, verify, calibration, low_precision_io,
-                 fuse_casts=True):
+                 fuse_casts=True, fused_kernels=False):
         self.scripted = scripted
         self.inputs = inputs
         self.dtype_name = dtype_name
@@ -116,6 +124,7 @@ class Conversion:
         self.calibration = calibration
         self.low_precision_io = low_precision_io
         self.fuse_casts = fuse_casts
+        self.fused_kernels = fused_kernels
 
     def run(self, keep_fp32: Sequence[str] = (), policy: Optional[OpPolicy] = None) -> Tuple[Any, Report]:
         policy = policy or self.policy
@@ -124,7 +133,7 @@ class Conversion:
                 converted, report_json = _C.convert_module(
                     self.scripted._c, self.inputs, self.dtype_name, policy.name, policy.rows(), self.planner,
                     self.verify, policy.node_rule(keep_fp32), self.calibration, self.low_precision_io,
-                    self.fuse_casts,
+                    self.fuse_casts, self.fused_kernels,
                 )
         except (ValueError, TypeError):
             raise

@@ -84,7 +84,8 @@ class Report:
             f"{self.low_precision_flop_fraction * 100:.1f}% of the heavy ops' FLOPs in low precision",
             f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference"
             f" ({d.get('fused_casts', 0)} more fused into their readers, saving"
-            f" {d.get('fused_cast_bytes', 0) / 1e6:.3f} MB)",
+            f" {d.get('fused_cast_bytes', 0) / 1e6:.3f} MB)"
+            + (f"; {d['fused_pointwise']} fused pointwise kernels" if d.get("fused_pointwise") else ""),
             f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
             f"({self.weight_ratio:.2f}x)",
         ]

@@ -111,6 +111,7 @@ std::string ConversionReport::toJson() const {
   out << "}, \"weight_bytes_before\": " << weightBytesBefore
       << ", \"weight_bytes_after\": " << weightBytesAfter << ", \"cast_bytes\": " << castBytes
       << ", \"fused_casts\": " << fusedCasts << ", \"fused_cast_bytes\": " << fusedCastBytes
+      << ", \"fused_pointwise\": " << fusedPointwise
       << ", \"unobserved_nodes\": " << unobservedNodes
       << ", \"low_precision_flop_fraction\": " << lowPrecisionFlopFraction() << ", \"unknown_ops\": [";
   for (size_t i = 0; i < unknownOps.size(); ++i) {

@@ -39,6 +39,7 @@ struct ConversionReport {
   int64_t castBytes = 0;
   int fusedCasts = 0;          // casts the plan needed that fuse_casts folded into their readers (not in `casts`)
   int64_t fusedCastBytes = 0;  // the bytes those would have moved per inference
+  int fusedPointwise = 0;      // torch_mp::fused_pointwise calls (fused kernels only)
   int64_t weightBytesBefore = 0;
   int64_t weightBytesAfter = 0;
   std::vector<std::string> unknownOps;

@@ -51,15 +51,6 @@ bool isTensorArithmetic(const Node* node) {
   return false;
 }
 
-bool definedInLoopBody(const Value* value) {
-  for (const Block* block = value->node()->owningBlock(); block->owningNode(); block = block->owningNode()->owningBlock()) {
-    if (block->owningNode()->kind() == c10::prim::Loop) {
-      return true;
-    }
-  }
-  return false;
-}
-
 using KernelQuery = std::function<bool(const c10::OperatorName&, c10::DeviceType)>;
 
 class CastFuser {

@@ -15,6 +15,7 @@
 #include "jit/cancel_casts.h"
 #include "jit/flop_estimate.h"
 #include "jit/fuse_casts.h"
+#include "jit/fuse_pointwise.h"
 #include "jit/graph_to_dataflow.h"
 #include "jit/low_precision_io.h"
 #include "jit/module_scope.h"
@@ -273,6 +274,14 @@ ConversionReport ConvertToMixedPrecision(
   }
   if (options.fuseCasts) {
     FuseCasts(graph, observation.values, [&](const Node* cast) {
+      if (inserted.erase(cast)) {
+        report.fusedCasts += 1;
+        report.fusedCastBytes += castRecordOf(cast, observation.values).bytes;
+      }
+    });
+  }
+  if (options.fusedKernels) {
+    report.fusedPointwise = FusePointwise(graph, observation.values, [&](const Node* cast) {
       if (inserted.erase(cast)) {
         report.fusedCasts += 1;
         report.fusedCastBytes += castRecordOf(cast, observation.values).bytes;

@@ -135,6 +135,16 @@ bool containsTensor(const c10::TypePtr& type) {
   return false;
 }
 
+bool definedInLoopBody(const torch::jit::Value* value) {
+  for (const torch::jit::Block* block = value->node()->owningBlock(); block->owningNode();
+       block = block->owningNode()->owningBlock()) {
+    if (block->owningNode()->kind() == c10::prim::Loop) {
+      return true;
+    }
+  }
+  return false;
+}
+
 bool mayHoldTensor(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::TensorType) {
     return true;

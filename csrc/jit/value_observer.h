@@ -57,6 +57,10 @@ double largestFiniteMagnitude(const at::Tensor& tensor);
 // Whether a static type is or contains a tensor type (a list, tuple, dict or optional of tensors).
 bool containsTensor(const c10::TypePtr& type);
 
+// Whether the value is defined inside a loop body (at any depth), where its sizes may change between iterations:
+// the observation keeps the largest, which need not be every iteration's.
+bool definedInLoopBody(const torch::jit::Value* value);
+
 // Whether a static type may hold a tensor at run time (Tensor or Optional[Tensor]).
 bool mayHoldTensor(const c10::TypePtr& type);
 

@@ -38,6 +38,29 @@ def test_convert_then_report(tmp_path, scripted):
     assert summary.returncode == 0 and "torch_mp conversion to Half" in summary.stdout
 
 
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x) + x)
+
+
+def test_convert_with_fused_kernels_then_report(tmp_path):
+    model, path, out = Residual().eval(), tmp_path / "fp32.pt", tmp_path / "fused.pt"
+    torch.jit.save(torch.jit.script(model), path)
+    result = cli("convert", path, "-o", out, "--dtype", "bf16", "--input-shape", "2,3,16,16", "--kernels", "fused")
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"\d+ fused pointwise kernels", result.stdout), result.stdout
+    x = torch.randn(2, 3, 16, 16)
+    fused = torch.jit.load(out)  # this process imported torch_mp, which registers the op
+    assert any(n.kind() == "torch_mp::fused_pointwise" for n in fused.graph.nodes())
+    torch.testing.assert_close(fused(x), model(x), rtol=0, atol=5e-2)
+    summary = cli("report", out)
+    assert summary.returncode == 0 and "fused pointwise kernels" in summary.stdout
+
+
 def test_convert_with_inputs_file(tmp_path, scripted):
     _, path = scripted
     inputs = tmp_path / "inputs.pt"

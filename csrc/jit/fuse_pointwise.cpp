@@ -1,0 +1,302 @@
+#include "jit/fuse_pointwise.h"
+
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/jit_log.h>
+
+#include <algorithm>
+#include <optional>
+#include <unordered_set>
+#include <vector>
+
+#include "jit/apply_precision_plan.h"
+#include "jit/cancel_casts.h"
+#include "kernels/fused_pointwise.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using kernels::PointwiseOp;
+using torch::jit::AliasDb;
+using torch::jit::Block;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+bool isFusibleDtype(std::optional<c10::ScalarType> dtype) {
+  return dtype == c10::ScalarType::Float || dtype == c10::ScalarType::Half || dtype == c10::ScalarType::BFloat16;
+}
+
+// How an aten node maps to the kernel's program: its opcode, and for the arithmetic whether the second operand is
+// a constant number.
+struct PointwiseForm {
+  PointwiseOp op;
+  bool scalarOperand = false;
+};
+
+bool isConstantOne(const Value* value) {
+  const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
+  return constant && ((constant->isInt() && constant->toInt() == 1) ||
+                      (constant->isDouble() && constant->toDouble() == 1.0));
+}
+
+std::optional<PointwiseForm> formOf(const Node* node) {
+  struct Unary {
+    const char* schema;
+    PointwiseOp op;
+  };
+  static const Unary unaries[] = {
+      {"aten::relu(Tensor self) -> Tensor", PointwiseOp::kRelu},
+      {"aten::neg(Tensor self) -> Tensor", PointwiseOp::kNeg},
+  };
+  for (const Unary& unary : unaries) {
+    if (node->matches(unary.schema)) {
+      return PointwiseForm{unary.op};
+    }
+  }
+  struct Binary {
+    const char* schema;
+    PointwiseOp op;
+    bool scalar;
+    bool alpha;
+  };
+  static const Binary binaries[] = {
+      {"aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", PointwiseOp::kAdd, false, true},
+      {"aten::sub.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor", PointwiseOp::kSub, false, true},
+      {"aten::mul.Tensor(Tensor self, Tensor other) -> Tensor", PointwiseOp::kMul, false, false},
+      {"aten::div.Tensor(Tensor self, Tensor other) -> Tensor", PointwiseOp::kDiv, false, false},
+      {"aten::add.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", PointwiseOp::kAdd, true, true},
+      {"aten::sub.Scalar(Tensor self, Scalar other, Scalar alpha=1) -> Tensor", PointwiseOp::kSub, true, true},
+      {"aten::mul.Scalar(Tensor self, Scalar other) -> Tensor", PointwiseOp::kMul, true, false},
+      {"aten::div.Scalar(Tensor self, Scalar other) -> Tensor", PointwiseOp::kDiv, true, false},
+  };
+  for (const Binary& binary : binaries) {
+    if (!node->matches(binary.schema) || (binary.alpha && !isConstantOne(node->input(2)))) {
+      continue;
+    }
+    if (binary.scalar) {
+      const std::optional<c10::IValue> other = torch::jit::toIValue(node->input(1));
+      if (!other || !(other->isDouble() || other->isInt())) {
+        return std::nullopt;  // a computed or complex number
+      }
+    }
+    return PointwiseForm{binary.op, binary.scalar};
+  }
+  return std::nullopt;
+}
+
+class PointwiseFuser {
+ public:
+  PointwiseFuser(
+      const std::shared_ptr<Graph>& graph,
+      const ObservedValues& observed,
+      const std::function<void(const Node*)>& beforeRemoving)
+      : graph_(graph), observed_(observed), beforeRemoving_(beforeRemoving), aliasDb_(graph, /*isFrozen=*/true) {}
+
+  int run() {
+    visit(graph_->block());
+    return fused_;
+  }
+
+ private:
+  // One chain being built: its members in program order (producers first), its leaf tensors, its program.
+  struct Chain {
+    std::vector<Node*> members;
+    std::vector<Value*> inputs;
+    std::vector<int64_t> program;
+    std::vector<double> scalars;
+    // per value on the stack: a dtype that holds it exactly (Float when nothing narrower is known), so a rounding
+    // that changes nothing (relu of a bf16 value, rounded to bf16 again) is left out
+    std::vector<c10::ScalarType> exactIn;
+    size_t maxDepth = 0;
+  };
+
+  void visit(Block* block) {
+    // roots from the end, so a root takes the longest chain ending at it
+    std::vector<Node*> nodes(block->nodes().begin(), block->nodes().end());
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      Node* node = *it;
+      if (absorbed_.count(node)) {
+        continue;
+      }
+      for (Block* sub : node->blocks()) {
+        visit(sub);
+      }
+      if (std::optional<std::vector<int64_t>> sizes = fusibleSizes(node)) {
+        fuseFrom(node, *sizes);
+      }
+    }
+  }
+
+  // The node's output sizes when it is an op the kernel has, reading and writing CPU tensors of fusible dtypes that
+  // all have those sizes; else nothing.
+  std::optional<std::vector<int64_t>> fusibleSizes(const Node* node) const {
+    const std::optional<PointwiseForm> form = formOf(node);
+    if (node->outputs().size() != 1 || (!form && !isFusibleDtype(plainCastTarget(node))) ||
+        aliasDb_.hasWriters(node->output())) {
+      return std::nullopt;
+    }
+    const std::optional<std::vector<int64_t>> written = sizesOf(node->output());
+    if (!written || written->empty()) {
+      return std::nullopt;
+    }
+    const size_t tensorOperands = form && form->op >= PointwiseOp::kAdd && !form->scalarOperand ? 2 : 1;
+    for (size_t i = 0; i < tensorOperands; ++i) {
+      if (sizesOf(node->input(i)) != written) {
+        return std::nullopt;
+      }
+    }
+    return written;
+  }
+
+  // The sizes of a CPU tensor of a fusible dtype: a constant's own, or what the example inputs showed of the value
+  // or of the value a plain cast (which keeps sizes and device) read. Nothing for other values, nor inside loop
+  // bodies, where a value's sizes may change between iterations.
+  std::optional<std::vector<int64_t>> sizesOf(const Value* value) const {
+    if (value->node()->kind() == c10::prim::Constant) {
+      const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
+      if (!constant || !constant->isTensor()) {
+        return std::nullopt;
+      }
+      const at::Tensor& tensor = constant->toTensor();
+      if (!tensor.device().is_cpu() || !isFusibleDtype(tensor.scalar_type())) {
+        return std::nullopt;
+      }
+      return tensor.sizes().vec();
+    }
+    if (!isFusibleDtype(recordedDtype(value)) || definedInLoopBody(value)) {
+      return std::nullopt;
+    }
+    for (;;) {
+      auto it = observed_.find(value);
+      if (it != observed_.end() && it->second.isTensor) {
+        if (it->second.device.type() != c10::DeviceType::CPU) {
+          return std::nullopt;
+        }
+        return it->second.sizes;
+      }
+      if (!plainCastTarget(value->node())) {
+        return std::nullopt;
+      }
+      value = value->node()->input(0);
+    }
+  }
+
+  void fuseFrom(Node* root, const std::vector<int64_t>& sizes) {
+    Chain chain;
+    emitNode(root, sizes, chain);
+    const bool worthIt = chain.members.size() >= 2 && chain.maxDepth <= static_cast<size_t>(kernels::kMaxPointwiseStack);
+    if (!worthIt) {
+      return;
+    }
+    const auto written = static_cast<int64_t>(*recordedDtype(root->output()));
+    const size_t end = chain.program.size();
+    if (chain.program[end - 2] == static_cast<int64_t>(PointwiseOp::kRound) && chain.program[end - 1] == written) {
+      chain.program.resize(end - 2);  // writing the output rounds to its dtype the same way
+    }
+    torch::jit::WithInsertPoint guard(root);
+    Value* inputs = graph_->insertNode(graph_->createList(c10::TensorType::get(), chain.inputs))->output();
+    Node* fusedNode = graph_->create(
+        c10::Symbol::fromQualString("torch_mp::fused_pointwise"),
+        {inputs, graph_->insertConstant(chain.program), graph_->insertConstant(chain.scalars),
+         graph_->insertConstant(written)});
+    graph_->insertNode(fusedNode);
+    fusedNode->output()->copyMetadata(root->output());
+    root->output()->replaceAllUsesWith(fusedNode->output());
+    GRAPH_UPDATE("Fused ", chain.members.size(), " pointwise ops into ", fusedNode->output()->debugName());
+    for (auto it = chain.members.rbegin(); it != chain.members.rend(); ++it) {
+      if (plainCastTarget(*it) && beforeRemoving_) {
+        beforeRemoving_(*it);
+      }
+      absorbed_.insert(*it);
+      (*it)->destroy();
+    }
+    ++fused_;
+  }
+
+  // Appends the node's program: its operands' (fused producers or inputs), then its op and its rounding.
+  void emitNode(Node* node, const std::vector<int64_t>& sizes, Chain& chain) {
+    const std::optional<PointwiseForm> form = formOf(node);
+    emitOperand(node->input(0), sizes, chain);
+    if (form && form->scalarOperand) {
+      emit(chain, PointwiseOp::kScalar, static_cast<int64_t>(chain.scalars.size()));
+      chain.scalars.push_back(torch::jit::toIValue(node->input(1))->toScalar().toDouble());
+      chain.exactIn.push_back(c10::ScalarType::Float);
+      chain.maxDepth = std::max(chain.maxDepth, chain.exactIn.size());
+    } else if (form && form->op >= PointwiseOp::kAdd) {
+      emitOperand(node->input(1), sizes, chain);
+    }
+    if (form) {
+      emit(chain, form->op, 0);
+      if (form->op >= PointwiseOp::kAdd) {  // two values in, one computed in fp32 out
+        chain.exactIn.pop_back();
+        chain.exactIn.back() = c10::ScalarType::Float;
+      }  // relu and neg keep every value of a dtype in it
+    }
+    const c10::ScalarType written = *recordedDtype(node->output());
+    if (written != c10::ScalarType::Float && chain.exactIn.back() != written) {
+      emit(chain, PointwiseOp::kRound, static_cast<int64_t>(written));
+      chain.exactIn.back() = written;
+    }
+    chain.members.push_back(node);
+  }
+
+  void emitOperand(Value* value, const std::vector<int64_t>& sizes, Chain& chain) {
+    Node* producer = value->node();
+    if (canAbsorb(producer, sizes)) {
+      emitNode(producer, sizes, chain);
+      return;
+    }
+    auto known = std::find(chain.inputs.begin(), chain.inputs.end(), value);
+    const int64_t index = known - chain.inputs.begin();
+    if (known == chain.inputs.end()) {
+      chain.inputs.push_back(value);
+    }
+    emit(chain, PointwiseOp::kInput, index);
+    chain.exactIn.push_back(recordedDtype(value).value_or(c10::ScalarType::Float));
+    chain.maxDepth = std::max(chain.maxDepth, chain.exactIn.size());
+  }
+
+  // A producer joins the chain when it is fusible with the same sizes, only the chain reads it, and nothing writes
+  // what it reads (it is computed at the root's position instead of its own).
+  bool canAbsorb(Node* producer, const std::vector<int64_t>& sizes) const {
+    if (producer->kind() == c10::prim::Param || producer->outputs().size() != 1 ||
+        producer->output()->uses().size() != 1 ||
+        producer->output()->uses()[0].user->owningBlock() != producer->owningBlock() ||
+        fusibleSizes(producer) != sizes) {
+      return false;
+    }
+    for (const Value* input : producer->inputs()) {
+      if (aliasDb_.hasWriters(input)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static void emit(Chain& chain, PointwiseOp op, int64_t operand) {
+    chain.program.push_back(static_cast<int64_t>(op));
+    chain.program.push_back(operand);
+  }
+
+  std::shared_ptr<Graph> graph_;
+  const ObservedValues& observed_;
+  const std::function<void(const Node*)>& beforeRemoving_;
+  AliasDb aliasDb_;
+  std::unordered_set<const Node*> absorbed_;
+  int fused_ = 0;
+};
+
+} // namespace
+
+int FusePointwise(
+    const std::shared_ptr<Graph>& graph,
+    const ObservedValues& observed,
+    const std::function<void(const Node*)>& beforeRemoving) {
+  GRAPH_DUMP("Before FusePointwise", graph);
+  const int fused = PointwiseFuser(graph, observed, beforeRemoving).run();
+  GRAPH_DUMP("After FusePointwise", graph);
+  return fused;
+}
+
+} // namespace torch_mp::jit

@@ -1,0 +1,253 @@
+// FusePointwise and the torch_mp::fused_pointwise kernel: chains that fuse and ones that must not, with lint,
+// FileCheck and numerics against the unfused graph (bit for bit where only arithmetic and casts are fused).
+#include <c10/util/accumulate.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/testing/file_check.h>
+
+#include "jit/apply_precision_plan.h"
+#include "jit/fuse_pointwise.h"
+#include "jit/pipeline.h"
+#include "test_utils.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::testing::FileCheck;
+
+// Observes every non-constant tensor value of the graph as a CPU tensor of the given sizes, except those named in
+// `otherSizes`.
+ObservedValues observeAll(const torch::jit::Graph& graph, const std::vector<int64_t>& sizes,
+                          const std::map<std::string, std::vector<int64_t>>& otherSizes = {}) {
+  ObservedValues observed;
+  auto note = [&](const torch::jit::Value* value) {
+    if (value->type()->kind() != c10::TypeKind::TensorType) {
+      return;
+    }
+    ObservedValue seen;
+    seen.isTensor = true;
+    seen.dtype = at::kFloat;
+    auto other = otherSizes.find(value->debugName());
+    seen.sizes = other == otherSizes.end() ? sizes : other->second;
+    seen.numel = c10::multiply_integers(seen.sizes);
+    observed.emplace(value, seen);
+  };
+  for (const torch::jit::Value* input : graph.inputs()) {
+    note(input);
+  }
+  for (const torch::jit::Node* node : graph.nodes()) {
+    if (node->kind() != c10::prim::Constant) {
+      for (const torch::jit::Value* output : node->outputs()) {
+        note(output);
+      }
+    }
+  }
+  return observed;
+}
+
+struct Fused {
+  int calls = 0;
+  int castsRemoved = 0;
+};
+
+// Runs FusePointwise, lints, and compares outputs with the unfused graph within `tolerance` (0: bit for bit).
+Fused fuse(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
+           const ObservedValues& observed, double tolerance = 0.0) {
+  auto before = runGraph(graph, inputs);
+  Fused result;
+  result.calls = FusePointwise(graph, observed, [&](const torch::jit::Node*) { ++result.castsRemoved; });
+  graph->lint();
+  expectCloseOutputs(before, runGraph(graph, inputs), tolerance);
+  return result;
+}
+
+at::Tensor bf16(std::vector<int64_t> sizes) {
+  return (at::randn(sizes) * 3).to(at::kBFloat16);
+}
+
+// upcast -> residual add -> relu -> downcast: the CPU bf16 pattern after a low-precision linear.
+constexpr const char* kUpcastAddReluDowncast = R"IR(
+    graph(%x : BFloat16(4, 300, strides=[300, 1], device=cpu), %r : Float(4, 300, strides=[300, 1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %bf16 : int = prim::Constant[value=15]()
+      %one : int = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(4, 300, strides=[300, 1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %s : Float(4, 300, strides=[300, 1], device=cpu) = aten::add(%up, %r, %one)
+      %y : Float(4, 300, strides=[300, 1], device=cpu) = aten::relu(%s)
+      %z : BFloat16(4, 300, strides=[300, 1], device=cpu) = aten::to(%y, %bf16, %false, %false, %none)
+      return (%z))IR";
+
+TEST(FusePointwiseTest, ChainWithCastsBecomesOneCallBitForBit) {
+  auto graph = parseGraph(kUpcastAddReluDowncast);
+  const Fused fused = fuse(graph, {bf16({4, 300}), at::randn({4, 300})}, observeAll(*graph, {4, 300}));
+  EXPECT_EQ(fused.calls, 1);
+  EXPECT_EQ(fused.castsRemoved, 2);
+  FileCheck().check_not("aten::to")->check_not("aten::add")->check_not("aten::relu")
+      ->check("prim::ListConstruct(%x, %r)")->check_count("torch_mp::fused_pointwise", 1, /*exactly=*/true)
+      ->run(*graph);
+  EXPECT_EQ(recordedDtype(graph->outputs()[0]), at::kBFloat16);
+}
+
+TEST(FusePointwiseTest, ScalarOperandsAndEveryOpBitForBit) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : BFloat16(8, 100, strides=[100, 1], device=cpu), %h : Half(8, 100, strides=[100, 1], device=cpu)):
+      %third : float = prim::Constant[value=0.33333333333333331]()
+      %three : int = prim::Constant[value=3]()
+      %one : int = prim::Constant[value=1]()
+      %a : BFloat16(8, 100, strides=[100, 1], device=cpu) = aten::mul(%x, %third)
+      %b : BFloat16(8, 100, strides=[100, 1], device=cpu) = aten::sub(%a, %three, %one)
+      %c : BFloat16(8, 100, strides=[100, 1], device=cpu) = aten::relu(%b)
+      %d : BFloat16(8, 100, strides=[100, 1], device=cpu) = aten::neg(%c)
+      %e : Float(8, 100, strides=[100, 1], device=cpu) = aten::div(%d, %h)
+      %f : Float(8, 100, strides=[100, 1], device=cpu) = aten::add(%e, %three, %one)
+      %g : Float(8, 100, strides=[100, 1], device=cpu) = aten::mul(%f, %x)
+      return (%g))IR");
+  const Fused fused =
+      fuse(graph, {bf16({8, 100}), (at::randn({8, 100}) + 4).to(at::kHalf)}, observeAll(*graph, {8, 100}));
+  EXPECT_EQ(fused.calls, 1);
+  FileCheck().check_not("aten::")->check("torch_mp::fused_pointwise")->run(*graph);
+}
+
+TEST(FusePointwiseTest, SingleOpOrBroadcastStaysAsItIs) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Float(4, 300, strides=[300, 1], device=cpu), %bias : Float(300, strides=[1], device=cpu)):
+      %one : int = prim::Constant[value=1]()
+      %s : Float(4, 300, strides=[300, 1], device=cpu) = aten::add(%x, %bias, %one)
+      %y : Float(4, 300, strides=[300, 1], device=cpu) = aten::relu(%s)
+      return (%y))IR");
+  const Fused fused =
+      fuse(graph, {at::randn({4, 300}), at::randn({300})}, observeAll(*graph, {4, 300}, {{"bias", {300}}}));
+  EXPECT_EQ(fused.calls, 0);  // the add broadcasts; the relu alone is one op
+  FileCheck().check("aten::add")->check("aten::relu")->check_not("torch_mp::")->run(*graph);
+}
+
+TEST(FusePointwiseTest, ValueWithAnotherReaderIsAnInputNotAMember) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Float(4, 300, strides=[300, 1], device=cpu)):
+      %bf16 : int = prim::Constant[value=15]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %t : Float(4, 300, strides=[300, 1], device=cpu) = aten::tanh(%x)
+      %y : Float(4, 300, strides=[300, 1], device=cpu) = aten::relu(%t)
+      %z : BFloat16(4, 300, strides=[300, 1], device=cpu) = aten::to(%y, %bf16, %false, %false, %none)
+      return (%z, %t))IR");
+  const Fused fused = fuse(graph, {at::randn({4, 300})}, observeAll(*graph, {4, 300}));
+  EXPECT_EQ(fused.calls, 1);
+  FileCheck().check("aten::tanh(%x)")->check("prim::ListConstruct(%")->check("torch_mp::fused_pointwise")
+      ->check_not("aten::relu")->run(*graph);
+}
+
+TEST(FusePointwiseTest, NotOnOtherDevicesNorInLoops) {
+  {
+    auto graph = parseGraph(kUpcastAddReluDowncast);
+    ObservedValues observed = observeAll(*graph, {4, 300});
+    for (auto& [value, seen] : observed) {
+      seen.device = c10::Device(c10::kCUDA, 0);
+    }
+    EXPECT_EQ(FusePointwise(graph, observed), 0);
+  }
+  {
+    auto graph = parseGraph(R"IR(
+      graph(%x : Float(4, 300, strides=[300, 1], device=cpu), %n : int):
+        %true : bool = prim::Constant[value=1]()
+        %out : Tensor = prim::Loop(%n, %true, %x)
+          block0(%i : int, %carried : Tensor):
+            %t : Float(4, 300, strides=[300, 1], device=cpu) = aten::tanh(%carried)
+            %y : Float(4, 300, strides=[300, 1], device=cpu) = aten::relu(%t)
+            -> (%true, %y)
+        return (%out))IR");
+    ObservedValues observed;
+    const torch::jit::Node* loop = graph->outputs()[0]->node();
+    for (const torch::jit::Node* node : loop->blocks()[0]->nodes()) {
+      ObservedValue seen;
+      seen.isTensor = true;
+      seen.dtype = at::kFloat;
+      seen.sizes = {4, 300};
+      seen.numel = 1200;
+      observed.emplace(node->output(), seen);
+    }
+    EXPECT_EQ(FusePointwise(graph, observed), 0);
+    FileCheck().check("aten::tanh")->check("aten::relu")->run(*graph);
+  }
+}
+
+at::Tensor runKernel(std::vector<int64_t> program, std::vector<at::Tensor> inputs,
+                     c10::ScalarType out = at::kFloat) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("torch_mp::fused_pointwise", "")
+                             .typed<at::Tensor(at::TensorList, c10::IntArrayRef, c10::ArrayRef<double>,
+                                               c10::ScalarType)>();
+  return op.call(inputs, program, {}, out);
+}
+
+TEST(FusePointwiseTest, KernelKeepsAChannelsLastLayoutAndReadsAnyOther) {
+  const at::Tensor a = bf16({2, 16, 9, 9}).contiguous(at::MemoryFormat::ChannelsLast);
+  const at::Tensor b = bf16({2, 16, 9, 9}).contiguous(at::MemoryFormat::ChannelsLast);
+  const std::vector<int64_t> addRelu = {0, 0, 0, 1, 20, 0, 2, 15, 10, 0};
+  const at::Tensor same = runKernel(addRelu, {a, b}, at::kBFloat16);
+  EXPECT_TRUE(same.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(at::equal(same, at::relu(a + b)));
+  const at::Tensor mixed = runKernel(addRelu, {a, b.contiguous()}, at::kBFloat16);  // layouts differ: copies
+  EXPECT_TRUE(mixed.is_contiguous());
+  EXPECT_TRUE(at::equal(mixed, at::relu(a + b)));
+  const at::Tensor transposed = bf16({4, 30}).t();  // dense, in another order: read as it lies, written alike
+  const at::Tensor relued = runKernel({0, 0, 10, 0}, {transposed}, at::kBFloat16);
+  EXPECT_EQ(relued.strides(), transposed.strides());
+  EXPECT_TRUE(at::equal(relued, at::relu(transposed)));
+  const at::Tensor everyOther = bf16({4, 60}).slice(1, 0, 60, 2);  // gaps in memory: a contiguous copy is read
+  EXPECT_TRUE(at::equal(runKernel({0, 0, 10, 0}, {everyOther}, at::kBFloat16), at::relu(everyOther)));
+}
+
+TEST(FusePointwiseTest, KernelRejectsMalformedPrograms) {
+  auto run = [](std::vector<int64_t> program, std::vector<at::Tensor> inputs) { return runKernel(program, inputs); };
+  const at::Tensor x = at::randn({3, 5});
+  EXPECT_TRUE(at::equal(run({0, 0, 10, 0}, {x}), at::relu(x)));
+  EXPECT_THROW(run({0, 1}, {x}), c10::Error);             // no input 1
+  EXPECT_THROW(run({0, 0, 0, 0}, {x}), c10::Error);       // two values left
+  EXPECT_THROW(run({20, 0}, {x}), c10::Error);            // add on an empty stack
+  EXPECT_THROW(run({0, 0, 99, 0}, {x}), c10::Error);      // unknown opcode
+  EXPECT_THROW(run({0, 0, 0, 1, 20, 0}, {x, at::randn({5})}), c10::Error);  // broadcasting
+}
+
+TEST(FusePointwiseTest, PipelineFusesOnlyWhenAsked) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %w : Tensor, %b : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %exact : str = prim::Constant[value="none"]()
+      %l : Tensor = aten::linear(%x, %w, %b)
+      %g : Tensor = aten::gelu(%l, %exact)
+      %s : Tensor = aten::add(%g, %x, %one)
+      %n : int = prim::Constant[value=32]()
+      %shape : int[] = prim::ListConstruct(%n)
+      %none : NoneType = prim::Constant()
+      %eps : float = prim::Constant[value=1e-05]()
+      %true : bool = prim::Constant[value=1]()
+      %y : Tensor = aten::layer_norm(%s, %shape, %none, %none, %eps, %true)
+      return (%y))IR");
+  inlineInputAsConstant(*graph, 2, torch::randn({32}));
+  inlineInputAsConstant(*graph, 1, torch::randn({32, 32}) / 6);
+  const std::vector<c10::IValue> inputs{torch::randn({16, 32})};
+  auto expected = runGraph(graph, inputs);
+  auto convertWith = [&](bool fusedKernels) {
+    auto converted = graph->copy();
+    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kBFloat16);
+    options.fusedKernels = fusedKernels;
+    ConversionReport report = ConvertToMixedPrecision(converted, inputs, options);
+    converted->lint();
+    expectCloseOutputs(expected, runGraph(converted, inputs), 3e-2);
+    return std::make_pair(converted, report);
+  };
+  auto [portable, portableReport] = convertWith(false);
+  FileCheck().check_not("torch_mp::")->check("aten::gelu")->run(*portable);
+  EXPECT_EQ(portableReport.fusedPointwise, 0);
+  // fused: the residual add and the casts around it are one call after the gelu; the norm reads its fp32 result
+  auto [fused, fusedReport] = convertWith(true);
+  FileCheck().check("aten::linear")->check("aten::gelu")->check_not("aten::add")
+      ->check("torch_mp::fused_pointwise")->check("aten::layer_norm")->run(*fused);
+  EXPECT_EQ(fusedReport.fusedPointwise, 1);
+  EXPECT_GT(fusedReport.fusedCasts, portableReport.fusedCasts);
+}
+
+} // namespace
+} // namespace torch_mp::jit
