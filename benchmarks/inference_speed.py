@@ -1,9 +1,11 @@
 """Inference speed, side by side in one run: fp32 TorchScript, torch_mp, torch.autocast eager, whole-model
 low-precision TorchScript (.half() / .to(bfloat16)) and torch.compile with autocast, each checked against fp32.
 
-    python benchmarks/inference_speed.py [--device cpu|cuda] [--models NAME ...] [--quick] [--threads N]
+    python benchmarks/inference_speed.py [--device cpu|cuda] [--models NAME ...] [--quick] [--threads N] [--kernels]
 
 Writes benchmarks/inference_speed_<device>.md (the table, also printed) and inference_speed_<device>.png;
+--kernels compares torch_mp's portable and fused output (kernels="fused") next to fp32 TorchScript instead, and
+writes inference_kernels_<device>.*;
 --quick (short timings, no torch.compile, small CPU inputs: a smoke run) writes inference_speed_<device>_quick.*.
 Models come from the zoo (tests/zoo/registry.py) with random weights; inputs are the issue's sizes, not the zoo's.
 """
@@ -88,9 +90,9 @@ def fp32_torchscript(model, inputs, how, device):
     return capture(model, inputs, how)
 
 
-def torch_mp_variant(dtype):
+def torch_mp_variant(dtype, kernels="portable"):
     def build(model, inputs, how, device):
-        return torch_mp.convert(model, inputs, dtype)
+        return torch_mp.convert(model, inputs, dtype, kernels=kernels)
     return build
 
 
@@ -137,6 +139,13 @@ def variants(device: str) -> Dict[str, Callable]:
     return table
 
 
+def kernel_variants(device: str) -> Dict[str, Callable]:
+    low = LOW[device]
+    return {"fp32 TorchScript": fp32_torchscript,
+            f"torch_mp {SHORT[low]} portable": torch_mp_variant(low),
+            f"torch_mp {SHORT[low]} fused kernels": torch_mp_variant(low, "fused")}
+
+
 class Timeout(Exception):
     pass
 
@@ -169,13 +178,14 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return torch.nn.functional.cosine_similarity(a, b, dim=0).item()
 
 
-def benchmark_model(name: str, entry, device: str, settings: Settings, threads: int) -> List[Result]:
+def benchmark_model(name: str, entry, device: str, settings: Settings, threads: int,
+                    table: Dict[str, Callable]) -> List[Result]:
     model = build_model(entry).to(device)
     inputs = make_inputs(name, settings, device)
     built: Dict[str, Callable] = {}
     results: Dict[str, Result] = {}
     reference = None
-    for variant, build in variants(device).items():
+    for variant, build in table.items():
         compiling = variant.startswith("torch.compile")
         if compiling and settings.compile_timeout_s is None:
             results[variant] = Result(variant, None, None, None, "skipped (--quick)")
@@ -255,7 +265,9 @@ def markdown(all_results: Dict[str, List[Result]], device: str, settings: Settin
         "Variants: torch_mp.convert; the eager nn.Module under torch.autocast; the whole model and its floating "
         "inputs cast (.half(), .to(bfloat16)), then captured and frozen as fp32 is; torch.compile (inductor, default "
         "mode, freezing on) called under torch.autocast. Setup + warm-up: capture, conversion or compilation and 3 "
-        "calls (torch.compile's shrinks when inductor's on-disk cache holds kernels of an earlier run).",
+        "calls (torch.compile's shrinks when inductor's on-disk cache holds kernels of an earlier run). "
+        "torch_mp fused kernels: convert(..., kernels=\"fused\"), chains of elementwise ops and casts as "
+        "torch_mp::fused_pointwise calls.",
         "",
         f"Other processes share this machine's CPUs (during this run they kept {others:.1f} of its "
         f"{os.cpu_count()} cores busy on average): absolute times move between runs, compare ratios within one run.",
@@ -308,6 +320,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--models", nargs="*", choices=list(MODELS), default=list(MODELS))
     parser.add_argument("--quick", action="store_true", help="small inputs, short timings, no torch.compile")
+    parser.add_argument("--kernels", action="store_true", help="portable vs fused torch_mp output only")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="intra-op threads (default: all cores; fewer where another process holds some)")
     args = parser.parse_args()
@@ -320,12 +333,14 @@ def main() -> int:
     with torch.no_grad():
         for name in args.models:
             print(f"{MODELS[name]}:", flush=True)
-            all_results[name] = benchmark_model(name, zoo[name], args.device, settings, args.threads)
+            table = kernel_variants(args.device) if args.kernels else variants(args.device)
+            all_results[name] = benchmark_model(name, zoo[name], args.device, settings, args.threads, table)
     seconds, (everyone_after, own_after) = time.perf_counter() - start, cpu_seconds()
     others = ((everyone_after - everyone) - (own_after - own)) / seconds
     table = markdown(all_results, args.device, settings, command.strip(), seconds, args.threads, others)
     print(table)
-    stem = os.path.join(ROOT, "benchmarks", f"inference_speed_{args.device}" + ("_quick" if args.quick else ""))
+    stem = os.path.join(ROOT, "benchmarks", ("inference_kernels_" if args.kernels else "inference_speed_") + args.device
+                        + ("_quick" if args.quick else ""))
     with open(stem + ".md", "w") as out:
         out.write(table)
     chart(all_results, args.device, stem + ".png")
