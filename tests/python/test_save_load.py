@@ -58,6 +58,28 @@ def test_cpp_example_loads_and_runs_a_converted_model(tmp_path, cpp_example, dty
     assert total == pytest.approx(expected.double().sum().item(), rel=1e-4, abs=1e-4)
 
 
+def test_cpp_example_links_libtorch_mp_and_runs_a_fused_model(tmp_path, cpp_example):
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
+
+        def forward(self, x):
+            return torch.relu(self.conv(x) + x) * 0.5
+
+    converted = torch_mp.convert(Residual().eval(), (torch.randn(2, 3, 16, 16),), torch.bfloat16, kernels="fused")
+    assert any(n.kind() == "torch_mp::fused_pointwise" for n in converted.graph.nodes())
+    path = tmp_path / "fused.pt"
+    torch.jit.save(converted, path)
+    result = subprocess.run([cpp_example, "run", str(path), "2", "3", "16", "16"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    torch.manual_seed(0)
+    expected = converted(torch.randn(2, 3, 16, 16))
+    [(dtype_name, shape, total)] = _parse_outputs(result.stdout)
+    assert dtype_name == "Float" and shape == "2, 3, 16, 16"
+    assert total == pytest.approx(expected.double().sum().item(), rel=1e-5, abs=1e-5)
+
+
 def test_cpp_example_converts_in_cpp(tmp_path, cpp_example):
     model = ConvBnNet().eval()
     scripted_path, out_path = tmp_path / "fp32.pt", tmp_path / "fp16.pt"
