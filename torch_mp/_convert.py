@@ -1,6 +1,7 @@
 """torch_mp.convert: capture (script, else trace), then the C++ pipeline on a frozen copy."""
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -217,6 +218,17 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModul
             f"{type(model).__name__} is in training mode (dropout and batch-norm statistics would be wrong); "
             "call model.eval() before converting"
         )
+    with _CAPTURE_LOCK:
+        return _script_or_trace(model, inputs)
+
+
+# torch.jit.script compiles classes into one global compilation unit, and warnings filters are process-wide: two
+# threads capturing at once made scripting fail in one of them, which then silently fell back to tracing (CI,
+# tests/python/test_concurrency.py). Capture is serialised; the conversion itself still runs in parallel.
+_CAPTURE_LOCK = threading.Lock()
+
+
+def _script_or_trace(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModule, str]:
     capture = "script"
     try:
         with warnings.catch_warnings():

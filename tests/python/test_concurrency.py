@@ -28,6 +28,7 @@ def summary(converted, report, inputs):
     flat = outputs if isinstance(outputs, tuple) else (outputs,)
     first = flat[0]
     return (
+        report.capture,  # scripting in one thread while another scripts must not fall back to tracing
         [(n["op"], n["precision"]) for n in report.nodes],
         [(c["value"], c["to"], c["bytes"]) for c in report.casts],
         first.dtype,
