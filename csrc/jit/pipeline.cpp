@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <chrono>
+#include <functional>
 #include <sstream>
 #include <unordered_set>
 
@@ -272,21 +273,17 @@ ConversionReport ConvertToMixedPrecision(
     keepLiveNodes(graph->block(), inserted, live);
     inserted = std::move(live);
   }
+  const std::function<void(const Node*)> countFusedCast = [&](const Node* cast) {
+    if (inserted.erase(cast)) {
+      report.fusedCasts += 1;
+      report.fusedCastBytes += castRecordOf(cast, observation.values).bytes;
+    }
+  };
   if (options.fuseCasts) {
-    FuseCasts(graph, observation.values, [&](const Node* cast) {
-      if (inserted.erase(cast)) {
-        report.fusedCasts += 1;
-        report.fusedCastBytes += castRecordOf(cast, observation.values).bytes;
-      }
-    });
+    FuseCasts(graph, observation.values, countFusedCast);
   }
   if (options.fusedKernels) {
-    report.fusedPointwise = FusePointwise(graph, observation.values, [&](const Node* cast) {
-      if (inserted.erase(cast)) {
-        report.fusedCasts += 1;
-        report.fusedCastBytes += castRecordOf(cast, observation.values).bytes;
-      }
-    });
+    report.fusedPointwise = FusePointwise(graph, observation.values, countFusedCast);
   }
   torch::jit::EliminateDeadCode(graph);
   torch::jit::ConstantPooling(graph);

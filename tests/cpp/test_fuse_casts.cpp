@@ -1,5 +1,4 @@
 // FuseCasts: each case where it fires and where it must not, with lint, FileCheck and numerics before/after.
-#include <c10/util/accumulate.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/ir/irparser.h>
@@ -293,12 +292,7 @@ TEST(FuseCastsTest, ObservedSizesGiveTheDims) {
       %g : Tensor = aten::relu(%f)
       %c : Float(2, 8, strides=[8, 1], device=cpu) = aten::mul(%up, %g)
       return (%c))IR");
-  ObservedValue g;
-  g.isTensor = true;
-  g.dtype = at::kFloat;
-  g.numel = 16;
-  g.sizes = {2, 8};
-  ObservedValues observed{{typeAsFloatOfUnknownRank(*graph, c10::aten::relu), g}};
+  ObservedValues observed{{typeAsFloatOfUnknownRank(*graph, c10::aten::relu), observedTensor({2, 8})}};
   auto inputs = std::vector<c10::IValue>{halfInput({2, 8}), at::randn({2, 8})};
   auto before = runGraph(graph, inputs);
   EXPECT_TRUE(FuseCasts(graph, observed));
@@ -326,16 +320,6 @@ std::shared_ptr<torch::jit::Graph> lowMatmulUpcast(int rank, bool lowReaderToo =
       (lowReaderToo ? "  %r : Half" + type + " = aten::relu(%p)\n  return (%up, %r)" : "  return (%up)"));
 }
 
-ObservedValue observedTensor(std::vector<int64_t> sizes, c10::Device device) {
-  ObservedValue seen;
-  seen.isTensor = true;
-  seen.dtype = at::kHalf;
-  seen.device = device;
-  seen.numel = c10::multiply_integers(sizes);
-  seen.sizes = std::move(sizes);
-  return seen;
-}
-
 // What the product's operands and result were observed as: matmul of [batch, 4, 8] x [batch, 8, 5] on `device`.
 ObservedValues observedMatmul(const torch::jit::Graph& graph, c10::Device device, std::vector<int64_t> left) {
   std::vector<int64_t> right = left;
@@ -344,11 +328,11 @@ ObservedValues observedMatmul(const torch::jit::Graph& graph, c10::Device device
   std::vector<int64_t> result = left;
   result.back() = 5;
   ObservedValues observed;
-  observed.emplace(graph.inputs()[0], observedTensor(left, device));
-  observed.emplace(graph.inputs()[1], observedTensor(right, device));
+  observed.emplace(graph.inputs()[0], observedTensor(left, at::kHalf, device));
+  observed.emplace(graph.inputs()[1], observedTensor(right, at::kHalf, device));
   for (const torch::jit::Node* node : graph.nodes()) {
     if (node->kind() == c10::aten::matmul) {
-      observed.emplace(node->output(), observedTensor(result, device));
+      observed.emplace(node->output(), observedTensor(result, at::kHalf, device));
     }
   }
   return observed;

@@ -1,6 +1,5 @@
 // FusePointwise and the torch_mp::fused_pointwise kernel: chains that fuse and ones that must not, with lint,
 // FileCheck and numerics against the unfused graph (bit for bit where only arithmetic and casts are fused).
-#include <c10/util/accumulate.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
@@ -23,13 +22,8 @@ ObservedValues observeAll(const torch::jit::Graph& graph, const std::vector<int6
     if (value->type()->kind() != c10::TypeKind::TensorType) {
       return;
     }
-    ObservedValue seen;
-    seen.isTensor = true;
-    seen.dtype = at::kFloat;
     auto other = otherSizes.find(value->debugName());
-    seen.sizes = other == otherSizes.end() ? sizes : other->second;
-    seen.numel = c10::multiply_integers(seen.sizes);
-    observed.emplace(value, seen);
+    observed.emplace(value, observedTensor(other == otherSizes.end() ? sizes : other->second));
   };
   for (const torch::jit::Value* input : graph.inputs()) {
     note(input);
@@ -160,12 +154,7 @@ TEST(FusePointwiseTest, NotOnOtherDevicesNorInLoops) {
     ObservedValues observed;
     const torch::jit::Node* loop = graph->outputs()[0]->node();
     for (const torch::jit::Node* node : loop->blocks()[0]->nodes()) {
-      ObservedValue seen;
-      seen.isTensor = true;
-      seen.dtype = at::kFloat;
-      seen.sizes = {4, 300};
-      seen.numel = 1200;
-      observed.emplace(node->output(), seen);
+      observed.emplace(node->output(), observedTensor({4, 300}));
     }
     EXPECT_EQ(FusePointwise(graph, observed), 0);
     FileCheck().check("aten::tanh")->check("aten::relu")->run(*graph);

@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
+#include <c10/util/accumulate.h>
 #include <torch/torch.h>
 
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "jit/value_observer.h"
 
 namespace torch_mp::jit {
 
@@ -24,6 +27,18 @@ constexpr const char* kConvReluSoftmax = R"IR(
       %r : Tensor = aten::relu(%c)
       %s : Tensor = aten::softmax(%r, %one, %none)
       return (%s))IR";
+
+// What an observed run records of a tensor (the observer itself is not run).
+inline ObservedValue observedTensor(std::vector<int64_t> sizes, c10::ScalarType dtype = at::kFloat,
+                                   c10::Device device = c10::Device(c10::kCPU)) {
+  ObservedValue seen;
+  seen.isTensor = true;
+  seen.dtype = dtype;
+  seen.device = device;
+  seen.numel = c10::multiply_integers(sizes);
+  seen.sizes = std::move(sizes);
+  return seen;
+}
 
 inline std::shared_ptr<torch::jit::Graph> parseGraph(const std::string& ir) {
   auto graph = std::make_shared<torch::jit::Graph>();

@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from test_fused_kernels import ConvResidual
 from torch_mp.models import ConvBnNet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,17 +39,8 @@ def test_convert_then_report(tmp_path, scripted):
     assert summary.returncode == 0 and "torch_mp conversion to Half" in summary.stdout
 
 
-class Residual(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
-
-    def forward(self, x):
-        return torch.relu(self.conv(x) + x)
-
-
 def test_convert_with_fused_kernels_then_report(tmp_path):
-    model, path, out = Residual().eval(), tmp_path / "fp32.pt", tmp_path / "fused.pt"
+    model, path, out = ConvResidual().eval(), tmp_path / "fp32.pt", tmp_path / "fused.pt"
     torch.jit.save(torch.jit.script(model), path)
     result = cli("convert", path, "-o", out, "--dtype", "bf16", "--input-shape", "2,3,16,16", "--kernels", "fused")
     assert result.returncode == 0, result.stderr

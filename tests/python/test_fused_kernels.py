@@ -26,6 +26,17 @@ class MlpBlock(nn.Module):
         return x
 
 
+class ConvResidual(nn.Module):
+    """conv -> residual add -> relu -> scale: one fusible chain (add, relu, mul and the casts around them)."""
+
+    def __init__(self, channels: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x) + x) * 0.5
+
+
 def fused_calls(module) -> int:
     return sum(1 for n in module.graph.nodes() if n.kind() == "torch_mp::fused_pointwise")
 
@@ -53,15 +64,7 @@ def test_fused_output_matches_portable_output(model_and_input):
 
 
 def test_fp16_conv_residual_chain_is_bit_exact():
-    class AddRelu(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = nn.Conv2d(8, 8, 3, padding=1)
-
-        def forward(self, x):
-            return torch.relu(self.conv(x) + x) * 2.0
-
-    model, x = AddRelu().eval(), torch.randn(2, 8, 12, 12)
+    model, x = ConvResidual(8).eval(), torch.randn(2, 8, 12, 12)
     portable = torch_mp.convert(model, (x,), torch.float16)
     fused = torch_mp.convert(model, (x,), torch.float16, kernels="fused")
     assert fused_calls(fused) == 1

@@ -11,6 +11,7 @@ import torch_mp
 from torch_mp.models import ConvBnNet, NestedOutputNet
 
 from fresh_process import assert_runs_without_torch_mp
+from test_fused_kernels import ConvResidual
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -43,10 +44,9 @@ def _parse_outputs(stdout):
     ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_cpp_example_loads_and_runs_a_converted_model(tmp_path, cpp_example, dtype):
-    model = ConvBnNet().eval()
-    converted = torch_mp.convert(model, (torch.randn(2, 3, 16, 16),), dtype)
+def run_in_cpp_example(cpp_example, converted, tmp_path):
+    """Saves `converted`, runs it with `torch_mp_example run` on torch.randn(2, 3, 16, 16) after seed 0, and returns
+    the C++ output's (dtype, shape, sum) with the sum of Python's output on the same input."""
     path = tmp_path / "mp.pt"
     torch.jit.save(converted, path)
     result = subprocess.run([cpp_example, "run", str(path), "2", "3", "16", "16"], capture_output=True, text=True)
@@ -54,30 +54,23 @@ def test_cpp_example_loads_and_runs_a_converted_model(tmp_path, cpp_example, dty
     torch.manual_seed(0)
     expected = converted(torch.randn(2, 3, 16, 16))
     [(dtype_name, shape, total)] = _parse_outputs(result.stdout)
+    return dtype_name, shape, total, expected.double().sum().item()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cpp_example_loads_and_runs_a_converted_model(tmp_path, cpp_example, dtype):
+    converted = torch_mp.convert(ConvBnNet().eval(), (torch.randn(2, 3, 16, 16),), dtype)
+    dtype_name, shape, total, expected = run_in_cpp_example(cpp_example, converted, tmp_path)
     assert dtype_name == "Float" and shape == "2, 10"
-    assert total == pytest.approx(expected.double().sum().item(), rel=1e-4, abs=1e-4)
+    assert total == pytest.approx(expected, rel=1e-4, abs=1e-4)
 
 
 def test_cpp_example_links_libtorch_mp_and_runs_a_fused_model(tmp_path, cpp_example):
-    class Residual(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.conv = torch.nn.Conv2d(3, 3, 3, padding=1)
-
-        def forward(self, x):
-            return torch.relu(self.conv(x) + x) * 0.5
-
-    converted = torch_mp.convert(Residual().eval(), (torch.randn(2, 3, 16, 16),), torch.bfloat16, kernels="fused")
+    converted = torch_mp.convert(ConvResidual().eval(), (torch.randn(2, 3, 16, 16),), torch.bfloat16, kernels="fused")
     assert any(n.kind() == "torch_mp::fused_pointwise" for n in converted.graph.nodes())
-    path = tmp_path / "fused.pt"
-    torch.jit.save(converted, path)
-    result = subprocess.run([cpp_example, "run", str(path), "2", "3", "16", "16"], capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-    torch.manual_seed(0)
-    expected = converted(torch.randn(2, 3, 16, 16))
-    [(dtype_name, shape, total)] = _parse_outputs(result.stdout)
+    dtype_name, shape, total, expected = run_in_cpp_example(cpp_example, converted, tmp_path)
     assert dtype_name == "Float" and shape == "2, 3, 16, 16"
-    assert total == pytest.approx(expected.double().sum().item(), rel=1e-5, abs=1e-5)
+    assert total == pytest.approx(expected, rel=1e-5, abs=1e-5)
 
 
 def test_cpp_example_converts_in_cpp(tmp_path, cpp_example):
