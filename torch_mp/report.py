@@ -44,6 +44,11 @@ class Report:
         return self.data["cast_bytes"]
 
     @property
+    def reached_casts(self) -> int:
+        """Casts the example inputs ran (the others sit on branches they skipped, e.g. a slow path kept in fp32)."""
+        return sum(1 for cast in self.casts if cast.get("reached", True))
+
+    @property
     def fused_casts(self) -> int:
         """Casts the plan needed that were folded into the ops reading them (not in `casts`)."""
         return self.data.get("fused_casts", 0)
@@ -77,6 +82,7 @@ class Report:
     def summary(self) -> str:
         d = self.data
         low = sum(1 for n in self.nodes if n["precision"] == "low")
+        skipped = len(self.casts) - self.reached_casts
         lines = [
             f"torch_mp conversion to {d['dtype']} (policy {d['policy']}, planner {d['planner']}, "
             f"{d['seconds'] * 1e3:.1f} ms)",
@@ -85,6 +91,7 @@ class Report:
             f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference"
             f" ({d.get('fused_casts', 0)} more fused into their readers, saving"
             f" {d.get('fused_cast_bytes', 0) / 1e6:.3f} MB)"
+            + (f"; {skipped} on paths the example inputs did not take" if skipped else "")
             + (f"; {d['fused_pointwise']} fused pointwise kernels" if d.get("fused_pointwise") else ""),
             f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
             f"({self.weight_ratio:.2f}x)",

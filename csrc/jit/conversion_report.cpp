@@ -130,7 +130,8 @@ std::string ConversionReport::toJson() const {
   for (size_t i = 0; i < casts.size(); ++i) {
     const CastRecord& cast = casts[i];
     out << (i ? ", " : "") << "{\"value\": " << quoted(cast.value) << ", \"from\": " << quoted(cast.from)
-        << ", \"to\": " << quoted(cast.to) << ", \"bytes\": " << cast.bytes << "}";
+        << ", \"to\": " << quoted(cast.to) << ", \"bytes\": " << cast.bytes
+        << ", \"reached\": " << (cast.reached ? "true" : "false") << "}";
   }
   out << "]}";
   return out.str();

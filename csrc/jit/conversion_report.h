@@ -28,6 +28,7 @@ struct CastRecord {
   std::string from;   // dtype names, e.g. "Float"
   std::string to;
   int64_t bytes = 0;  // read + written per inference, at the example inputs' sizes
+  bool reached = true;  // whether the example inputs ran it (a cast on a path they skipped moves no bytes then)
 };
 
 struct ConversionReport {

@@ -51,6 +51,40 @@ bool isTensorArithmetic(const Node* node) {
   return false;
 }
 
+// Norms whose CPU kernels take a Half or BFloat16 input with fp32 parameters, compute in fp32 and write the input's
+// dtype (ATen's "mixed type" norm kernels), with the schema and the index of every parameter tensor (case E).
+struct MixedTypeNorm {
+  const char* schema;
+  std::vector<size_t> parameters;
+};
+
+const std::vector<MixedTypeNorm>& mixedTypeNorms() {
+  static const std::vector<MixedTypeNorm> norms = {
+      {"aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+       "float eps=1e-05, bool cudnn_enable=True) -> Tensor",
+       {2, 3}},
+      {"aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, "
+       "bool cudnn_enabled=True) -> Tensor",
+       {2, 3}},
+      {"aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
+       "bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor",
+       {1, 2, 3, 4}},
+      {"aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
+       "bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor",
+       {1, 2, 3, 4}},
+  };
+  return norms;
+}
+
+const MixedTypeNorm* asMixedTypeNorm(const Node* node) {
+  for (const MixedTypeNorm& norm : mixedTypeNorms()) {
+    if (node->matches(norm.schema)) {
+      return &norm;
+    }
+  }
+  return nullptr;
+}
+
 using KernelQuery = std::function<bool(const c10::OperatorName&, c10::DeviceType)>;
 
 class CastFuser {
@@ -104,7 +138,7 @@ class CastFuser {
         continue;
       }
       if (fuseIntoDtypeArgument(reader, use.offset, low) || fuseIntoArithmetic(reader, use.offset, low) ||
-          shortenChain(reader, use.offset, low)) {
+          shortenChain(reader, use.offset, low) || fuseIntoNorm(reader, use.offset, low)) {
         changed = true;
       }
     }
@@ -234,6 +268,64 @@ class CastFuser {
     reader->replaceInput(0, low);
     GRAPH_UPDATE("Shortened cast chain: ", reader->output()->debugName(), " now casts ", low->debugName());
     return true;
+  }
+
+  // Case E: to(norm(to(%x, fp32), fp32 parameters), low) => norm(%x, fp32 parameters) on CPU.
+  bool fuseIntoNorm(Node* reader, size_t offset, Value* low) {
+    const MixedTypeNorm* norm = offset == 0 ? asMixedTypeNorm(reader) : nullptr;
+    if (!norm || deviceOf(low) != c10::DeviceType::CPU || aliasDb_.hasWriters(reader->output())) {
+      return false;
+    }
+    for (size_t index : norm->parameters) {
+      const Value* parameter = reader->input(index);
+      if (parameter->type()->kind() != c10::TypeKind::NoneType &&
+          recordedDtype(parameter) != c10::ScalarType::Float) {
+        return false;  // the mixed kernels take fp32 parameters (or all of the input's dtype)
+      }
+    }
+    const std::vector<Use> outputUses = reader->output()->uses();
+    if (outputUses.empty()) {
+      return false;
+    }
+    for (const Use& use : outputUses) {
+      if (plainCastTarget(use.user) != recordedDtype(low) ||
+          aliasDb_.hasWriters(use.user->output())) {
+        return false;  // an fp32 reader needs the fp32 result, or a writer would see the shared result
+      }
+    }
+    reader->replaceInput(0, low);
+    reader->output()->setType(reader->output()->type()->expectRef<c10::TensorType>().withScalarType(
+        recordedDtype(low)));
+    for (const Use& use : outputUses) {
+      Node* downcast = use.user;
+      downcast->output()->replaceAllUsesWith(reader->output());
+      if (beforeRemoving_) {
+        beforeRemoving_(downcast);
+      }
+      downcast->destroy();
+    }
+    GRAPH_UPDATE("Fused casts around ", reader->kind().toQualString(), " reading ", low->debugName());
+    return true;
+  }
+
+  // The device type a tensor value lives on, from its complete type or its observation (through plain casts, which
+  // keep devices); nothing when unknown.
+  std::optional<c10::DeviceType> deviceOf(const Value* value) const {
+    for (;;) {
+      if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+        if (auto device = tensorType->device()) {
+          return device->type();
+        }
+      }
+      auto it = observed_.find(value);
+      if (it != observed_.end() && it->second.isTensor) {
+        return it->second.device.type();
+      }
+      if (!plainCastTarget(value->node())) {
+        return std::nullopt;
+      }
+      value = value->node()->input(0);
+    }
   }
 
   // The number of dimensions a value has, from its complete type or its observed sizes; nothing when unknown. Plain

@@ -28,6 +28,14 @@
 //      %y = aten::to(%p, 6, false, false, None)         =>   %y = aten::mm(%a, %b, 6)   (mm.dtype)
 //    for mm, bmm, and matmul of two observed 2-d (mm) or two 3-d tensors with equal batch size (bmm). This is what
 //    the low_fp32_output category asks for (apply_precision_plan writes its cast).
+// E. A norm computed in fp32 between an upcast and downcasts back to the same low dtype reads the low value and
+//    writes the low dtype itself, where ATen's kernel for the device takes a low input with fp32 parameters and
+//    computes in fp32 (the CPU kernels of layer_norm, group_norm, batch_norm, instance_norm; CUDA's are not used):
+//      %y = aten::to(%x, 6, false, false, None)         %x : Half or BFloat16, on CPU
+//      %n = aten::layer_norm(%y, %shape, %w, %b, ...)   %w, %b : Float or None
+//      %z = aten::to(%n, 15, false, false, None)        =>   %n = aten::layer_norm(%x, %shape, %w, %b, ...)
+//    Only when every reader of %n is such a downcast. The kernel rounds its fp32 result once, as the downcast did;
+//    it may differ from the cast chain in the last bit (its reductions run in another order).
 //
 // Never removed: casts to a low dtype (fp32 -> low rounds), casts that are not plain `aten::to(%x, dtype, false,
 // false, None)`, casts whose input is written in place anywhere (the cast's copy protects its readers from that).

@@ -135,15 +135,39 @@ std::vector<NodeDecision> decisionsOf(
   return decisions;
 }
 
+// Whether the example inputs ran `block`: the graph's own block does; a nested one (a branch, a loop body) and the
+// blocks around it did when a value defined in it was observed. A block defining no observed value is taken as
+// run only when it defines nothing but casts and constants (say, a branch that returns an outer value).
+bool blockRan(const torch::jit::Block* block, const ObservedValues& observed) {
+  for (; block->owningNode(); block = block->owningNode()->owningBlock()) {
+    bool definesValues = false;
+    bool observedOne = false;
+    for (const Node* node : block->nodes()) {
+      if (plainCastTarget(node)) {
+        continue;  // torch_mp's own casts were never observed
+      }
+      for (const torch::jit::Value* output : node->outputs()) {
+        definesValues = definesValues || node->kind() != c10::prim::Constant;
+        observedOne = observedOne || observed.count(output);
+      }
+    }
+    if (definesValues && !observedOne) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Bytes a cast reads and writes per inference, at the observed size of the value it casts.
 CastRecord castRecordOf(const Node* cast, const ObservedValues& observed) {
   const torch::jit::Value* source = cast->input(0);
   const c10::ScalarType from = recordedDtype(source).value();
   const c10::ScalarType to = recordedDtype(cast->output()).value();
   auto it = observed.find(source);
-  const int64_t numel = it == observed.end() ? 0 : it->second.numel;
+  const bool reached = it != observed.end() && blockRan(cast->owningBlock(), observed);
+  const int64_t numel = reached ? it->second.numel : 0;
   return {source->debugName(), c10::toString(from), c10::toString(to),
-          numel * static_cast<int64_t>(c10::elementSize(from) + c10::elementSize(to))};
+          numel * static_cast<int64_t>(c10::elementSize(from) + c10::elementSize(to)), reached};
 }
 
 // Drops from `nodes` those no longer in the graph (destroyed by a pass), so a node created later at a freed address

@@ -398,6 +398,93 @@ TEST(FuseCastsTest, ProductStaysWhereNoOutDtypeKernelOrNoMatchingForm) {
   }
 }
 
+// --- E. norms between an upcast and a downcast -------------------------------------------------------------------
+
+// %x (low, on `device`) -> upcast -> `norm` with fp32 parameters %w, %b -> downcast to %x's dtype (and, with
+// `fp32Reader`, also an fp32 exp of the norm's result).
+std::shared_ptr<torch::jit::Graph> normBetweenCasts(const std::string& norm, const std::string& low,
+                                                    const std::string& device = "cpu", bool fp32Reader = false) {
+  const std::string lowCode = low == "Half" ? "5" : "15";
+  const std::string t = "(2, 4, 4, strides=[16, 4, 1], device=" + device + ")";
+  const std::string p = "(4, strides=[1], device=" + device + ")";
+  std::string ir = "graph(%x : " + low + t + ", %w : Float" + p + ", %b : Float" + p + R"IR(, %mean : Float)IR" + p +
+                   ", %var : Float" + p + R"IR():
+      %fp32 : int = prim::Constant[value=6]()
+      %lowcode : int = prim::Constant[value=)IR" + lowCode + R"IR(]()
+      %false : bool = prim::Constant[value=0]()
+      %true : bool = prim::Constant[value=1]()
+      %none : NoneType = prim::Constant()
+      %eps : float = prim::Constant[value=1.0000000000000001e-05]()
+      %momentum : float = prim::Constant[value=0.10000000000000001]()
+      %groups : int = prim::Constant[value=2]()
+      %four : int = prim::Constant[value=4]()
+      %shape : int[] = prim::ListConstruct(%four)
+      %up : Float)IR" + t + R"IR( = aten::to(%x, %fp32, %false, %false, %none)
+      %n : Float)IR" + t + " = " + norm + R"IR(
+      %down : )IR" + low + t + R"IR( = aten::to(%n, %lowcode, %false, %false, %none)
+      %y : )IR" + low + t + R"IR( = aten::mul(%down, %down)
+)IR";
+  ir += fp32Reader ? "      %e : Float" + t + " = aten::exp(%n)\n      return (%y, %e)\n" : "      return (%y)\n";
+  return parseGraph(ir);
+}
+
+const char* const kLayerNorm = "aten::layer_norm(%up, %shape, %w, %b, %eps, %true)";
+const char* const kGroupNorm = "aten::group_norm(%up, %groups, %w, %b, %eps, %true)";
+const char* const kBatchNorm = "aten::batch_norm(%up, %w, %b, %mean, %var, %false, %momentum, %eps, %true)";
+const char* const kInstanceNorm = "aten::instance_norm(%up, %w, %b, %none, %none, %true, %momentum, %eps, %true)";
+
+std::vector<c10::IValue> normInputs(at::ScalarType low) {
+  return {(at::randn({2, 4, 4}) * 3 + 1).to(low), at::randn({4}), at::randn({4}), at::randn({4}), at::rand({4}) + 0.5};
+}
+
+TEST(FuseCastsTest, NormsOnCpuReadAndWriteTheLowValue) {
+  for (const char* norm : {kLayerNorm, kGroupNorm, kBatchNorm, kInstanceNorm}) {
+    for (const auto& [low, name] : {std::pair(at::kHalf, "Half"), std::pair(at::kBFloat16, "BFloat16")}) {
+      SCOPED_TRACE(std::string(norm) + " " + name);
+      auto graph = normBetweenCasts(norm, name);
+      const auto inputs = normInputs(low);
+      const auto before = runGraph(graph, inputs);
+      int removed = 0;
+      EXPECT_TRUE(FuseCasts(graph, ObservedValues(), [&](const torch::jit::Node*) { ++removed; }));
+      graph->lint();
+      EXPECT_EQ(removed, 2);  // the downcast, and the upcast with its last reader
+      const std::string fused = std::string(norm).substr(0, std::string(norm).find('(')) + "(%x, ";
+      FileCheck().check_not("aten::to")->check(fused)->check("aten::mul(")->run(*graph);
+      EXPECT_EQ(recordedDtype(graph->outputs()[0]->node()->input(0)), low);
+      // fp32 inside, one rounding to the low dtype: the same values up to the last bit (of a value squared here)
+      expectCloseOutputs(before, runGraph(graph, inputs), low == at::kHalf ? 4e-3 : 3e-2);
+    }
+  }
+}
+
+TEST(FuseCastsTest, NormKeepsItsCastsWhereTheResultOrParametersOrDeviceForbid) {
+  {  // an fp32 reader needs the fp32 result
+    auto graph = normBetweenCasts(kLayerNorm, "BFloat16", "cpu", /*fp32Reader=*/true);
+    const auto inputs = normInputs(at::kBFloat16);
+    const auto before = runGraph(graph, inputs);
+    EXPECT_FALSE(FuseCasts(graph));
+    FileCheck().check("aten::to(%x")->check("aten::layer_norm(%")->check("aten::to(%")->run(*graph);
+    expectSameOutputs(before, runGraph(graph, inputs));
+  }
+  {  // low parameters: not the mixed-type form
+    auto graph = normBetweenCasts(kLayerNorm, "Half");
+    graph->inputs()[1]->setType(graph->inputs()[1]->type()->expectRef<c10::TensorType>().withScalarType(at::kHalf));
+    EXPECT_FALSE(FuseCasts(graph));
+    FileCheck().check("aten::to(%x")->check("aten::layer_norm(%")->check("aten::to(%")->run(*graph);
+  }
+  {  // on CUDA the kernels want parameters of the input's dtype
+    auto graph = normBetweenCasts(kGroupNorm, "Half", "cuda:0");
+    EXPECT_FALSE(FuseCasts(graph));
+    FileCheck().check("aten::to(%x")->check("aten::group_norm(%")->check("aten::to(%")->run(*graph);
+  }
+  {  // a device nobody knows (no complete type, no observation)
+    auto graph = normBetweenCasts(kLayerNorm, "Half");
+    graph->inputs()[0]->setType(c10::TensorType::get()->withScalarType(at::kHalf));
+    EXPECT_FALSE(FuseCasts(graph));
+    FileCheck().check("aten::to(%x")->check("aten::layer_norm(%")->check("aten::to(%")->run(*graph);
+  }
+}
+
 // --- C. chains and constants ------------------------------------------------------------------------------------
 
 TEST(FuseCastsTest, LosslessChainCastsOnce) {

@@ -221,11 +221,17 @@ def test_cast_placed_inside_the_branch_that_reads_it():
     """The untaken else-branch reads h in fp32: its cast lives in that branch, not before the prim::If."""
     model = ControlFlowNet().eval()
     x = torch.randn(4, 32).abs()  # mean > 0: the then-branch runs
-    converted = torch_mp.convert(model, (x,), torch.float16)
+    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
     branch = converted.graph.findNode("prim::If")
     else_block = list(branch.blocks())[1]
     first = next(iter(else_block.nodes()))
     assert first.kind() == "aten::to" and first.inputsAt(1).toIValue() == CODE[torch.float32]
+    # the example inputs skipped that branch: its casts (of h and of the branch's low weights) moved no bytes
+    skipped = [cast for cast in report.casts if not cast["reached"]]
+    assert sorted(cast["value"].startswith("self.negative.") for cast in skipped) == [False, True, True]
+    assert all(cast["to"] == "Float" and cast["bytes"] == 0 for cast in skipped)
+    assert report.reached_casts == len(report.casts) - 3
+    assert "3 on paths the example inputs did not take" in report.summary()
     negative = -x
     torch.testing.assert_close(converted(negative)[0], model(negative)[0], rtol=0, atol=1e-2)
 

@@ -78,3 +78,40 @@ def test_fused_model_loads_without_torch_mp(tmp_path):
     torch.jit.save(converted, path)
     check = 'assert any(n.kind() == "aten::softmax" and n.inputsAt(2).toIValue() == 6 for n in model.graph.nodes())'
     assert_runs_without_torch_mp(path, x, converted(x), tmp_path, check)
+
+
+class PostNormBlock(nn.Module):
+    """BERT's layer: the residual sum of two low linears is normalised, then read by another linear."""
+
+    def __init__(self, dim: int = 64):
+        super().__init__()
+        self.inner = nn.Linear(dim, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.outer = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.inner(x) + x)
+        return self.outer(h) + h
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layer_norm_on_cpu_reads_and_writes_the_low_residual(dtype):
+    torch.manual_seed(0)
+    model = PostNormBlock().eval()
+    x = torch.randn(2, 16, 64)
+    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    (norm,) = [node for node in converted.graph.nodes() if node.kind() == "aten::layer_norm"]
+    data, _, weight, bias, _, _ = norm.inputs()
+    assert data.node().kind() == "aten::add" and data.type().dtype() == dtype  # no upcast before ...
+    assert norm.output().type().dtype() == dtype  # ... nor downcast after: the CPU kernel computes in fp32 inside
+    assert weight.type().dtype() == torch.float32 and bias.type().dtype() == torch.float32
+    assert all(use.user.kind() != "aten::to" for use in norm.output().uses())
+
+    _, plain = torch_mp.convert(model, (x,), dtype, fuse_casts=False, return_report=True)
+    assert len(report.casts) + report.fused_casts == len(plain.casts)
+    assert report.fused_casts >= 2
+    with torch.no_grad():
+        for inputs in [x, torch.randn(3, 8, 64) * 10]:
+            agreement = compare(model(inputs), converted(inputs))
+            assert agreement.cosine > 0.9999, agreement
+            assert agreement.max_rel_error < (2e-3 if dtype == torch.float16 else 2e-2), agreement

@@ -1,6 +1,7 @@
 """kernels="fused" on real architectures: the fused output is bit for bit the portable output (each fused op rounds
 where the aten op it replaces does), on the zoo models with the most fusible chains (residual add + relu in
-ResNets and RegNets, DenseNet's norm-relu chains, BERT's residual adds and casts)."""
+ResNets and RegNets, DenseNet's norm-relu chains, GPT-2's residual adds and casts; BERT has none left since its
+layer norms read and write the low residual sums on CPU)."""
 import pytest
 import torch
 
@@ -12,7 +13,7 @@ ZOO = load_zoo()
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("name", ["tv.resnet50", "tv.densenet121", "timm.regnetx_002", "hf.bert-base"])
+@pytest.mark.parametrize("name", ["tv.resnet50", "tv.densenet121", "timm.regnetx_002", "hf.gpt2"])
 def test_fused_output_is_the_portable_output(name, dtype):
     entry = ZOO[name]
     model, inputs = build_model(entry), entry.inputs()
