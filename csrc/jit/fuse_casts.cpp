@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -98,7 +99,8 @@ class CastFuser {
         observed_(observed),
         beforeRemoving_(beforeRemoving),
         kernelExists_(kernelExists),
-        aliasDb_(graph, /*isFrozen=*/true) {}
+        aliasDb_(graph, /*isFrozen=*/true),
+        inputDependentRank_(valuesOfInputDependentRank(graph->block())) {}
 
   bool run() {
     std::vector<Node*> upcasts;
@@ -197,7 +199,8 @@ class CastFuser {
     }
     auto left = observed_.find(node->input(0));
     auto right = observed_.find(node->input(1));
-    if (left == observed_.end() || right == observed_.end() || definedInLoopBody(node->output())) {
+    if (left == observed_.end() || right == observed_.end() || definedInLoopBody(node->output()) ||
+        inputDependentRank_.count(node->input(0)) || inputDependentRank_.count(node->input(1))) {
       return std::nullopt;
     }
     const std::vector<int64_t>& a = left->second.sizes;
@@ -332,6 +335,9 @@ class CastFuser {
   // casts keep their input's sizes, so an inserted cast's dim is its input's.
   std::optional<int64_t> knownDim(const Value* value) const {
     for (;;) {
+      if (inputDependentRank_.count(value)) {
+        return std::nullopt;
+      }
       if (auto tensorType = value->type()->cast<c10::TensorType>()) {
         if (auto dim = tensorType->dim()) {
           return static_cast<int64_t>(*dim);
@@ -353,6 +359,7 @@ class CastFuser {
   const std::function<void(const Node*)>& beforeRemoving_;
   const KernelQuery& kernelExists_;
   AliasDb aliasDb_;
+  const std::unordered_set<const Value*> inputDependentRank_;
 };
 
 } // namespace

@@ -145,6 +145,36 @@ bool definedInLoopBody(const torch::jit::Value* value) {
   return false;
 }
 
+namespace {
+
+void collectInputDependentRank(const torch::jit::Block* block, std::unordered_set<const torch::jit::Value*>& varying) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    for (const torch::jit::Block* sub : node->blocks()) {
+      collectInputDependentRank(sub, varying);
+    }
+    bool varies = node->kind() == c10::aten::squeeze || node->kind() == c10::aten::squeeze_;
+    for (const torch::jit::Value* input : node->inputs()) {
+      varies = varies || varying.count(input);
+    }
+    for (const torch::jit::Block* sub : node->blocks()) {
+      for (const torch::jit::Value* output : sub->outputs()) {
+        varies = varies || varying.count(output);
+      }
+    }
+    if (varies) {
+      varying.insert(node->outputs().begin(), node->outputs().end());
+    }
+  }
+}
+
+} // namespace
+
+std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(const torch::jit::Block* block) {
+  std::unordered_set<const torch::jit::Value*> varying;
+  collectInputDependentRank(block, varying);
+  return varying;
+}
+
 bool mayHoldTensor(const c10::TypePtr& type) {
   if (type->kind() == c10::TypeKind::TensorType) {
     return true;

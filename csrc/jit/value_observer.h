@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace torch_mp::jit {
@@ -60,6 +61,11 @@ bool containsTensor(const c10::TypePtr& type);
 // Whether the value is defined inside a loop body (at any depth), where its sizes may change between iterations:
 // the observation keeps the largest, which need not be every iteration's.
 bool definedInLoopBody(const torch::jit::Value* value);
+
+// The values whose number of dimensions can differ from what the example inputs showed: results of squeeze (it
+// drops the dims that happen to have size 1: a [B, 1] tensor squeezes to 0-dim at batch 1) and everything computed
+// from them. Their observed (or traced) rank holds for the example inputs only.
+std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(const torch::jit::Block* block);
 
 // Whether a static type may hold a tensor at run time (Tensor or Optional[Tensor]).
 bool mayHoldTensor(const c10::TypePtr& type);

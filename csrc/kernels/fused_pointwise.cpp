@@ -234,6 +234,49 @@ void runChunk(
   store(stack[0], begin, n, out);
 }
 
+// The program run with ATen ops on whole fp32 tensors, which broadcast: for inputs whose sizes differ at run time
+// though they were equal on the example inputs (say, a [1, n] tensor beside a batch of them). Same values as the
+// per-element loop: every op computes in fp32 and rounds where the program says.
+at::Tensor runBroadcasting(at::TensorList inputs, c10::IntArrayRef program, c10::ArrayRef<double> scalars,
+                           c10::ScalarType outDtype) {
+  std::vector<at::Tensor> stack;
+  auto pop = [&stack] {
+    at::Tensor top = std::move(stack.back());
+    stack.pop_back();
+    return top;
+  };
+  for (size_t pc = 0; pc < program.size(); pc += 2) {
+    const int64_t operand = program[pc + 1];
+    switch (static_cast<PointwiseOp>(program[pc])) {
+      case PointwiseOp::kInput:
+        stack.push_back(inputs[operand].to(at::kFloat));
+        break;
+      case PointwiseOp::kScalar:
+        stack.push_back(at::scalar_tensor(scalars[operand], inputs[0].options().dtype(at::kFloat)));
+        break;
+      case PointwiseOp::kRound:
+        stack.back() = stack.back().to(static_cast<c10::ScalarType>(operand)).to(at::kFloat);
+        break;
+      case PointwiseOp::kRelu:
+        stack.back() = at::relu(stack.back());
+        break;
+      case PointwiseOp::kNeg:
+        stack.back() = at::neg(stack.back());
+        break;
+      default: {
+        const at::Tensor right = pop();
+        const at::Tensor left = pop();
+        const auto op = static_cast<PointwiseOp>(program[pc]);
+        stack.push_back(op == PointwiseOp::kAdd   ? at::add(left, right)
+                        : op == PointwiseOp::kSub ? at::sub(left, right)
+                        : op == PointwiseOp::kMul ? at::mul(left, right)
+                                                  : at::div(left, right));
+      }
+    }
+  }
+  return stack.back().to(outDtype);
+}
+
 at::Tensor fusedPointwiseCpu(
     at::TensorList inputs,
     c10::IntArrayRef program,
@@ -246,10 +289,13 @@ at::Tensor fusedPointwiseCpu(
   // the output gets their layout; otherwise contiguous copies are read.
   bool sameDenseLayout = true;
   for (const at::Tensor& input : inputs) {
-    TORCH_CHECK(input.sizes() == inputs[0].sizes(), "torch_mp::fused_pointwise: inputs of sizes ", input.sizes(),
-                " and ", inputs[0].sizes(), " (no broadcasting)");
     TORCH_CHECK(isSupportedDtype(input.scalar_type()), "torch_mp::fused_pointwise: cannot read ",
                 input.scalar_type());
+  }
+  for (const at::Tensor& input : inputs) {
+    if (input.sizes() != inputs[0].sizes()) {
+      return runBroadcasting(inputs, program, scalars, outDtype);
+    }
     sameDenseLayout = sameDenseLayout && input.strides() == inputs[0].strides() &&
         input.is_non_overlapping_and_dense();
   }

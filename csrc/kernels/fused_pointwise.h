@@ -2,7 +2,8 @@
 //
 //   torch_mp::fused_pointwise(Tensor[] inputs, int[] program, float[] scalars, ScalarType out_dtype) -> Tensor
 //
-// `inputs` are same-sized tensors (fp32, fp16 or bf16, any strides); `program` is a stack program of (opcode,
+// `inputs` are tensors (fp32, fp16 or bf16, any strides) of the same sizes on the example inputs; sizes that differ
+// at run time (a [1, n] tensor beside a batch) take a slower path of broadcasting ATen ops with the same values; `program` is a stack program of (opcode,
 // operand) pairs run per element in fp32: push an input or a scalar, apply a unary or binary op to the top, round
 // the top to a dtype (what a cast, or an op writing fp16/bf16, does). The one value left is written as
 // `out_dtype`. Every aten op it stands for computes in fp32 and rounds once to its output dtype, so a program that

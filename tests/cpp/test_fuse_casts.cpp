@@ -301,6 +301,26 @@ TEST(FuseCastsTest, ObservedSizesGiveTheDims) {
   expectSameOutputs(before, runGraph(graph, inputs));
 }
 
+TEST(FuseCastsTest, RankThatDependsOnTheInputKeepsTheCast) {
+  // squeeze drops the dims that happen to be 1: [B, 1] -> [B] was observed at B = 2, but at B = 1 it is 0-dim and
+  // half * 0-dim float would be half. Neither the observed rank nor a traced type may decide.
+  auto graph = parseGraph(R"IR(
+    graph(%x : Half(2, strides=[1], device=cpu), %f : Float(2, 1, strides=[1, 1], device=cpu)):
+      %fp32 : int = prim::Constant[value=6]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %up : Float(2, strides=[1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
+      %s : Float(2, strides=[1], device=cpu) = aten::squeeze(%f)
+      %g : Float(2, strides=[1], device=cpu) = aten::relu(%s)
+      %c : Float(2, strides=[1], device=cpu) = aten::mul(%up, %g)
+      return (%c))IR");
+  ObservedValues observed{{graph->outputs()[0]->node()->input(1), observedTensor({2})}};
+  EXPECT_FALSE(FuseCasts(graph, observed));
+  FileCheck().check("aten::to(%x")->check("aten::mul(%")->run(*graph);
+  const auto batchOne = std::vector<c10::IValue>{halfInput({1}), at::randn({1, 1})};
+  EXPECT_EQ(runGraph(graph, batchOne)[0].toTensor().scalar_type(), at::kFloat);
+}
+
 // --- D. products that write fp32 themselves ----------------------------------------------------------------------
 
 // to(matmul(%a, %b), fp32) on low operands of the given rank.

@@ -196,7 +196,18 @@ TEST(FusePointwiseTest, KernelRejectsMalformedPrograms) {
   EXPECT_THROW(run({0, 0, 0, 0}, {x}), c10::Error);       // two values left
   EXPECT_THROW(run({20, 0}, {x}), c10::Error);            // add on an empty stack
   EXPECT_THROW(run({0, 0, 99, 0}, {x}), c10::Error);      // unknown opcode
-  EXPECT_THROW(run({0, 0, 0, 1, 20, 0}, {x, at::randn({5})}), c10::Error);  // broadcasting
+  EXPECT_THROW(run({0, 0, 0, 1, 20, 0}, {x, at::randn({4})}), c10::Error);  // sizes that do not broadcast
+}
+
+TEST(FusePointwiseTest, KernelBroadcastsSizesThatDifferAtRunTime) {
+  // Equal on the example inputs (batch 1), not at run time (batch 8): ATen's broadcasting ops, the same values.
+  const at::Tensor batch = bf16({8, 5});
+  const at::Tensor row = bf16({1, 5});
+  const std::vector<int64_t> addRoundRelu = {0, 0, 0, 1, 20, 0, 2, 15, 10, 0};
+  EXPECT_TRUE(at::equal(runKernel(addRoundRelu, {batch, row}, at::kBFloat16), at::relu(batch + row)));
+  EXPECT_TRUE(at::equal(runKernel(addRoundRelu, {row, batch}, at::kBFloat16), at::relu(row + batch)));
+  const std::vector<int64_t> mulToFloat = {0, 0, 0, 1, 22, 0, 2, 15};
+  EXPECT_TRUE(at::equal(runKernel(mulToFloat, {batch, row}, at::kFloat), (batch * row).to(at::kFloat)));
 }
 
 TEST(FusePointwiseTest, PipelineFusesOnlyWhenAsked) {

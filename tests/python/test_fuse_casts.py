@@ -115,3 +115,28 @@ def test_layer_norm_on_cpu_reads_and_writes_the_low_residual(dtype):
             agreement = compare(model(inputs), converted(inputs))
             assert agreement.cosine > 0.9999, agreement
             assert agreement.max_rel_error < (2e-3 if dtype == torch.float16 else 2e-2), agreement
+
+
+class SqueezedScale(nn.Module):
+    """A low linear times an fp32 per-row scale whose rank depends on the batch: [B] after squeeze, 0-dim at B = 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = x.mean(dim=1, keepdim=True).squeeze()
+        return self.linear(x).t() * scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_product_with_a_squeezed_operand_stays_fp32_at_every_batch(dtype):
+    torch.manual_seed(0)
+    model = SqueezedScale().eval()
+    converted = torch_mp.convert(model, (torch.randn(16, 16),), dtype)
+    for batch in (16, 1):
+        x = torch.randn(batch, 16)
+        with torch.no_grad():
+            expected, actual = model(x), converted(x)
+        assert actual.dtype == expected.dtype == torch.float32
+        assert compare(expected, actual).cosine > 0.999
