@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -199,6 +200,8 @@ class DataflowBuilder {
   std::string observedOutOfRange(const Node* node, const std::vector<Node*>& boundaries) const {
     const double overflowLimit = largestFinite(lowDtype_) / 2;
     const double kSmallestNormal = std::ldexp(1.0, -14);
+    // 2^(significand bits): the first integer the low dtype skips is one past it
+    const double exactIntegerLimit = lowDtype_ == c10::ScalarType::Half ? 2048.0 : 256.0;
     std::string reason;
     auto check = [&](const Value* value) {
       auto it = observed_.find(value);
@@ -212,6 +215,10 @@ class DataflowBuilder {
         reason = "range guard: %" + value->debugName() + " observed up to " + formatMagnitude(largest) +
             ", above half of " + dtypeName(lowDtype_) + "'s max " + formatMagnitude(2 * overflowLimit) +
             ", so the node keeps fp32";
+      } else if (it->second.onlyIntegers && largest > exactIntegerLimit) {
+        reason = "range guard: %" + value->debugName() + " holds integers up to " + formatMagnitude(largest) +
+            " (positions, indices, coordinates?); " + dtypeName(lowDtype_) + " holds every integer only up to " +
+            formatMagnitude(exactIntegerLimit) + ", so the node keeps fp32";
       } else if (lowDtype_ == c10::ScalarType::Half && largest > 0.0 && largest < kSmallestNormal) {
         reason = "range guard: %" + value->debugName() + " observed only up to " + formatMagnitude(largest) +
             ", below float16's smallest normal 6.1e-05, so the node keeps fp32";
@@ -220,6 +227,11 @@ class DataflowBuilder {
     auto checkNode = [&](const Node* member) {
       for (const Value* input : member->inputs()) {
         check(input);
+        if (input->node()->kind() == c10::prim::ListConstruct) {  // einsum, cat, stack read tensors in a list
+          for (const Value* element : input->node()->inputs()) {
+            check(element);
+          }
+        }
       }
       for (const Value* output : member->outputs()) {
         check(output);
@@ -293,6 +305,43 @@ class DataflowBuilder {
     }
   }
 
+  // A product that sums nothing: einsum whose every input index reaches the output ("i,j->ij"), or matmul / mm /
+  // bmm / linear whose contracted dim has size 1 on the example inputs. Elementwise work, not a matrix product.
+  bool sumsNothing(const Node* node) const {
+    if (node->kind() == c10::aten::einsum) {
+      const std::optional<std::string> equation = torch::jit::constant_as<std::string>(node->input(0));
+      return equation && einsumSumsNothing(*equation);
+    }
+    if (node->kind() != c10::aten::matmul && node->kind() != c10::aten::mm && node->kind() != c10::aten::bmm &&
+        node->kind() != c10::aten::linear) {
+      return false;
+    }
+    auto left = observed_.find(node->input(0));
+    return left != observed_.end() && left->second.isTensor && left->second.sizes.size() >= 2 &&
+        left->second.sizes.back() == 1;
+  }
+
+  static bool einsumSumsNothing(const std::string& equation) {
+    const size_t arrow = equation.find("->");
+    const std::string inputs = equation.substr(0, arrow);
+    std::string output;
+    if (arrow != std::string::npos) {
+      output = equation.substr(arrow + 2);
+    } else {  // implicit output: the letters that occur once
+      for (char letter : inputs) {
+        if (std::isalpha(static_cast<unsigned char>(letter)) && std::count(inputs.begin(), inputs.end(), letter) == 1) {
+          output += letter;
+        }
+      }
+    }
+    for (char letter : inputs) {
+      if (std::isalpha(static_cast<unsigned char>(letter)) && output.find(letter) == std::string::npos) {
+        return false;  // summed over
+      }
+    }
+    return true;
+  }
+
   bool writesContainer(const Node* node) const {
     for (const Value* output : node->outputs()) {
       if (kindOf(output) == ValueKind::kContainer) {
@@ -315,6 +364,12 @@ class DataflowBuilder {
       if (category == OpCategory::kLowFp32Output && writesContainer(node)) {
         category = OpCategory::kFp32;
         rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
+      }
+      if ((category == OpCategory::kLowPrecision || category == OpCategory::kLowFp32Output) &&
+          sumsNothing(node)) {
+        category = OpCategory::kFollow;
+        rule += " [follow instead: nothing to sum (an outer product), so low precision would only round its "
+                "inputs, say positions or timesteps]";
       }
       index = mapping_.dataflow.addNode(category);
       mapping_.nodes.push_back(node);

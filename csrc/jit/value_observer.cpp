@@ -46,7 +46,11 @@ void observe(Stack& stack) {
     slot.sizes = tensor.sizes().vec();
   }
   if (slot.dtype == c10::ScalarType::Float) {
-    slot.largestMagnitude = std::max(slot.largestMagnitude, largestFiniteMagnitude(tensor));
+    const double largest = largestFiniteMagnitude(tensor);
+    slot.largestMagnitude = std::max(slot.largestMagnitude, largest);
+    if (slot.onlyIntegers && largest > kIntegerCheckAbove) {
+      slot.onlyIntegers = at::equal(tensor, tensor.round());  // NaN never equals itself: not integers
+    }
   }
 }
 

@@ -26,6 +26,9 @@ struct ObservedValue {
   int64_t numel = 0;
   std::vector<int64_t> sizes;     // at the largest element count
   double largestMagnitude = 0.0;  // fp32 tensors: max |x| over finite elements, across all times it was seen
+  // fp32 tensors: whether every time it held values beyond kIntegerCheckAbove they were all integers (positions,
+  // indices, pixel coordinates), which fp16 / bf16 hold exactly only up to 2048 / 256
+  bool onlyIntegers = true;
 };
 
 using ObservedValues = std::unordered_map<const torch::jit::Value*, ObservedValue>;
@@ -54,6 +57,9 @@ void recordObservedDtypes(const ObservedValues& observed);
 
 // max |x| over the finite elements of a floating tensor (0 for an empty one).
 double largestFiniteMagnitude(const at::Tensor& tensor);
+
+// Below this magnitude every integer is exact in both low dtypes, so integrality is not checked (it costs a pass).
+constexpr double kIntegerCheckAbove = 256.0;
 
 // Whether a static type is or contains a tensor type (a list, tuple, dict or optional of tensors).
 bool containsTensor(const c10::TypePtr& type);

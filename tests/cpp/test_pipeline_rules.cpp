@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/testing/file_check.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "jit/pipeline.h"
@@ -392,6 +393,56 @@ TEST(PipelineRulesTest, LowFp32OutputWithAListResultRunsInFp32) {
   EXPECT_EQ(split.precision, "fp32");
   EXPECT_NE(split.rule.find("writes a list or tuple of tensors"), std::string::npos) << split.rule;
   expectSameOutputs(result.before, result.after);
+}
+
+// A matrix product that sums something stays low; an einsum that sums nothing (an outer product) follows, and
+// between fp32 producers and an fp32 reader it stays fp32: no cast at all.
+TEST(PipelineRulesTest, ProductThatSumsNothingFollowsItsNeighbours) {
+  auto graphFor = [](const std::string& equation) {
+    return parseGraph(R"IR(
+      graph(%p : Tensor, %f : Tensor):
+        %eq : str = prim::Constant[value=")IR" + equation + R"IR("]()
+        %none : NoneType = prim::Constant()
+        %operands : Tensor[] = prim::ListConstruct(%p, %f)
+        %angles : Tensor = aten::einsum(%eq, %operands, %none)
+        %c : Tensor = aten::cos(%angles)
+        return (%c))IR");
+  };
+  const std::vector<c10::IValue> inputs{torch::arange(200).to(at::kFloat), torch::rand({8})};
+  auto outer = convert(graphFor("i,j->ij"), inputs, at::kBFloat16);
+  FileCheck().check_not("aten::to")->check("aten::einsum")->check("aten::cos")->run(*outer.graph);
+  const auto einsum = std::find_if(outer.report.nodes.begin(), outer.report.nodes.end(),
+                                   [](const NodeDecision& node) { return node.op == "aten::einsum"; });
+  ASSERT_NE(einsum, outer.report.nodes.end());
+  EXPECT_EQ(einsum->precision, "fp32");
+  EXPECT_NE(einsum->rule.find("nothing to sum"), std::string::npos) << einsum->rule;
+  expectCloseOutputs(outer.before, outer.after, 1e-6);
+
+  const std::vector<c10::IValue> vectors{torch::rand({8}), torch::rand({8})};
+  auto dot = convert(graphFor("i,i->"), vectors, at::kBFloat16);  // sums over i: a low product
+  FileCheck().check_count("BFloat16Tensor = aten::to(", 2, /*exactly=*/true)->check("BFloat16Tensor = aten::einsum")
+      ->run(*dot.graph);
+  expectCloseOutputs(dot.before, dot.after, 2e-2);
+}
+
+// Integers beyond those the low dtype holds exactly keep the node that reads them in fp32 (and only then).
+TEST(PipelineRulesTest, IntegerValuesBeyondTheExactRangeKeepFp32) {
+  auto graph = parseGraph(R"IR(
+    graph(%coords : Tensor, %w : Tensor):
+      %none : NoneType = prim::Constant()
+      %y : Tensor = aten::linear(%coords, %w, %none)
+      return (%y))IR");
+  const at::Tensor w = torch::randn({4, 2});
+  auto wide = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat), w}, at::kBFloat16);
+  FileCheck().check_not("aten::to")->check("aten::linear")->run(*wide.graph);
+  EXPECT_NE(wide.report.nodes[0].rule.find("holds integers up to 599"), std::string::npos)
+      << wide.report.nodes[0].rule;
+  expectSameOutputs(wide.before, wide.after);
+
+  auto narrow = convert(graph, {torch::arange(200).reshape({100, 2}).to(at::kFloat), w}, at::kBFloat16);
+  FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*narrow.graph);
+  auto fractional = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat) + 0.5, w}, at::kBFloat16);
+  FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*fractional.graph);
 }
 
 } // namespace

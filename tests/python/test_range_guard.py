@@ -1,10 +1,13 @@
 """The observed range guard: for fp16, a node reading or writing a tensor observed (on the example inputs) above
-half of fp16's max, or entirely below its smallest normal, keeps fp32; bf16, with fp32's range, needs no guard."""
+half of fp16's max, or entirely below its smallest normal, keeps fp32; bf16, with fp32's range, needs no range
+guard. For both, a node reading or writing integers beyond those the low dtype holds exactly (256 for bf16, 2048 for
+fp16: positions, indices, coordinates) keeps fp32."""
 import pytest
 import torch
 from torch import nn
 
 import torch_mp
+from torch_mp.accuracy import compare
 from torch_mp.models import ConvBnNet
 
 
@@ -83,3 +86,76 @@ def test_float32_min_masks_keep_fp32_in_bf16_too():
     out = converted(x, mask)
     assert (out[mask] == 0).all()
     torch.testing.assert_close(out, model(x, mask), rtol=0, atol=2e-2)
+
+
+
+class CoordinateFeatures(nn.Module):
+    """Pixel coordinates (integers up to the image width) fed to a linear layer, a low op by policy."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(2, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, coords):
+        return self.head(torch.relu(self.embed(coords)))
+
+
+def pixel_grid(width: int) -> torch.Tensor:
+    ys, xs = torch.meshgrid(torch.arange(8.0), torch.arange(float(width)), indexing="ij")
+    return torch.stack([xs, ys], dim=-1).reshape(-1, 2)
+
+
+@pytest.mark.parametrize("dtype, width, guarded", [
+    (torch.bfloat16, 1000, True), (torch.float16, 4000, True),  # coordinates beyond 256 / 2048
+    (torch.bfloat16, 250, False), (torch.float16, 2000, False),  # every coordinate exact in the low dtype
+])
+def test_integers_beyond_the_exact_range_keep_fp32(dtype, width, guarded):
+    torch.manual_seed(0)
+    model = CoordinateFeatures().eval()
+    coords = pixel_grid(width)
+    converted, report = torch_mp.convert(model, (coords,), dtype, return_report=True)
+    embed = next(n for n in report.nodes if n["op"] == "aten::linear")
+    assert (embed["precision"] == "fp32") == guarded
+    assert ("holds integers up to" in embed["rule"]) == guarded
+    if guarded:
+        with torch.no_grad():
+            agreement = compare(model(coords), converted(coords))
+        assert agreement.cosine > 0.9999, agreement
+
+
+class RotaryAngles(nn.Module):
+    """Rotary position embedding as GPT-NeoX and the first LLaMA wrote it: an einsum of positions and inverse
+    frequencies (an outer product), then cos/sin of the angles."""
+
+    def __init__(self, dim: int = 32):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, dim, 2).float() / dim)))
+        self.q = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        positions = torch.arange(x.size(1), dtype=torch.float32)
+        angles = torch.einsum("i,j->ij", positions, self.inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        q = self.q(x)
+        q1, q2 = q.chunk(2, dim=-1)
+        return q * angles.cos() + torch.cat((-q2, q1), dim=-1) * angles.sin()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("length", [64, 1024])
+def test_outer_products_follow_so_rotary_angles_stay_fp32(dtype, length):
+    """einsum is a low op, but one that sums nothing only rounds its inputs: it follows, and with fp32 positions and
+    fp32 readers (cos, sin) it stays fp32. Low, it gave cosine 0.955 at 1024 positions in bf16."""
+    torch.manual_seed(0)
+    model = RotaryAngles().eval()
+    x = torch.randn(1, length, 32)
+    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    (einsum,) = [n for n in report.nodes if n["op"] == "aten::einsum"]
+    # (at 1024 positions in bf16 the integer guard speaks first: positions beyond 256)
+    assert einsum["precision"] == "fp32"
+    assert "nothing to sum" in einsum["rule"] or (length > 256 and "holds integers up to" in einsum["rule"])
+    assert [n["precision"] for n in report.nodes if n["op"] == "aten::linear"] == ["low"]
+    with torch.no_grad():
+        agreement = compare(model(x), converted(x))
+    assert agreement.cosine > 0.9999, agreement
