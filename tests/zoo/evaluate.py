@@ -24,7 +24,7 @@ class Result(NamedTuple):
     finite: bool
     dtypes_kept: bool  # every output has its fp32 model's dtype
     weight_ratio: float
-    casts: int
+    casts: int  # casts that ran on the example inputs
     cast_bytes: int
     low_flop_fraction: float
     seconds: float  # torch_mp.convert, capture included
@@ -56,7 +56,7 @@ def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "
         agree += round(agreement.top1 * batch_rows)
         rows += batch_rows
     return Result(report.capture, min(cosines), max(errors), agree / rows, finite, dtypes_kept, report.weight_ratio,
-                  len(report.casts), report.cast_bytes, report.low_precision_flop_fraction, seconds)
+                  report.reached_casts, report.cast_bytes, report.low_precision_flop_fraction, seconds)
 
 
 
