@@ -279,12 +279,19 @@ class CastFuser {
     if (!norm || deviceOf(low) != c10::DeviceType::CPU || aliasDb_.hasWriters(reader->output())) {
       return false;
     }
+    bool anyParameter = false;
     for (size_t index : norm->parameters) {
       const Value* parameter = reader->input(index);
-      if (parameter->type()->kind() != c10::TypeKind::NoneType &&
-          recordedDtype(parameter) != c10::ScalarType::Float) {
+      if (parameter->type()->kind() == c10::TypeKind::NoneType) {
+        continue;
+      }
+      if (recordedDtype(parameter) != c10::ScalarType::Float) {
         return false;  // the mixed kernels take fp32 parameters (or all of the input's dtype)
       }
+      anyParameter = true;
+    }
+    if (!anyParameter) {
+      return false;  // without an fp32 parameter ATen takes its low-dtype kernel, not the mixed one
     }
     const std::vector<Use> outputUses = reader->output()->uses();
     if (outputUses.empty()) {

@@ -202,6 +202,8 @@ class DataflowBuilder {
     const double kSmallestNormal = std::ldexp(1.0, -14);
     // 2^(significand bits): the first integer the low dtype skips is one past it
     const double exactIntegerLimit = lowDtype_ == c10::ScalarType::Half ? 2048.0 : 256.0;
+    // from 2^24 on every fp32 value is an integer: holding only integers says nothing there
+    constexpr double kFp32ExactIntegerLimit = 16777216.0;
     std::string reason;
     auto check = [&](const Value* value) {
       auto it = observed_.find(value);
@@ -215,7 +217,7 @@ class DataflowBuilder {
         reason = "range guard: %" + value->debugName() + " observed up to " + formatMagnitude(largest) +
             ", above half of " + dtypeName(lowDtype_) + "'s max " + formatMagnitude(2 * overflowLimit) +
             ", so the node keeps fp32";
-      } else if (it->second.onlyIntegers && largest > exactIntegerLimit) {
+      } else if (it->second.onlyIntegers && largest > exactIntegerLimit && largest < kFp32ExactIntegerLimit) {
         reason = "range guard: %" + value->debugName() + " holds integers up to " + formatMagnitude(largest) +
             " (positions, indices, coordinates?); " + dtypeName(lowDtype_) + " holds every integer only up to " +
             formatMagnitude(exactIntegerLimit) + ", so the node keeps fp32";

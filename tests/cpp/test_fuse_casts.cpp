@@ -458,7 +458,8 @@ std::vector<c10::IValue> normInputs(at::ScalarType low) {
 }
 
 TEST(FuseCastsTest, NormsOnCpuReadAndWriteTheLowValue) {
-  for (const char* norm : {kLayerNorm, kGroupNorm, kBatchNorm, kInstanceNorm}) {
+  const char* const layerNormWithBiasOnly = "aten::layer_norm(%up, %shape, %none, %b, %eps, %true)";
+  for (const char* norm : {kLayerNorm, kGroupNorm, kBatchNorm, kInstanceNorm, layerNormWithBiasOnly}) {
     for (const auto& [low, name] : {std::pair(at::kHalf, "Half"), std::pair(at::kBFloat16, "BFloat16")}) {
       SCOPED_TRACE(std::string(norm) + " " + name);
       auto graph = normBetweenCasts(norm, name);
@@ -496,6 +497,12 @@ TEST(FuseCastsTest, NormKeepsItsCastsWhereTheResultOrParametersOrDeviceForbid) {
     auto graph = normBetweenCasts(kGroupNorm, "Half", "cuda:0");
     EXPECT_FALSE(FuseCasts(graph));
     FileCheck().check("aten::to(%x")->check("aten::group_norm(%")->check("aten::to(%")->run(*graph);
+  }
+  {  // no fp32 parameter: ATen would take its low-dtype kernel, not the mixed one
+    auto graph = normBetweenCasts("aten::instance_norm(%up, %none, %none, %none, %none, %true, %momentum, %eps, %true)",
+                                  "BFloat16");
+    EXPECT_FALSE(FuseCasts(graph));
+    FileCheck().check("aten::to(%x")->check("aten::instance_norm(%")->check("aten::to(%")->run(*graph);
   }
   {  // a device nobody knows (no complete type, no observation)
     auto graph = normBetweenCasts(kLayerNorm, "Half");

@@ -443,6 +443,9 @@ TEST(PipelineRulesTest, IntegerValuesBeyondTheExactRangeKeepFp32) {
   FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*narrow.graph);
   auto fractional = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat) + 0.5, w}, at::kBFloat16);
   FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*fractional.graph);
+  // from 2^24 on every fp32 value is an integer: large activations are not taken for positions
+  auto huge = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat) * 65536.0, w}, at::kBFloat16);
+  FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*huge.graph);
 }
 
 } // namespace
