@@ -59,7 +59,7 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::mv", kLow, kGemm},
     {"aten::addmm", kLow, kGemm},
     {"aten::addmv", kLow, kGemm},
-    {"aten::addr", kLow, kGemm},
+    {"aten::addr", kFollow, "outer product plus a matrix: nothing to sum, so low precision would only round"},
     {"aten::addbmm", kLow, kGemm},
     {"aten::baddbmm", kLow, kGemm},
     {"aten::einsum", kLow, kGemm},
