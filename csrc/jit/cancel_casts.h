@@ -18,6 +18,21 @@ namespace torch_mp::jit {
 // node.
 std::optional<c10::ScalarType> plainCastTarget(const torch::jit::Node* node);
 
+// The first answer `ask` gives for `value` or, walking back through plain casts (which keep sizes, rank and device),
+// for the value each cast read; nothing when none answers. `ask` returns an std::optional.
+template <typename Ask>
+auto askThroughPlainCasts(const torch::jit::Value* value, const Ask& ask) -> decltype(ask(value)) {
+  for (;;) {
+    if (auto answer = ask(value)) {
+      return answer;
+    }
+    if (!plainCastTarget(value->node())) {
+      return std::nullopt;
+    }
+    value = value->node()->input(0);
+  }
+}
+
 // Returns whether the graph changed.
 bool CancelCasts(const std::shared_ptr<torch::jit::Graph>& graph);
 

@@ -298,8 +298,7 @@ class CastFuser {
       return false;
     }
     for (const Use& use : outputUses) {
-      if (plainCastTarget(use.user) != recordedDtype(low) ||
-          aliasDb_.hasWriters(use.user->output())) {
+      if (plainCastTarget(use.user) != recordedDtype(low) || aliasDb_.hasWriters(use.user->output())) {
         return false;  // an fp32 reader needs the fp32 result, or a writer would see the shared result
       }
     }
@@ -321,44 +320,39 @@ class CastFuser {
   // The device type a tensor value lives on, from its complete type or its observation (through plain casts, which
   // keep devices); nothing when unknown.
   std::optional<c10::DeviceType> deviceOf(const Value* value) const {
-    for (;;) {
-      if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+    return askThroughPlainCasts(value, [&](const Value* step) -> std::optional<c10::DeviceType> {
+      if (auto tensorType = step->type()->cast<c10::TensorType>()) {
         if (auto device = tensorType->device()) {
           return device->type();
         }
       }
-      auto it = observed_.find(value);
+      auto it = observed_.find(step);
       if (it != observed_.end() && it->second.isTensor) {
         return it->second.device.type();
       }
-      if (!plainCastTarget(value->node())) {
-        return std::nullopt;
-      }
-      value = value->node()->input(0);
-    }
+      return std::nullopt;
+    });
   }
 
   // The number of dimensions a value has, from its complete type or its observed sizes; nothing when unknown. Plain
-  // casts keep their input's sizes, so an inserted cast's dim is its input's.
+  // casts keep their input's sizes, so an inserted cast's dim is its input's. A rank that depends on the input is
+  // unknown (a plain cast's rank varies exactly when its input's does, so checking the value itself suffices).
   std::optional<int64_t> knownDim(const Value* value) const {
-    for (;;) {
-      if (inputDependentRank_.count(value)) {
-        return std::nullopt;
-      }
-      if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+    if (inputDependentRank_.count(value)) {
+      return std::nullopt;
+    }
+    return askThroughPlainCasts(value, [&](const Value* step) -> std::optional<int64_t> {
+      if (auto tensorType = step->type()->cast<c10::TensorType>()) {
         if (auto dim = tensorType->dim()) {
           return static_cast<int64_t>(*dim);
         }
       }
-      auto it = observed_.find(value);
-      if (it != observed_.end() && it->second.isTensor && !definedInLoopBody(value)) {
+      auto it = observed_.find(step);
+      if (it != observed_.end() && it->second.isTensor && !definedInLoopBody(step)) {
         return static_cast<int64_t>(it->second.sizes.size());
       }
-      if (!plainCastTarget(value->node())) {
-        return std::nullopt;
-      }
-      value = value->node()->input(0);
-    }
+      return std::nullopt;
+    });
   }
 
   std::shared_ptr<Graph> graph_;

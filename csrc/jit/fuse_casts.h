@@ -35,8 +35,9 @@
 //      %n = aten::layer_norm(%y, %shape, %w, %b, ...)   %w, %b : Float or None
 //      %z = aten::to(%n, 15, false, false, None)        =>   %n = aten::layer_norm(%x, %shape, %w, %b, ...)
 //    Only when every reader of %n is such a downcast, and the norm has an fp32 parameter: with none (say, an
-//    instance_norm without affine weights) ATen picks its low-dtype kernel, which rounds more than the fp32 one. The kernel rounds its fp32 result once, as the downcast did;
-//    it may differ from the cast chain in the last bit (its reductions run in another order).
+//    instance_norm without affine weights) ATen picks its low-dtype kernel, which rounds more than the fp32 one.
+//    The kernel rounds its fp32 result once, as the downcast did; it may differ from the cast chain in the last bit
+//    (its reductions run in another order).
 //
 // Never removed: casts to a low dtype (fp32 -> low rounds), casts that are not plain `aten::to(%x, dtype, false,
 // false, None)`, casts whose input is written in place anywhere (the cast's copy protects its readers from that).

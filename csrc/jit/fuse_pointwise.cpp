@@ -167,19 +167,15 @@ class PointwiseFuser {
     if (!isFusibleDtype(recordedDtype(value)) || definedInLoopBody(value)) {
       return std::nullopt;
     }
-    for (;;) {
-      auto it = observed_.find(value);
-      if (it != observed_.end() && it->second.isTensor) {
-        if (it->second.device.type() != c10::DeviceType::CPU) {
-          return std::nullopt;
-        }
-        return it->second.sizes;
-      }
-      if (!plainCastTarget(value->node())) {
-        return std::nullopt;
-      }
-      value = value->node()->input(0);
+    const std::optional<const ObservedValue*> seen =
+        askThroughPlainCasts(value, [&](const Value* step) -> std::optional<const ObservedValue*> {
+          auto it = observed_.find(step);
+          return it != observed_.end() && it->second.isTensor ? std::make_optional(&it->second) : std::nullopt;
+        });
+    if (!seen || (*seen)->device.type() != c10::DeviceType::CPU) {
+      return std::nullopt;
     }
+    return (*seen)->sizes;
   }
 
   void fuseFrom(Node* root, const std::vector<int64_t>& sizes) {

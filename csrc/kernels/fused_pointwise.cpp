@@ -287,17 +287,17 @@ at::Tensor fusedPointwiseCpu(
   checkProgram(program, inputs.size(), scalars.size());
   // Inputs laid out alike in memory without gaps (contiguous, or all channels_last) are read in memory order and
   // the output gets their layout; otherwise contiguous copies are read.
+  bool sameSizes = true;
   bool sameDenseLayout = true;
   for (const at::Tensor& input : inputs) {
     TORCH_CHECK(isSupportedDtype(input.scalar_type()), "torch_mp::fused_pointwise: cannot read ",
                 input.scalar_type());
-  }
-  for (const at::Tensor& input : inputs) {
-    if (input.sizes() != inputs[0].sizes()) {
-      return runBroadcasting(inputs, program, scalars, outDtype);
-    }
+    sameSizes = sameSizes && input.sizes() == inputs[0].sizes();
     sameDenseLayout = sameDenseLayout && input.strides() == inputs[0].strides() &&
         input.is_non_overlapping_and_dense();
+  }
+  if (!sameSizes) {
+    return runBroadcasting(inputs, program, scalars, outDtype);
   }
   std::vector<at::Tensor> operands;
   for (const at::Tensor& input : inputs) {

@@ -2,13 +2,13 @@
 //
 //   torch_mp::fused_pointwise(Tensor[] inputs, int[] program, float[] scalars, ScalarType out_dtype) -> Tensor
 //
-// `inputs` are tensors (fp32, fp16 or bf16, any strides) of the same sizes on the example inputs; sizes that differ
-// at run time (a [1, n] tensor beside a batch) take a slower path of broadcasting ATen ops with the same values; `program` is a stack program of (opcode,
-// operand) pairs run per element in fp32: push an input or a scalar, apply a unary or binary op to the top, round
-// the top to a dtype (what a cast, or an op writing fp16/bf16, does). The one value left is written as
-// `out_dtype`. Every aten op it stands for computes in fp32 and rounds once to its output dtype, so a program that
-// rounds after each op as the op's output dtype says reproduces the chain bit for bit. Only ops whose loops
-// vectorise are here (arithmetic, relu, casts): a transcendental activation computed per element by libm was
+// `inputs` are tensors (fp32, fp16 or bf16, any strides) of the same sizes on the example inputs; sizes that differ at
+// run time (a [1, n] tensor beside a batch) take a slower path of broadcasting ATen ops with the same values. `program`
+// is a stack program of (opcode, operand) pairs run per element in fp32: push an input or a scalar, apply a unary or
+// binary op to the top, round the top to a dtype (what a cast, or an op writing fp16/bf16, does). The one value left is
+// written as `out_dtype`. Every aten op it stands for computes in fp32 and rounds once to its output dtype, so a
+// program that rounds after each op as the op's output dtype says reproduces the chain bit for bit. Only ops whose
+// loops vectorise are here (arithmetic, relu, casts): a transcendental activation computed per element by libm was
 // slower than ATen's vectorised kernel it would replace.
 //
 // Registered by loading the torch_mp library: `import torch_mp` in Python, linking libtorch_mp in C++. A model
