@@ -132,7 +132,9 @@ def rank_by_added_error(job, report: Report, module, inputs: Tuple[Any, ...]) ->
         reference_values = _C.probe_values(reference_module._c, inputs, names)
     errors: Dict[str, Tuple[float, float]] = {}
     for name, value, reference in zip(names, low_values, reference_values):
-        if value is not None and reference is not None and value.is_floating_point() and value.numel():
+        # a nested tensor (rows of different lengths) has no flat form to compare
+        if value is not None and reference is not None and value.is_floating_point() and not value.is_nested \
+                and value.numel():
             errors[name] = _errors(reference, value)
     scores = []
     for name in low:

@@ -83,11 +83,12 @@ class Report:
         d = self.data
         low = sum(1 for n in self.nodes if n["precision"] == "low")
         skipped = len(self.casts) - self.reached_casts
+        heavy = (f"{self.low_precision_flop_fraction * 100:.1f}% of the heavy ops' FLOPs in low precision"
+                 if any(n["flops"] for n in self.nodes) else "no heavy op with a FLOP estimate ran")
         lines = [
             f"torch_mp conversion to {d['dtype']} (policy {d['policy']}, planner {d['planner']}, "
             f"{d['seconds'] * 1e3:.1f} ms)",
-            f"  nodes: {low} low precision, {len(self.nodes) - low} fp32; "
-            f"{self.low_precision_flop_fraction * 100:.1f}% of the heavy ops' FLOPs in low precision",
+            f"  nodes: {low} low precision, {len(self.nodes) - low} fp32; {heavy}",
             f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference"
             f" ({d.get('fused_casts', 0)} more fused into their readers, saving"
             f" {d.get('fused_cast_bytes', 0) / 1e6:.3f} MB)"

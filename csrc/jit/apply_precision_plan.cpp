@@ -71,9 +71,11 @@ class PlanApplier {
       }
     }
     for (const CastRequest& request : requests_) {
-      Value* cast = insertCastFor(request);
-      for (const auto& [reader, index] : request.uses) {
-        reader->replaceInput(index, cast);
+      for (const CastRequest& group : splitOffUntakenBranches(request)) {
+        Value* cast = insertCastFor(group);
+        for (const auto& [reader, index] : group.uses) {
+          reader->replaceInput(index, cast);
+        }
       }
     }
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
@@ -197,6 +199,24 @@ class PlanApplier {
       b = parentBlock(b);
     }
     return a;
+  }
+
+  // Readers inside a branch the example inputs did not take get a cast of their own in that branch; the others share
+  // one. A cast placed above both would run on every inference for readers that (on these inputs) never run, such
+  // as the slow paths of nn.TransformerEncoderLayer beside its fast path.
+  std::vector<CastRequest> splitOffUntakenBranches(const CastRequest& request) const {
+    std::vector<CastRequest> groups;
+    std::map<const Block*, size_t> groupOfBranch;
+    const Block* defining = request.value->node()->owningBlock();
+    for (const auto& use : request.uses) {
+      const Block* branch = outermostUntakenBlock(use.first->owningBlock(), defining, observed_);
+      auto [slot, added] = groupOfBranch.emplace(branch, groups.size());
+      if (added) {
+        groups.push_back({request.value, request.dtype, {}});
+      }
+      groups[slot->second].uses.push_back(use);
+    }
+    return groups;
   }
 
   // The cast goes as deep as it can while dominating every reader: into the branch of a prim::If that holds all

@@ -20,10 +20,10 @@ std::optional<Sizes> sizesOf(const Value* value, const ObservedValues& observed)
     return constant->toTensor().sizes().vec();
   }
   auto it = observed.find(value);
-  if (it == observed.end() || !it->second.isTensor) {
+  if (it == observed.end() || !it->second.isTensor || it->second.inferred) {  // inferred: never ran
     return std::nullopt;
   }
-  return it->second.sizes;
+  return knownSizes(it->second);
 }
 
 int64_t product(const Sizes& sizes, size_t from = 0) {
@@ -90,6 +90,31 @@ int64_t recurrent(const Node* node, const ObservedValues& observed) {
   return 2 * rows * weights;
 }
 
+// PyTorch's fused transformer ops (nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths): every
+// token goes through each 2-D weight once, plus q k^T and (softmax) v per sequence. A nested input (rows of
+// different lengths, padding removed) has a token count but no sequence length: its attention term is left out.
+int64_t fusedTransformer(const Node* node, const ObservedValues& observed, std::vector<size_t> weights) {
+  auto input = observed.find(node->input(0));
+  const size_t widthIndex = node->kind() == c10::aten::_native_multi_head_attention ? 3 : 1;
+  auto width = torch::jit::constant_as<int64_t>(node->input(widthIndex));
+  auto output = observed.find(node->output(0));
+  if (input == observed.end() || !input->second.isTensor || output == observed.end() || output->second.inferred ||
+      !width || *width <= 0) {  // a node the example inputs did not reach ran no FLOPs
+    return 0;
+  }
+  const int64_t tokens = input->second.numel / *width;
+  int64_t flops = 0;
+  for (size_t index : weights) {
+    if (auto sizes = sizesOf(node->input(index), observed); sizes && sizes->size() == 2) {
+      flops += 2 * tokens * product(*sizes);
+    }
+  }
+  if (auto sizes = knownSizes(input->second); sizes && sizes->size() >= 2) {
+    flops += 4 * tokens * (*sizes)[sizes->size() - 2] * *width;
+  }
+  return flops;
+}
+
 using Estimator = std::function<int64_t(const Node*, const ObservedValues&)>;
 
 const std::unordered_map<std::string, Estimator>& estimators() {
@@ -110,6 +135,15 @@ const std::unordered_map<std::string, Estimator>& estimators() {
       (*t)[op] = [](const Node* n, const ObservedValues& o) { return contraction(n, 1, o); };
     }
     (*t)["aten::scaled_dot_product_attention"] = attention;
+    // (query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, ...)
+    (*t)["aten::_native_multi_head_attention"] = [](const Node* n, const ObservedValues& o) {
+      return fusedTransformer(n, o, {5, 7});
+    };
+    // (src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps, 4 norm
+    // tensors, ffn_weight_1, ffn_bias_1, ffn_weight_2, ...)
+    (*t)["aten::_transformer_encoder_layer_fwd"] = [](const Node* n, const ObservedValues& o) {
+      return fusedTransformer(n, o, {3, 5, 14, 16});
+    };
     for (const char* op : {"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"}) {
       (*t)[op] = recurrent;
     }

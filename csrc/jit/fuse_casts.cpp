@@ -203,6 +203,9 @@ class CastFuser {
         inputDependentRank_.count(node->input(0)) || inputDependentRank_.count(node->input(1))) {
       return std::nullopt;
     }
+    if (left->second.nested || right->second.nested) {
+      return std::nullopt;
+    }
     const std::vector<int64_t>& a = left->second.sizes;
     const std::vector<int64_t>& b = right->second.sizes;
     if (a.size() == 2 && b.size() == 2) {
@@ -348,7 +351,7 @@ class CastFuser {
         }
       }
       auto it = observed_.find(step);
-      if (it != observed_.end() && it->second.isTensor && !definedInLoopBody(step)) {
+      if (it != observed_.end() && it->second.isTensor && !it->second.nested && !definedInLoopBody(step)) {
         return static_cast<int64_t>(it->second.sizes.size());
       }
       return std::nullopt;

@@ -175,7 +175,7 @@ class PointwiseFuser {
     if (!seen || (*seen)->device.type() != c10::DeviceType::CPU) {
       return std::nullopt;
     }
-    return (*seen)->sizes;
+    return knownSizes(**seen);
   }
 
   void fuseFrom(Node* root, const std::vector<int64_t>& sizes) {

@@ -1,5 +1,7 @@
 #include "jit/graph_to_dataflow.h"
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 
@@ -119,6 +121,11 @@ class DataflowBuilder {
     }
     for (const Value* output : node->outputs()) {
       inspect(output);
+      // an output completed statically (inferUnreachedDtypes) comes from a node that never ran: left as it is,
+      // unless it only views or copies its input (planning it moves no value through another dtype than its
+      // input's)
+      auto seen = observed_.find(output);
+      unknown = unknown || (seen != observed_.end() && seen->second.inferred && !preservesDtype(node));
     }
     if (!relevant) {
       return false;
@@ -167,7 +174,36 @@ class DataflowBuilder {
         mapping_.unknownOps.push_back(op);
       }
     }
+    if (category != OpCategory::kFp32) {
+      if (std::optional<std::string> guard = scalarLostInLowDtype(node)) {
+        category = OpCategory::kFp32;
+        kind = "range guard";
+        rule = std::move(*guard);
+      }
+    }
     return true;
+  }
+
+  // Why a non-zero float scalar the node reads would not survive the low dtype, or nothing. Kernels convert a
+  // scalar to the tensor's dtype (clamp does): fp16 turns 1e-8 into 0, and clamp(min=1e-8) -> log gives -inf. A
+  // scalar more than 1/16 off after rounding (for fp16 below 2^-20, about 9.5e-7) keeps the node in fp32.
+  std::optional<std::string> scalarLostInLowDtype(const Node* node) const {
+    for (const Value* input : node->inputs()) {
+      if (input->node()->kind() != c10::prim::Constant || input->type()->kind() != c10::TypeKind::FloatType) {
+        continue;
+      }
+      const double scalar = torch::jit::constant_as<double>(input).value();
+      if (scalar == 0.0 || !std::isfinite(scalar)) {
+        continue;
+      }
+      const double rounded = lowDtype_ == c10::ScalarType::Half ? static_cast<float>(c10::Half(scalar))
+                                                                 : static_cast<float>(c10::BFloat16(scalar));
+      if (std::abs(rounded - scalar) > std::abs(scalar) / 16) {
+        return "range guard: scalar %" + input->debugName() + " = " + formatMagnitude(scalar) + " becomes " +
+            formatMagnitude(rounded) + " in " + dtypeName(lowDtype_) + ", so the node keeps fp32";
+      }
+    }
+    return std::nullopt;
   }
 
   std::optional<NodeOverride> askNodeRule(const Node* node) const {
@@ -183,7 +219,7 @@ class DataflowBuilder {
       const Value* input = node->input(i);
       auto it = observed_.find(input);
       const bool tensor = it != observed_.end() && it->second.isTensor;
-      description.inputShapes.push_back(tensor ? std::make_optional(it->second.sizes) : std::nullopt);
+      description.inputShapes.push_back(tensor ? knownSizes(it->second) : std::nullopt);
       description.inputDtypes.push_back(tensor ? std::make_optional(it->second.dtype) : std::nullopt);
       if (schema && i < schema->arguments().size() && input->node()->kind() == c10::prim::Constant &&
           !input->type()->cast<c10::TensorType>()) {

@@ -15,6 +15,7 @@
 #include "jit/apply_precision_plan.h"
 #include "jit/cancel_casts.h"
 #include "jit/flop_estimate.h"
+#include "jit/fold_attribute_reads.h"
 #include "jit/fuse_casts.h"
 #include "jit/fuse_pointwise.h"
 #include "jit/graph_to_dataflow.h"
@@ -135,29 +136,6 @@ std::vector<NodeDecision> decisionsOf(
   return decisions;
 }
 
-// Whether the example inputs ran `block`: the graph's own block does; a nested one (a branch, a loop body) and the
-// blocks around it did when a value defined in it was observed. A block defining no observed value is taken as
-// run only when it defines nothing but casts and constants (say, a branch that returns an outer value).
-bool blockRan(const torch::jit::Block* block, const ObservedValues& observed) {
-  for (; block->owningNode(); block = block->owningNode()->owningBlock()) {
-    bool definesValues = false;
-    bool observedOne = false;
-    for (const Node* node : block->nodes()) {
-      if (plainCastTarget(node)) {
-        continue;  // torch_mp's own casts were never observed
-      }
-      for (const torch::jit::Value* output : node->outputs()) {
-        definesValues = definesValues || node->kind() != c10::prim::Constant;
-        observedOne = observedOne || observed.count(output);
-      }
-    }
-    if (definesValues && !observedOne) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // Bytes a cast reads and writes per inference, at the observed size of the value it casts.
 CastRecord castRecordOf(const Node* cast, const ObservedValues& observed) {
   const torch::jit::Value* source = cast->input(0);
@@ -248,6 +226,9 @@ ConversionReport ConvertToMixedPrecision(
   };
 
   // 1. fp32 clean-up, before any cast exists.
+  if (!inputs.empty()) {
+    FoldAttributeReads(graph, inputs[0]);  // inputs[0] is the module in a method's graph
+  }
   torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
   torch::jit::RemoveTensorMutation(graph);
   torch::jit::RemoveListMutation(graph);
@@ -362,6 +343,7 @@ ConvertedModule convertModule(
     calibration.push_back(std::move(stack));
   }
   ConversionReport report = ConvertToMixedPrecision(graph, inputs, options, calibration);
+  dropUnreadAttributes(frozen);
   return {std::move(frozen), std::move(report)};
 }
 

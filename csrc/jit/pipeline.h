@@ -1,7 +1,8 @@
 // The conversion pipeline, in order. Each step is its own pass; this file only sequences them.
 //
-//   1. fp32 clean-up     PyTorch's frozen-graph folding (conv+bn, conv+add/mul, linear+bn) and removal of
-//                        in-place mutation, while every constant is still fp32
+//   1. fp32 clean-up     tensor attributes freezing left become constants (fold_attribute_reads); PyTorch's
+//                        frozen-graph folding (conv+bn, conv+add/mul, linear+bn) and removal of in-place
+//                        mutation, while every constant is still fp32
 //   2. dtype knowledge   one observed run on the example inputs and one per calibration input, completed
 //                        statically for views in branches not reached (value_observer); dtype queries answered
 //                        from it (specialize_dtype_queries)

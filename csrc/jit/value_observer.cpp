@@ -9,6 +9,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "jit/cancel_casts.h"
+
 namespace torch_mp::jit {
 namespace {
 
@@ -41,15 +43,18 @@ void observe(Stack& stack) {
   slot.isTensor = true;
   slot.dtype = tensor.scalar_type();
   slot.device = tensor.device();
+  slot.nested = slot.nested || tensor.is_nested();
   if (tensor.numel() >= slot.numel) {
     slot.numel = tensor.numel();
-    slot.sizes = tensor.sizes().vec();
+    slot.sizes = tensor.is_nested() ? std::vector<int64_t>{} : tensor.sizes().vec();
   }
   if (slot.dtype == c10::ScalarType::Float) {
-    const double largest = largestFiniteMagnitude(tensor);
+    // a nested tensor's rows padded with zeros have its magnitudes and integrality
+    const at::Tensor dense = tensor.is_nested() ? tensor.to_padded_tensor(0.0) : tensor;
+    const double largest = largestFiniteMagnitude(dense);
     slot.largestMagnitude = std::max(slot.largestMagnitude, largest);
     if (slot.onlyIntegers && largest > kIntegerCheckAbove) {
-      slot.onlyIntegers = at::equal(tensor, tensor.round());  // NaN never equals itself: not integers
+      slot.onlyIntegers = at::equal(dense, dense.round());  // NaN never equals itself: not integers
     }
   }
 }
@@ -100,12 +105,44 @@ const std::unordered_set<c10::Symbol>& dtypePreservingOps() {
   return ops;
 }
 
+// `value`, never seen running, has what `source` was seen holding: same dtype, device and sizes, but no elements
+// moved (a cast of it costs nothing on the example inputs' path).
+void inferFrom(const Value* value, const ObservedValue& source, ObservedValues& observed, int& added) {
+  ObservedValue inferred = source;
+  inferred.numel = 0;
+  inferred.inferred = true;
+  observed.emplace(value, std::move(inferred));
+  ++added;
+}
+
+} // namespace
+
+bool preservesDtype(const Node* node) {
+  return dtypePreservingOps().count(node->kind()) && node->outputs().size() == 1 && !node->inputs().empty();
+}
+
+namespace {
+
 void inferBlock(Block* block, ObservedValues& observed, int& added) {
   for (Node* node : block->nodes()) {
     for (Block* sub : node->blocks()) {
       inferBlock(sub, observed, added);
     }
-    if (!dtypePreservingOps().count(node->kind()) || node->outputs().size() != 1 || node->inputs().empty()) {
+    if (node->kind() == c10::prim::If) {
+      // a branch not taken returns what the taken one did: the If's output was seen, so its dtype is known
+      for (const Block* branch : node->blocks()) {
+        for (size_t i = 0; i < node->outputs().size(); ++i) {
+          auto output = observed.find(node->output(i));
+          const Value* returned = branch->outputs()[i];
+          if (output != observed.end() && output->second.isTensor && !output->second.inferred &&
+              !observed.count(returned) && mayHoldTensor(returned->type())) {
+            inferFrom(returned, output->second, observed, added);
+          }
+        }
+      }
+      continue;
+    }
+    if (!preservesDtype(node)) {
       continue;
     }
     Value* output = node->output();
@@ -114,8 +151,7 @@ void inferBlock(Block* block, ObservedValues& observed, int& added) {
         !mayHoldTensor(output->type())) {
       continue;
     }
-    observed.emplace(output, source->second);
-    ++added;
+    inferFrom(output, source->second, observed, added);
   }
 }
 
@@ -125,6 +161,43 @@ int inferUnreachedDtypes(const std::shared_ptr<Graph>& graph, ObservedValues& ob
   int added = 0;
   inferBlock(graph->block(), observed, added);
   return added;
+}
+
+namespace {
+
+// Whether the example inputs ran this block itself: it defines a value they were seen producing, or nothing but
+// casts and constants (say, a branch that returns an outer value). torch_mp's own casts were never observed.
+bool ranItself(const Block* block, const ObservedValues& observed) {
+  bool definesValues = false;
+  for (const Node* node : block->nodes()) {
+    if (plainCastTarget(node)) {
+      continue;
+    }
+    for (const Value* output : node->outputs()) {
+      definesValues = definesValues || node->kind() != c10::prim::Constant;
+      auto seen = observed.find(output);
+      if (seen != observed.end() && !seen->second.inferred) {
+        return true;
+      }
+    }
+  }
+  return !definesValues;
+}
+
+} // namespace
+
+bool blockRan(const Block* block, const ObservedValues& observed) {
+  return outermostUntakenBlock(block, nullptr, observed) == nullptr;
+}
+
+const Block* outermostUntakenBlock(const Block* block, const Block* stop, const ObservedValues& observed) {
+  const Block* untaken = nullptr;
+  for (; block != stop && block->owningNode(); block = block->owningNode()->owningBlock()) {
+    if (!ranItself(block, observed)) {
+      untaken = block;
+    }
+  }
+  return untaken;
 }
 
 bool containsTensor(const c10::TypePtr& type) {
@@ -240,6 +313,13 @@ Observation observeValues(
   }
   observation.outputs = std::move(stack);
   return observation;
+}
+
+std::optional<std::vector<int64_t>> knownSizes(const ObservedValue& seen) {
+  if (seen.nested) {
+    return std::nullopt;
+  }
+  return seen.sizes;
 }
 
 double largestFiniteMagnitude(const at::Tensor& tensor) {

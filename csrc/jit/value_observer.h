@@ -13,6 +13,7 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -24,7 +25,12 @@ struct ObservedValue {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::Device device = c10::Device(c10::kCPU);
   int64_t numel = 0;
-  std::vector<int64_t> sizes;     // at the largest element count
+  // at the largest element count; empty for a nested tensor (nn.TransformerEncoder's fast path with a padding
+  // mask), whose rows differ in length: ask knownSizes() rather than reading this
+  std::vector<int64_t> sizes;
+  bool nested = false;
+  // completed statically (inferUnreachedDtypes), never seen running: numel is 0
+  bool inferred = false;
   double largestMagnitude = 0.0;  // fp32 tensors: max |x| over finite elements, across all times it was seen
   // fp32 tensors: whether every time it held values beyond kIntegerCheckAbove they were all integers (positions,
   // indices, pixel coordinates), which fp16 / bf16 hold exactly only up to 2048 / 256
@@ -46,14 +52,35 @@ Observation observeValues(
     const torch::jit::Stack& inputs,
     const std::vector<torch::jit::Stack>& calibration = {});
 
-// Completes the observation statically where it is safe: a value not reached by the example inputs, produced by an
-// op that never changes dtype (views, reshapes, copies) from a tensor whose dtype is known, gets that dtype. This
-// covers the common untaken branch `if x.dim() == 2: x = x.unsqueeze(0)`. Returns how many values it added.
+// Completes the observation statically where it is safe, for values the example inputs did not reach: one produced
+// by an op that never changes dtype (views, reshapes, copies) from a tensor whose dtype is known gets that dtype
+// (the common untaken branch `if x.dim() == 2: x = x.unsqueeze(0)`); one an untaken branch of a prim::If returns
+// gets what the If's output held (from the branch taken), so the If can carry low precision with a cast in the
+// untaken branch rather than two around the If. Inferred values are marked `inferred` and have no elements.
+// Returns how many values it added.
 int inferUnreachedDtypes(const std::shared_ptr<torch::jit::Graph>& graph, ObservedValues& observed);
+
+// Whether the example inputs ran `block`: the graph's own block did; a nested one (a branch, a loop body) did when
+// it and every block around it ran, that is, each defines a value they were seen producing (values completed by
+// inferUnreachedDtypes do not count) or nothing but casts and constants.
+bool blockRan(const torch::jit::Block* block, const ObservedValues& observed);
+
+// The outermost of `block` and the blocks around it, up to but not including `stop`, that the example inputs did
+// not run; nullptr when they ran all of them.
+const torch::jit::Block* outermostUntakenBlock(
+    const torch::jit::Block* block,
+    const torch::jit::Block* stop,
+    const ObservedValues& observed);
+
+// Whether the node's one tensor output always has its first input's dtype (views, reshapes, copies).
+bool preservesDtype(const torch::jit::Node* node);
 
 // Writes each observed dtype into its value's TensorType where the type has none, so later passes can read dtypes
 // off the graph.
 void recordObservedDtypes(const ObservedValues& observed);
+
+// The sizes the value had (at its largest element count), or nothing for a nested tensor, which has none.
+std::optional<std::vector<int64_t>> knownSizes(const ObservedValue& seen);
 
 // max |x| over the finite elements of a floating tensor (0 for an empty one).
 double largestFiniteMagnitude(const at::Tensor& tensor);

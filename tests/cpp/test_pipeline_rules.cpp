@@ -119,6 +119,77 @@ TEST(PipelineRulesTest, UnreachedBranchIsLeftAloneAndReported) {
   expectSameOutputs(runGraph(graph, {a, b, false}), runGraph(result.graph, {a, b, false}));
 }
 
+// The untaken branch returns what the taken one did: the If carries fp16 into the next matmul, and the untaken
+// branch casts its own result at its end, so the path taken has no cast around the If.
+TEST(PipelineRulesTest, UntakenBranchCastsItsResultToTheIfsLowOutput) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor, %flag : bool):
+      %m : Tensor = prim::If(%flag)
+        block0():
+          %x : Tensor = aten::mm(%a, %b)
+          -> (%x)
+        block1():
+          %y : Tensor = aten::exp(%a)
+          -> (%y)
+      %z : Tensor = aten::mm(%m, %b)
+      return (%z))IR");
+  auto a = torch::randn({4, 4});
+  auto b = torch::randn({4, 4});
+  auto result = convert(graph, {a, b, true});
+  FileCheck().check("HalfTensor = prim::If")->check("block0")->check("HalfTensor = aten::mm")->check("block1")
+      ->check("FloatTensor = aten::exp")->check("HalfTensor = aten::to(")->check_next("->")->check_not("aten::to(")
+      ->check("HalfTensor = aten::mm(")->run(*result.graph);
+  int reached = 0;
+  for (const CastRecord& cast : result.report.casts) {
+    reached += cast.reached;
+    EXPECT_TRUE(cast.reached || cast.bytes == 0) << cast.value;
+  }
+  EXPECT_EQ(reached, 3);  // %a and %b in, %z out
+  expectCloseOutputs(result.before, result.after, 1e-2);
+  expectCloseOutputs(runGraph(graph, {a, b, false}), runGraph(result.graph, {a, b, false}), 1e-2);
+}
+
+// Readers in branches the example inputs did not take get casts of their own there, not one shared cast above
+// both Ifs that every inference would pay for.
+TEST(PipelineRulesTest, ReadersInUntakenBranchesCastInsideThem) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor, %flag : bool):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %h : Tensor = aten::mm(%a, %b)
+      %p : Tensor = prim::If(%flag)
+        block0():
+          %q : Tensor = aten::mm(%h, %b)
+          -> (%q)
+        block1():
+          %e : Tensor = aten::exp(%h)
+          -> (%e)
+      %r : Tensor = prim::If(%flag)
+        block0():
+          %t : Tensor = aten::mm(%p, %b)
+          -> (%t)
+        block1():
+          %s : Tensor = aten::softmax(%h, %one, %none)
+          -> (%s)
+      return (%r))IR");
+  auto a = torch::randn({4, 4});
+  auto b = torch::randn({4, 4});
+  auto result = convert(graph, {a, b, true});
+  // the exp's branch casts %h up itself; the softmax's branch reads it with dtype=float (a fused cast)
+  FileCheck().check("HalfTensor = aten::mm(")->check("prim::If")->check("block1")->check("FloatTensor = aten::to(")
+      ->check("aten::exp")->check("prim::If")->check("block1")->check_not("aten::to(")->check("aten::softmax")
+      ->run(*result.graph);
+  // on the path taken: %a and %b in, %r out; no cast of %h
+  int reached = 0;
+  for (const CastRecord& cast : result.report.casts) {
+    reached += cast.reached;
+  }
+  EXPECT_EQ(reached, 3);
+  EXPECT_EQ(result.report.casts.size(), 5u);  // and the exp's branch: %h up, its result down
+  expectCloseOutputs(result.before, result.after, 1e-2);
+  expectCloseOutputs(runGraph(graph, {a, b, false}), runGraph(result.graph, {a, b, false}), 1e-2);
+}
+
 TEST(PipelineRulesTest, LoopCarriesLowPrecisionBetweenMatmuls) {
   auto graph = parseGraph(R"IR(
     graph(%x : Tensor, %w : Tensor, %n : int):
@@ -449,6 +520,37 @@ TEST(PipelineRulesTest, IntegerValuesBeyondTheExactRangeKeepFp32) {
   // from 2^24 on every fp32 value is an integer: large activations are not taken for positions
   auto huge = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat) * 65536.0, w}, at::kBFloat16);
   FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*huge.graph);
+}
+
+// clamp converts its bound to the tensor's dtype: 1e-8 is 0 in fp16, and log(clamp(relu(x), 1e-8)) would be -inf.
+TEST(PipelineRulesTest, ScalarTheLowDtypeLosesKeepsItsReaderFp32) {
+  auto graphWithBound = [](const std::string& bound) {
+    return parseGraph(R"IR(
+      graph(%x : Tensor, %w : Tensor):
+        %bound : float = prim::Constant[value=)IR" + bound + R"IR(]()
+        %none : NoneType = prim::Constant()
+        %p : Tensor = aten::mm(%x, %w)
+        %r : Tensor = aten::relu(%p)
+        %c : Tensor = aten::clamp(%r, %bound, %none)
+        %y : Tensor = aten::log(%c)
+        return (%y))IR");
+  };
+  const std::vector<c10::IValue> inputs{torch::randn({8, 6}), torch::randn({6, 5})};
+  auto tiny = convert(graphWithBound("1e-08"), inputs);
+  FileCheck().check("HalfTensor = aten::relu")->check("FloatTensor = aten::to(")->check("FloatTensor = aten::clamp")
+      ->run(*tiny.graph);
+  const NodeDecision& clamp = decisionFor(tiny.report, "aten::clamp");
+  EXPECT_EQ(clamp.precision, "fp32");
+  EXPECT_EQ(clamp.ruleKind, "range guard");
+  EXPECT_NE(clamp.rule.find("becomes 0 in float16"), std::string::npos) << clamp.rule;
+  EXPECT_TRUE(tiny.after[0].toTensor().isfinite().all().item<bool>());
+  expectCloseOutputs(tiny.before, tiny.after, 1e-2);
+
+  auto held = convert(graphWithBound("0.001"), inputs);  // fp16 holds 1e-3 to 0.01%: no guard
+  FileCheck().check("HalfTensor = aten::clamp")->run(*held.graph);
+  auto bf16 = convert(graphWithBound("1e-08"), inputs, at::kBFloat16);  // bf16 has fp32's exponent range
+  FileCheck().check("BFloat16Tensor = aten::clamp")->run(*bf16.graph);
+  EXPECT_TRUE(bf16.after[0].toTensor().isfinite().all().item<bool>());
 }
 
 } // namespace

@@ -218,7 +218,8 @@ def test_min_cut_never_casts_more_than_greedy():
 
 
 def test_cast_placed_inside_the_branch_that_reads_it():
-    """The untaken else-branch reads h in fp32: its cast lives in that branch, not before the prim::If."""
+    """The untaken else-branch reads h in fp32: its cast lives in that branch, not before the prim::If, and so does
+    the cast of its result to the If's low output, so the path taken casts only at the model's edges."""
     model = ControlFlowNet().eval()
     x = torch.randn(4, 32).abs()  # mean > 0: the then-branch runs
     converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
@@ -226,12 +227,18 @@ def test_cast_placed_inside_the_branch_that_reads_it():
     else_block = list(branch.blocks())[1]
     first = next(iter(else_block.nodes()))
     assert first.kind() == "aten::to" and first.inputsAt(1).toIValue() == CODE[torch.float32]
-    # the example inputs skipped that branch: its casts (of h and of the branch's low weights) moved no bytes
+    last = list(else_block.nodes())[-1]
+    assert last.kind() == "aten::to" and last.inputsAt(1).toIValue() == CODE[torch.float16]
+    assert branch.output().type().dtype() == torch.float16
+    # the example inputs skipped that branch: its casts (h and the branch's low weights in, its result out) moved
+    # no bytes; the path taken casts the input and the scores
     skipped = [cast for cast in report.casts if not cast["reached"]]
-    assert sorted(cast["value"].startswith("self.negative.") for cast in skipped) == [False, True, True]
-    assert all(cast["to"] == "Float" and cast["bytes"] == 0 for cast in skipped)
-    assert report.reached_casts == len(report.casts) - 3
-    assert "3 on paths the example inputs did not take" in report.summary()
+    assert sorted((cast["value"].startswith("self.negative."), cast["to"]) for cast in skipped) == [
+        (False, "Float"), (False, "Half"), (True, "Float"), (True, "Float")]
+    assert all(cast["bytes"] == 0 for cast in skipped)
+    assert sorted((cast["from"], cast["to"]) for cast in report.casts if cast["reached"]) == [
+        ("Float", "Half"), ("Half", "Float")]
+    assert "4 on paths the example inputs did not take" in report.summary()
     negative = -x
     torch.testing.assert_close(converted(negative)[0], model(negative)[0], rtol=0, atol=1e-2)
 
@@ -286,3 +293,55 @@ def test_lstm_shape_checks_and_dtype_queries_cost_no_casts(dtype):
     assert [(c["from"], c["to"]) for c in report.casts] == [("Float", low)]
     assert report.fused_casts == 1
     assert report.weight_ratio == pytest.approx(0.5, abs=1e-3)
+
+
+class PaddedEncoder(nn.Module):
+    """nn.TransformerEncoder called with a padding mask: in eval mode under no_grad PyTorch turns the batch into a
+    nested tensor (rows without their padding) and runs each layer as one _transformer_encoder_layer_fwd."""
+
+    def __init__(self):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=True)
+
+    def forward(self, x, padding):
+        return self.encoder(x, src_key_padding_mask=padding)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_nested_tensor_fast_path_runs_in_low_precision(dtype):
+    model = PaddedEncoder().eval()
+    x = torch.randn(3, 10, 32)
+    padding = torch.zeros(3, 10, dtype=torch.bool)
+    padding[1, 6:] = True  # padding at the end of rows: the layout the fast path takes
+    padding[2, 3:] = True
+    converted, report = torch_mp.convert(model, (x, padding), dtype, return_report=True)
+    layers = [n for n in report.nodes if n["op"] == "aten::_transformer_encoder_layer_fwd" and n["flops"]]
+    assert len(layers) == 2 and all(n["precision"] == "low" for n in layers)
+    # on the path taken the nested tensor is cast into the first layer and out of the last, never in between
+    # (the slow paths beside the fast one read casts of their own, in their branches)
+    name = {torch.float16: "Half", torch.bfloat16: "BFloat16"}[dtype]
+    assert [(c["from"], c["to"]) for c in report.casts if c["reached"]] == [("Float", name), (name, "Float")]
+    FileCheck().check("aten::_nested_tensor_from_mask").check(f"{name}Tensor = aten::to(") \
+        .check(f"{name}Tensor = aten::_transformer_encoder_layer_fwd") \
+        .check(f"{name}Tensor = aten::_transformer_encoder_layer_fwd") \
+        .check("FloatTensor = aten::to(").check("aten::to_padded_tensor").run(str(converted.graph))
+    # the layers' packed attention weights, which freezing leaves as attributes, are stored pre-cast too
+    assert report.weight_ratio == pytest.approx(0.5, abs=1e-3)
+    assert report.low_precision_flop_fraction == 1.0
+    with torch.no_grad():
+        expected, actual = model(x, padding), converted(x, padding)
+    assert actual.dtype == torch.float32
+    tolerance = {torch.float16: 2e-3, torch.bfloat16: 2e-2}[dtype]
+    assert (actual - expected).abs().max() <= tolerance * expected.abs().max()
+
+
+def test_summary_says_when_no_heavy_op_ran():
+    class Elementwise(nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * 2
+
+    _, report = torch_mp.convert(Elementwise().eval(), torch.randn(4, 4), torch.float16, return_report=True)
+    assert "no heavy op with a FLOP estimate ran" in report.summary()
+    _, report = torch_mp.convert(Mlp().eval(), torch.randn(4, 16), torch.float16, return_report=True)
+    assert "100.0% of the heavy ops' FLOPs in low precision" in report.summary()
