@@ -99,16 +99,36 @@ def convert(
     scripted, capture = _capture(model, inputs)
     if policy is None:
         policy = OpPolicy.default(target_for(_device_of(inputs, model), dtype))
-    job = Conversion(scripted, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes,
-                     bool(fuse_casts), kernels == "fused")
-    if tolerance is None:
-        module, report = job.run()
-    else:
+
+    def run(captured):
+        job = Conversion(captured, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes,
+                         bool(fuse_casts), kernels == "fused")
+        if tolerance is None:
+            return job.run()
         from .fallback import search_fallback
 
-        module, report = search_fallback(job, calibration or [inputs], tolerance, metric, progress)
+        return search_fallback(job, calibration or [inputs], tolerance, metric, progress)
+
+    try:
+        module, report = run(scripted)
+    except ValueError as error:
+        # a module can script and still refuse to run scripted (torch.nn.utils.parametrize raises "Parametrization
+        # is not working with scripting"): tracing records what it computes instead
+        if capture != "script" or not str(error).startswith(RUN_FAILED):
+            raise
+        try:
+            with _CAPTURE_LOCK:
+                scripted = _trace(model, inputs, "fails to run scripted")
+        except ValueError:
+            raise error from None  # the inputs do not run the model at all: that is the error to see
+        capture = "trace"
+        module, report = run(scripted)
     report.data["capture"] = capture
     return (module, report) if return_report else module
+
+
+# How the C++ pipeline's error begins when the model itself fails on the example inputs (csrc/jit/pipeline.cpp).
+RUN_FAILED = "torch_mp: running the model on the example inputs failed"
 
 
 class Conversion:
@@ -240,21 +260,25 @@ def _script_or_trace(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[t
                 f"{type(model).__name__} cannot be scripted ({_first_line(script_error)}); "
                 "pass example_inputs so it can be traced instead"
             ) from script_error
-        try:
-            with torch.no_grad(), warnings.catch_warnings():
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                # strict=False: dict outputs (transformers' ModelOutput, detection heads) are traced as dicts
-                scripted = torch.jit.trace(model, inputs, check_trace=False, strict=False)
-            capture = "trace"
-        except Exception as trace_error:  # noqa: BLE001
-            raise ValueError(
-                f"{type(model).__name__} can be neither scripted ({_first_line(script_error)}) "
-                f"nor traced with the example inputs ({_first_line(trace_error)})"
-            ) from trace_error
+        scripted = _trace(model, inputs, f"cannot be scripted ({_first_line(script_error)})")
+        capture = "trace"
     if not inputs:
         raise ValueError("example_inputs are required: torch_mp runs the model once to learn dtypes and sizes")
     return scripted, capture
+
+
+def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str) -> torch.jit.ScriptModule:
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            # strict=False: dict outputs (transformers' ModelOutput, detection heads) are traced as dicts
+            return torch.jit.trace(model, inputs, check_trace=False, strict=False)
+    except Exception as trace_error:  # noqa: BLE001
+        raise ValueError(
+            f"{type(model).__name__} {why_not_script} and cannot be traced with the example inputs "
+            f"({_first_line(trace_error)})"
+        ) from trace_error
 
 
 def _first_line(error: Exception) -> str:

@@ -76,8 +76,29 @@ def test_unscriptable_module_is_traced_with_example_inputs():
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=5e-3)
 
 
+class WeightNormed(nn.Module):
+    """torch.nn.utils.parametrize scripts, then raises when the scripted forward runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(8, 8, 3, padding=1))
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def test_module_that_scripts_but_fails_to_run_scripted_is_traced():
+    model = WeightNormed().eval()
+    x = torch.randn(2, 8, 16)
+    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    assert report.data["capture"] == "trace"
+    assert report.low_precision_flop_fraction == 1.0  # the weight-normed convolution runs in fp16
+    with torch.no_grad():
+        torch.testing.assert_close(converted(x), model(x), rtol=0, atol=5e-3)
+
+
 def test_module_that_neither_scripts_nor_traces():
-    with pytest.raises(ValueError, match="neither scripted .* nor traced"):
+    with pytest.raises(ValueError, match="cannot be scripted .* and cannot be traced"):
         torch_mp.convert(Untraceable().eval(), (torch.randn(2, 8),))
 
 
