@@ -1,5 +1,6 @@
 #include "jit/fold_attribute_reads.h"
 
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/jit_log.h>
 
 #include <optional>
@@ -44,12 +45,15 @@ std::optional<c10::IValue> attributeValue(const Value* value, const Value* selfI
   return owner->toObjectRef().getAttr(node->s(c10::attr::name));
 }
 
-void foldBlock(Block* block, torch::jit::Graph& graph, const c10::IValue& self, int& folded) {
+void foldBlock(Block* block, torch::jit::Graph& graph, const c10::IValue& self, const torch::jit::AliasDb& aliasDb,
+               int& folded) {
   for (Node* node : block->nodes()) {
     for (Block* sub : node->blocks()) {
-      foldBlock(sub, graph, self, folded);
+      foldBlock(sub, graph, self, aliasDb, folded);
     }
-    if (node->kind() != c10::prim::GetAttr || node->output()->type()->kind() != c10::TypeKind::TensorType) {
+    // a tensor the graph writes in place (a running total in a buffer) is state, not a weight
+    if (node->kind() != c10::prim::GetAttr || node->output()->type()->kind() != c10::TypeKind::TensorType ||
+        aliasDb.hasWriters(node->output())) {
       continue;
     }
     std::optional<c10::IValue> value = attributeValue(node->output(), graph.inputs()[0], self);
@@ -84,8 +88,28 @@ int FoldAttributeReads(const std::shared_ptr<torch::jit::Graph>& graph, const c1
     return 0;
   }
   int folded = 0;
-  foldBlock(graph->block(), *graph, self, folded);
+  const torch::jit::AliasDb aliasDb(graph);
+  foldBlock(graph->block(), *graph, self, aliasDb, folded);
   return folded;
+}
+
+namespace {
+
+void cloneTensorSlots(const c10::intrusive_ptr<c10::ivalue::Object>& object) {
+  for (size_t i = 0; i < object->slots().size(); ++i) {
+    const c10::IValue value = object->getSlot(i);
+    if (value.isTensor() && value.toTensor().defined()) {
+      object->setSlot(i, value.toTensor().clone());
+    } else if (value.isObject()) {
+      cloneTensorSlots(value.toObject());
+    }
+  }
+}
+
+} // namespace
+
+void ownAttributeTensors(torch::jit::Module& module) {
+  cloneTensorSlots(module._ivalue());
 }
 
 void dropUnreadAttributes(torch::jit::Module& module) {

@@ -7,8 +7,9 @@
 // fast-path check hands every layer's nn.MultiheadAttention in_proj_weight / in_proj_bias to has_torch_function,
 // an op it must assume writes, so those stay attributes: read on every run, cast to the low dtype on every run
 // (3 E^2 elements per layer) and saved in fp32. As constants they are stored pre-cast like every other weight.
-// The constant is the very tensor the attribute holds, so readers see the same data; a graph that assigns
-// attributes (prim::SetAttr) is left as it is. The module keeps the attributes; dropUnreadAttributes removes them.
+// The constant is the very tensor the attribute holds, so readers see the same data. A tensor the graph writes in
+// place (a running total kept in a buffer) stays an attribute, and a graph that assigns attributes (prim::SetAttr)
+// is left as it is. The module keeps the attributes; dropUnreadAttributes removes them.
 #pragma once
 
 #include <torch/csrc/jit/api/module.h>
@@ -24,5 +25,10 @@ int FoldAttributeReads(const std::shared_ptr<torch::jit::Graph>& graph, const c1
 // Removes from the module the attributes holding modules or tensors that its forward graph no longer reads (what
 // FoldAttributeReads made unread), so a saved model carries no fp32 copy of a folded weight.
 void dropUnreadAttributes(torch::jit::Module& module);
+
+// Gives the module its own copy of every tensor attribute it still holds (after folding, the state its forward
+// writes): freezing shares tensors with the module it froze, so running the converted model would otherwise write
+// into the user's module.
+void ownAttributeTensors(torch::jit::Module& module);
 
 } // namespace torch_mp::jit

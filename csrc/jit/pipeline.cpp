@@ -344,6 +344,7 @@ ConvertedModule convertModule(
   }
   ConversionReport report = ConvertToMixedPrecision(graph, inputs, options, calibration);
   dropUnreadAttributes(frozen);
+  ownAttributeTensors(frozen);
   return {std::move(frozen), std::move(report)};
 }
 

@@ -67,6 +67,22 @@ TEST(FoldAttributeReadsTest, GraphThatAssignsAttributesIsLeftAsItIs) {
   FileCheck().check("prim::SetAttr")->check("prim::GetAttr[name=\"in_proj_weight\"]")->run(*graph);
 }
 
+// Alias analysis cannot tell one tensor attribute from another: once one is written, every read stays a read.
+TEST(FoldAttributeReadsTest, TensorWrittenInPlaceStaysAnAttribute) {
+  Module module("Accumulator");
+  module.register_buffer("total", torch::zeros({4}));
+  module.register_parameter("weight", torch::randn({4, 4}), /*is_buffer=*/false);
+  module.define(R"(
+    def forward(self, x):
+        self.total.add_(x.sum(0))
+        return torch.mm(x, self.weight) + self.total
+  )");
+  auto graph = forwardGraph(module);
+  EXPECT_EQ(FoldAttributeReads(graph, module._ivalue()), 0);
+  FileCheck().check("prim::GetAttr[name=\"total\"]")->check("aten::add_")->check("prim::GetAttr[name=\"weight\"]")
+      ->run(*graph);
+}
+
 TEST(FoldAttributeReadsTest, GraphWithoutAModuleInputIsLeftAsItIs) {
   auto graph = parseGraph(R"IR(
     graph(%x : Tensor):

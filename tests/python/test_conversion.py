@@ -345,3 +345,29 @@ def test_summary_says_when_no_heavy_op_ran():
     assert "no heavy op with a FLOP estimate ran" in report.summary()
     _, report = torch_mp.convert(Mlp().eval(), torch.randn(4, 16), torch.float16, return_report=True)
     assert "100.0% of the heavy ops' FLOPs in low precision" in report.summary()
+
+
+class RunningTotal(nn.Module):
+    """Keeps state in a buffer that forward writes in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.register_buffer("total", torch.zeros(16))
+
+    def forward(self, x):
+        self.total.add_(x.sum(0))
+        return self.fc(x) + self.total
+
+
+def test_state_written_in_place_carries_over_calls_and_stays_the_converted_models_own():
+    model = RunningTotal().eval()
+    reference = RunningTotal().eval()
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(8, 16)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    with torch.no_grad():
+        for _ in range(3):  # the total grows by the same amount per call in both
+            torch.testing.assert_close(converted(x), reference(x), rtol=0, atol=2e-2)
+    assert torch.equal(model.total, torch.zeros(16))  # neither converting nor running the result wrote into it
+
