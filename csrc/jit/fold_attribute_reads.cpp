@@ -81,20 +81,6 @@ void collectSelfReads(const Block* block, const Value* selfInput, std::unordered
   }
 }
 
-} // namespace
-
-int FoldAttributeReads(const std::shared_ptr<torch::jit::Graph>& graph, const c10::IValue& self) {
-  if (graph->inputs().empty() || !self.isObject() || assignsAttributes(graph->block())) {
-    return 0;
-  }
-  int folded = 0;
-  const torch::jit::AliasDb aliasDb(graph);
-  foldBlock(graph->block(), *graph, self, aliasDb, folded);
-  return folded;
-}
-
-namespace {
-
 void cloneTensorSlots(const c10::intrusive_ptr<c10::ivalue::Object>& object) {
   for (size_t i = 0; i < object->slots().size(); ++i) {
     const c10::IValue value = object->getSlot(i);
@@ -107,6 +93,16 @@ void cloneTensorSlots(const c10::intrusive_ptr<c10::ivalue::Object>& object) {
 }
 
 } // namespace
+
+int FoldAttributeReads(const std::shared_ptr<torch::jit::Graph>& graph, const c10::IValue& self) {
+  if (graph->inputs().empty() || !self.isObject() || assignsAttributes(graph->block())) {
+    return 0;
+  }
+  int folded = 0;
+  const torch::jit::AliasDb aliasDb(graph);
+  foldBlock(graph->block(), *graph, self, aliasDb, folded);
+  return folded;
+}
 
 void ownAttributeTensors(torch::jit::Module& module) {
   cloneTensorSlots(module._ivalue());

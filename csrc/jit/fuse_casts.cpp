@@ -203,15 +203,15 @@ class CastFuser {
         inputDependentRank_.count(node->input(0)) || inputDependentRank_.count(node->input(1))) {
       return std::nullopt;
     }
-    if (left->second.nested || right->second.nested) {
+    const std::optional<std::vector<int64_t>> a = knownSizes(left->second);
+    const std::optional<std::vector<int64_t>> b = knownSizes(right->second);
+    if (!a || !b) {
       return std::nullopt;
     }
-    const std::vector<int64_t>& a = left->second.sizes;
-    const std::vector<int64_t>& b = right->second.sizes;
-    if (a.size() == 2 && b.size() == 2) {
+    if (a->size() == 2 && b->size() == 2) {
       return c10::aten::mm;
     }
-    if (a.size() == 3 && b.size() == 3 && a[0] == b[0]) {
+    if (a->size() == 3 && b->size() == 3 && (*a)[0] == (*b)[0]) {
       return c10::aten::bmm;
     }
     return std::nullopt;
@@ -351,10 +351,11 @@ class CastFuser {
         }
       }
       auto it = observed_.find(step);
-      if (it != observed_.end() && it->second.isTensor && !it->second.nested && !definedInLoopBody(step)) {
-        return static_cast<int64_t>(it->second.sizes.size());
+      if (it == observed_.end() || !it->second.isTensor || definedInLoopBody(step)) {
+        return std::nullopt;
       }
-      return std::nullopt;
+      const std::optional<std::vector<int64_t>> sizes = knownSizes(it->second);
+      return sizes ? std::make_optional(static_cast<int64_t>(sizes->size())) : std::nullopt;
     });
   }
 

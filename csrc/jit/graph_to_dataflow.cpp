@@ -355,8 +355,11 @@ class DataflowBuilder {
       return false;
     }
     auto left = observed_.find(node->input(0));
-    return left != observed_.end() && left->second.isTensor && left->second.sizes.size() >= 2 &&
-        left->second.sizes.back() == 1;
+    if (left == observed_.end() || !left->second.isTensor) {
+      return false;
+    }
+    const std::optional<std::vector<int64_t>> sizes = knownSizes(left->second);
+    return sizes && sizes->size() >= 2 && sizes->back() == 1;
   }
 
   static bool einsumSumsNothing(const std::string& equation) {

@@ -115,14 +115,6 @@ void inferFrom(const Value* value, const ObservedValue& source, ObservedValues& 
   ++added;
 }
 
-} // namespace
-
-bool preservesDtype(const Node* node) {
-  return dtypePreservingOps().count(node->kind()) && node->outputs().size() == 1 && !node->inputs().empty();
-}
-
-namespace {
-
 void inferBlock(Block* block, ObservedValues& observed, int& added) {
   for (Node* node : block->nodes()) {
     for (Block* sub : node->blocks()) {
@@ -155,16 +147,6 @@ void inferBlock(Block* block, ObservedValues& observed, int& added) {
   }
 }
 
-} // namespace
-
-int inferUnreachedDtypes(const std::shared_ptr<Graph>& graph, ObservedValues& observed) {
-  int added = 0;
-  inferBlock(graph->block(), observed, added);
-  return added;
-}
-
-namespace {
-
 // Whether the example inputs ran this block itself: it defines a value they were seen producing, or nothing but
 // casts and constants (say, a branch that returns an outer value). torch_mp's own casts were never observed.
 bool ranItself(const Block* block, const ObservedValues& observed) {
@@ -185,6 +167,16 @@ bool ranItself(const Block* block, const ObservedValues& observed) {
 }
 
 } // namespace
+
+int inferUnreachedDtypes(const std::shared_ptr<Graph>& graph, ObservedValues& observed) {
+  int added = 0;
+  inferBlock(graph->block(), observed, added);
+  return added;
+}
+
+bool preservesDtype(const Node* node) {
+  return dtypePreservingOps().count(node->kind()) && node->outputs().size() == 1 && !node->inputs().empty();
+}
 
 bool blockRan(const Block* block, const ObservedValues& observed) {
   return outermostUntakenBlock(block, nullptr, observed) == nullptr;
