@@ -114,7 +114,7 @@ def convert(
     except ValueError as error:
         # a module can script and still refuse to run scripted (torch.nn.utils.parametrize raises "Parametrization
         # is not working with scripting"): tracing records what it computes instead
-        if capture != "script" or not str(error).startswith(RUN_FAILED):
+        if capture != "script" or not str(error).startswith(_C.MODEL_RUN_FAILED):
             raise
         try:
             with _CAPTURE_LOCK:
@@ -125,10 +125,6 @@ def convert(
         module, report = run(scripted)
     report.data["capture"] = capture
     return (module, report) if return_report else module
-
-
-# How the C++ pipeline's error begins when the model itself fails on the example inputs (csrc/jit/pipeline.cpp).
-RUN_FAILED = "torch_mp: running the model on the example inputs failed"
 
 
 class Conversion:

@@ -241,10 +241,9 @@ ConversionReport ConvertToMixedPrecision(
   try {
     observation = observeValues(graph, inputs, calibration);
   } catch (const c10::Error& error) {
-    TORCH_CHECK_VALUE(false, "torch_mp: running the model on the example inputs failed: ",
-                      error.what_without_backtrace());
+    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what_without_backtrace());
   } catch (const std::exception& error) {
-    TORCH_CHECK_VALUE(false, "torch_mp: running the model on the example inputs failed: ", error.what());
+    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what());
   }
   inferUnreachedDtypes(graph, observation.values);
   recordObservedDtypes(observation.values);

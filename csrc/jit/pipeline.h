@@ -30,6 +30,10 @@
 
 namespace torch_mp::jit {
 
+// How the error begins when the model itself fails on the example inputs (a ValueError in Python, which tells it
+// apart from a failure of the conversion by this prefix).
+constexpr const char* kModelRunFailed = "torch_mp: running the model on the example inputs failed";
+
 struct ConvertOptions {
   c10::ScalarType lowDtype = c10::ScalarType::Half;
   core::OpPolicy policy;

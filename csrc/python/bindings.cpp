@@ -178,6 +178,7 @@ std::vector<at::Tensor> probeValues(
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
+  m.attr("MODEL_RUN_FAILED") = torch_mp::jit::kModelRunFailed;
   m.def("default_policy", &torch_mp::defaultPolicy, py::arg("target"),
         "The default op policy for a target as (op, category, reason) rows.");
   m.def("convert_module", &torch_mp::convertModule, py::arg("module"), py::arg("example_inputs"), py::arg("dtype"),
