@@ -44,6 +44,8 @@ def convert(
     verify: bool = True,
     fuse_casts: bool = True,
     kernels: str = "portable",
+    channels_last: bool = True,
+    fuse_convolutions: bool = False,
     return_report: bool = False,
     calibration_inputs: Optional[Sequence[Any]] = None,
     keep_io_dtypes: bool = True,
@@ -65,9 +67,16 @@ def convert(
             add/sub/mul/div, cast chains); only stock aten ops, so the result still loads anywhere. False keeps
             every cast the plan needs (for comparison).
         kernels: "portable" (default): only aten ops, the saved model loads in any libtorch. "fused": chains of
-            elementwise ops and casts on CPU tensors become torch_mp::fused_pointwise calls (one pass over memory);
+            elementwise ops and casts on CPU tensors (and CUDA tensors, in a CUDA build of torch_mp) become
+            torch_mp::fused_pointwise calls (one pass over memory);
             loading such a model needs the torch_mp library: `import torch_mp` before torch.jit.load, or linking
             libtorch_mp in C++.
+        channels_last: CUDA 2-d convolutions store their weights channels_last (NHWC) and pass NHWC activations
+            from one to the next, cuDNN's fast layout; other readers see the layout the fp32 model had. No effect on
+            CPU models.
+        fuse_convolutions: on CUDA, conv (+bias) +relu and conv (+bias) +residual add +relu become one cuDNN call
+            (aten::cudnn_convolution_relu / aten::cudnn_convolution_add_relu, stock aten ops). Off by default until
+            measured faster on a GPU (benchmarks/cuda_speed.py). No effect on CPU.
         return_report: also return the Report.
         calibration_inputs: more inputs (a list, each like example_inputs) the model runs on before planning: the
             range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range.
@@ -102,7 +111,7 @@ def convert(
 
     def run(captured):
         job = Conversion(captured, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes,
-                         bool(fuse_casts), kernels == "fused")
+                         bool(fuse_casts), kernels == "fused", bool(channels_last), bool(fuse_convolutions))
         if tolerance is None:
             return job.run()
         from .fallback import search_fallback
@@ -131,7 +140,7 @@ class Conversion:
     """One model's conversion settings; run() converts it, optionally keeping given nodes in fp32."""
 
     def __init__(self, scripted, inputs, dtype_name, policy, planner, verify, calibration, low_precision_io,
-                 fuse_casts=True, fused_kernels=False):
+                 fuse_casts=True, fused_kernels=False, channels_last=True, fuse_convolutions=False):
         self.scripted = scripted
         self.inputs = inputs
         self.dtype_name = dtype_name
@@ -142,6 +151,8 @@ class Conversion:
         self.low_precision_io = low_precision_io
         self.fuse_casts = fuse_casts
         self.fused_kernels = fused_kernels
+        self.channels_last = channels_last
+        self.fuse_convolutions = fuse_convolutions
 
     def run(self, keep_fp32: Sequence[str] = (), policy: Optional[OpPolicy] = None) -> Tuple[Any, Report]:
         policy = policy or self.policy
@@ -150,7 +161,7 @@ class Conversion:
                 converted, report_json = _C.convert_module(
                     self.scripted._c, self.inputs, self.dtype_name, policy.name, policy.rows(), self.planner,
                     self.verify, policy.node_rule(keep_fp32), self.calibration, self.low_precision_io,
-                    self.fuse_casts, self.fused_kernels,
+                    self.fuse_casts, self.fused_kernels, self.channels_last, self.fuse_convolutions,
                 )
         except (ValueError, TypeError):
             raise

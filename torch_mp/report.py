@@ -97,6 +97,9 @@ class Report:
             f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
             f"({self.weight_ratio:.2f}x)",
         ]
+        if d.get("channels_last_convolutions") or d.get("fused_convolutions"):
+            lines.append(f"  CUDA convolutions: {d['channels_last_convolutions']} channels_last, "
+                         f"{d['fused_convolutions']} fused with their relu (and residual add) into cuDNN calls")
         if self.unknown_ops:
             lines.append(f"  unknown ops kept in fp32: {', '.join(self.unknown_ops)}")
         if "fallback" in d:

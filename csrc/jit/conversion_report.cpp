@@ -112,6 +112,8 @@ std::string ConversionReport::toJson() const {
       << ", \"weight_bytes_after\": " << weightBytesAfter << ", \"cast_bytes\": " << castBytes
       << ", \"fused_casts\": " << fusedCasts << ", \"fused_cast_bytes\": " << fusedCastBytes
       << ", \"fused_pointwise\": " << fusedPointwise
+      << ", \"channels_last_convolutions\": " << channelsLastConvolutions
+      << ", \"fused_convolutions\": " << fusedConvolutions
       << ", \"unobserved_nodes\": " << unobservedNodes
       << ", \"low_precision_flop_fraction\": " << lowPrecisionFlopFraction() << ", \"unknown_ops\": [";
   for (size_t i = 0; i < unknownOps.size(); ++i) {

@@ -41,12 +41,14 @@ struct ConversionReport {
   int fusedCasts = 0;          // casts the plan needed that fuse_casts folded into their readers (not in `casts`)
   int64_t fusedCastBytes = 0;  // the bytes those would have moved per inference
   int fusedPointwise = 0;      // torch_mp::fused_pointwise calls (fused kernels only)
+  int channelsLastConvolutions = 0;  // CUDA convolutions whose weights are stored channels_last
+  int fusedConvolutions = 0;         // cuDNN fused convolutions (conv +relu, conv +add +relu)
   int64_t weightBytesBefore = 0;
   int64_t weightBytesAfter = 0;
   std::vector<std::string> unknownOps;
   int unobservedNodes = 0;
   double seconds = 0.0;
-  // Seconds per pipeline phase, in order: cleanup, observe, plan, apply, cancel, verify, report.
+  // Seconds per pipeline phase, in order: cleanup, observe, plan, apply, cancel, kernels, verify, report.
   std::vector<std::pair<std::string, double>> phases;
 
   int lowPrecisionNodes() const;

@@ -14,9 +14,11 @@
 
 #include "jit/apply_precision_plan.h"
 #include "jit/cancel_casts.h"
+#include "jit/channels_last_convolutions.h"
 #include "jit/flop_estimate.h"
 #include "jit/fold_attribute_reads.h"
 #include "jit/fuse_casts.h"
+#include "jit/fuse_cudnn_convolutions.h"
 #include "jit/fuse_pointwise.h"
 #include "jit/graph_to_dataflow.h"
 #include "jit/low_precision_io.h"
@@ -286,14 +288,26 @@ ConversionReport ConvertToMixedPrecision(
   if (options.fuseCasts) {
     FuseCasts(graph, observation.values, countFusedCast);
   }
+  torch::jit::EliminateDeadCode(graph);
+  endPhase("cancel");
+
+  // 6. CUDA layout and kernels: channels_last before the convolution fusion (which keeps the re-laid weights), both
+  //    before fused pointwise kernels, which would otherwise take the relus and adds cuDNN can fuse.
+  if (options.channelsLast) {
+    report.channelsLastConvolutions = ConvertConvolutionsToChannelsLast(graph, observation.values);
+  }
+  if (options.fuseConvolutions) {
+    const FusedConvolutions fused = FuseCudnnConvolutions(graph, observation.values);
+    report.fusedConvolutions = fused.convRelu + fused.convAddRelu;
+  }
   if (options.fusedKernels) {
     report.fusedPointwise = FusePointwise(graph, observation.values, countFusedCast);
   }
   torch::jit::EliminateDeadCode(graph);
   torch::jit::ConstantPooling(graph);
-  endPhase("cancel");
+  endPhase("kernels");
 
-  // 6. Check and report.
+  // 7. Check and report.
   if (lintIsCheap(*graph)) {
     graph->lint();
   }

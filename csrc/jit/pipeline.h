@@ -11,9 +11,11 @@
 //   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
 //   5. cancel casts      low-precision IO on request (low_precision_io); lossless round trips and no-op casts
 //      and fuse casts    (cancel_casts); casts fused into the ops that read them (fuse_casts: dtype= arguments,
-//                        mixed-dtype arithmetic, cast chains, out-dtype matmuls); with fused kernels, elementwise
-//                        chains into torch_mp::fused_pointwise calls (fuse_pointwise); dead code
-//   6. check and report  lint, outputs keep their dtypes (checked by running the result), report
+//                        mixed-dtype arithmetic, cast chains, out-dtype matmuls); dead code
+//   6. CUDA layout       CUDA convolutions channels_last (channels_last_convolutions); conv (+add) +relu as one cuDNN
+//      and kernels       call (fuse_cudnn_convolutions); with fused kernels, elementwise chains into
+//                        torch_mp::fused_pointwise calls (fuse_pointwise)
+//   7. check and report  lint, outputs keep their dtypes (checked by running the result), report
 #pragma once
 
 #include <torch/csrc/jit/api/module.h>
@@ -48,10 +50,16 @@ struct ConvertOptions {
   bool lowPrecisionIO = false;
   // Fold casts into the ops that read them (fuse_casts). Off: the casts the plan needs all stay (for comparison).
   bool fuseCasts = true;
-  // Replace chains of elementwise ops and casts on CPU tensors by torch_mp::fused_pointwise calls (fuse_pointwise).
+  // Replace chains of elementwise ops and casts (CPU tensors; CUDA tensors in a CUDA build) by
+  // torch_mp::fused_pointwise calls (fuse_pointwise).
   // Off (the default, portable): only aten ops, the model loads in any libtorch. On: loading it needs the torch_mp
   // library (`import torch_mp`, or linking libtorch_mp).
   bool fusedKernels = false;
+  // CUDA convolutions: weights stored channels_last, activations NHWC between them (channels_last_convolutions).
+  bool channelsLast = true;
+  // CUDA conv (+bias) (+residual add) +relu chains become cuDNN fused convolutions (fuse_cudnn_convolutions). Off
+  // until a GPU measurement shows cuDNN's runtime-fused kernels faster than the unfused chain (benchmarks/cuda_speed).
+  bool fuseConvolutions = false;
 };
 
 // The default options for the device the model runs on and the low-precision dtype.

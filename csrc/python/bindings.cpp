@@ -132,7 +132,9 @@ std::pair<torch::jit::Module, std::string> convertModule(
     const std::vector<py::tuple>& calibrationInputs,
     bool lowPrecisionIO,
     bool fuseCasts,
-    bool fusedKernels) {
+    bool fusedKernels,
+    bool channelsLast,
+    bool fuseConvolutions) {
   jit::ConvertOptions options;
   options.lowDtype = parseDtype(dtype);
   options.policyName = policyName;
@@ -146,6 +148,8 @@ std::pair<torch::jit::Module, std::string> convertModule(
   options.lowPrecisionIO = lowPrecisionIO;
   options.fuseCasts = fuseCasts;
   options.fusedKernels = fusedKernels;
+  options.channelsLast = channelsLast;
+  options.fuseConvolutions = fuseConvolutions;
 
   const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
   std::vector<c10::IValue> inputs = forwardInputs(schema.arguments(), exampleInputs, "example_inputs", "example input");
@@ -184,7 +188,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("convert_module", &torch_mp::convertModule, py::arg("module"), py::arg("example_inputs"), py::arg("dtype"),
         py::arg("policy_name"), py::arg("policy"), py::arg("planner"), py::arg("verify_outputs"),
         py::arg("node_rule"), py::arg("calibration_inputs"), py::arg("low_precision_io"), py::arg("fuse_casts"),
-        py::arg("fused_kernels"), "Freezes a copy of a scripted module and converts it; returns (module, report JSON).");
+        py::arg("fused_kernels"), py::arg("channels_last"), py::arg("fuse_convolutions"), "Freezes a copy of a scripted module and converts it; returns (module, report JSON).");
   m.def("probe_values", &torch_mp::probeValues, py::arg("module"), py::arg("inputs"), py::arg("names"),
         "Runs a converted module's forward and returns the named top-level values (undefined where absent).");
 }

@@ -54,9 +54,11 @@ def test_cuda_conversion_accuracy(name, dtype):
 
 
 def test_cuda_model_saves_and_loads_in_a_fresh_process(tmp_path):
-    model = ConvBnNet().eval().cuda()
-    x = torch.randn(4, 3, 32, 32, device="cuda")
-    converted = torch_mp.convert(model, (x,), torch.float16)
+    """Channels_last weights and cuDNN fused convolutions are stock aten: plain torch loads and runs them."""
+    model = ResNetIBN(layers=(1, 1, 1, 1), num_classes=100, width=32).eval().cuda()
+    x = torch.randn(4, 3, 64, 64, device="cuda")
+    converted = torch_mp.convert(model, (x,), torch.float16, fuse_convolutions=True)
+    assert "aten::cudnn_convolution_add_relu" in [n.kind() for n in converted.graph.nodes()]
     path, data = tmp_path / "mp.pt", tmp_path / "data.pt"
     torch.jit.save(converted, path)
     torch.save({"x": x.cpu(), "expected": converted(x).cpu()}, data)

@@ -1,0 +1,116 @@
+"""CUDA: channels_last convolutions, cuDNN fused convolutions and the CUDA-graph runner, on a GPU (skipped elsewhere).
+
+Tolerances: fused and NHWC convolutions accumulate in fp32 like the plain ones but may round and order sums
+differently (another cuDNN algorithm), so they are compared with the unfused NCHW conversion within the low dtype's
+rounding of the output scale; the CUDA-graph replay runs the same kernels and must be bit for bit equal.
+"""
+import pytest
+import torch
+from torch import nn
+
+import torch_mp
+from torch_mp.models import ResNetIBN
+
+pytestmark = pytest.mark.cuda
+
+# max |difference| relative to max |reference|, per dtype (a few units in the last place of fp16 / bf16)
+RELATIVE_TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+def small_resnet():
+    return ResNetIBN(layers=(1, 1, 1, 1), num_classes=100, width=32).eval().cuda()
+
+
+def ops_of(module):
+    return [node.kind() for node in module.graph.nodes()]
+
+
+def close(reference, result, dtype):
+    scale = reference.abs().max().item()
+    return (reference.double() - result.double()).abs().max().item() <= RELATIVE_TOLERANCE[dtype] * scale
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_channels_last_and_fused_convolutions_match_plain_conversion(dtype):
+    model, x = small_resnet(), torch.randn(8, 3, 64, 64, device="cuda")
+    plain = torch_mp.convert(model, (x,), dtype, channels_last=False, fuse_convolutions=False)
+    nhwc, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    fused, fused_report = torch_mp.convert(model, (x,), dtype, fuse_convolutions=True, return_report=True)
+    assert report.data["channels_last_convolutions"] == sum(isinstance(m, nn.Conv2d) for m in model.modules())
+    assert "aten::cudnn_convolution_add_relu" in ops_of(fused) and "aten::cudnn_convolution_relu" in ops_of(fused)
+    assert fused_report.data["fused_convolutions"] > 0
+    assert not any(op.startswith("aten::cudnn") for op in ops_of(plain) + ops_of(nhwc))
+    fresh = torch.randn_like(x)
+    with torch.no_grad():
+        expected, by_nhwc, by_fused = plain(fresh), nhwc(fresh), fused(fresh)
+    for result in (by_nhwc, by_fused):
+        assert result.dtype == torch.float32 and result.shape == expected.shape
+        assert result.is_contiguous()
+        assert close(expected, result, dtype)
+
+
+def test_channels_last_output_keeps_the_fp32_layout():
+    """A model returning a feature map returns it contiguous (NCHW), as the fp32 model does."""
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 16, 3, padding=1)).eval().cuda()
+    x = torch.randn(2, 3, 32, 32, device="cuda")
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    with torch.no_grad():
+        out = converted(x)
+    assert out.is_contiguous() and not out.is_contiguous(memory_format=torch.channels_last)
+    assert close(model(x), out, torch.float16)
+
+
+def layout_kernels(module, x):
+    """Names of the kernels one forward launches that transpose between NCHW and NHWC, or copy a whole tensor."""
+    with torch.no_grad():
+        module(x)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            module(x)
+            torch.cuda.synchronize()
+    names = [event.name for event in profile.events() if event.device_type == torch.autograd.DeviceType.CUDA]
+    return [name for name in names if "nchwToNhwc" in name or "nhwcToNchw" in name or "direct_copy" in name]
+
+
+def test_no_layout_conversions_between_convolutions():
+    model, x = small_resnet(), torch.randn(8, 3, 64, 64, device="cuda")
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    conversions = layout_kernels(converted, x)
+    # the NCHW input is converted once where the chain starts; nothing converts between the convolutions
+    assert len(conversions) <= 1, conversions
+
+
+def test_cuda_graphs_replay_equals_plain_module_and_records_per_shape():
+    model = small_resnet()
+    x = torch.randn(4, 3, 64, 64, device="cuda")
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    runner = torch_mp.cuda_graphs(converted, (x,))
+    assert runner.recorded_signatures == 1
+    for batch in (4, 2, 4):
+        fresh = torch.randn(batch, 3, 64, 64, device="cuda")
+        with torch.no_grad():
+            expected = converted(fresh)
+        result = runner(fresh)
+        assert torch.equal(result, expected)
+    assert runner.recorded_signatures == 2
+    first = runner(x)
+    second = runner(torch.randn_like(x))
+    assert not torch.equal(first, second)  # outputs are copies, not the buffer the next replay overwrites
+
+
+class SyncsWithHost(nn.Module):
+    def forward(self, x):
+        if bool(x.sum() > 0):  # reads a device value on the host
+            return x * 2
+        return x
+
+
+def test_cuda_graphs_refuses_a_forward_that_synchronises():
+    scripted = torch.jit.script(SyncsWithHost().eval())
+    with pytest.raises(torch_mp.CudaGraphCaptureError, match="synchronises with the host"):
+        torch_mp.cuda_graphs(scripted, (torch.randn(4, device="cuda"),))
+
+
+def test_cuda_graphs_needs_cuda_inputs():
+    with pytest.raises(ValueError, match="CUDA device"):
+        torch_mp.cuda_graphs(torch.jit.script(SyncsWithHost().eval()), (torch.randn(4),))
