@@ -1,22 +1,125 @@
 """Builds torch_mp and its extension torch_mp._C against the installed torch.
 
 Install with `pip install --no-build-isolation .` (or `-e .`): build isolation would fetch another torch.
+
+The extension is a CUDAExtension, with the CUDA kernels (csrc/kernels/cuda/*.cu, csrc/cuda/*.cpp) and
+TORCH_MP_WITH_CUDA=1 defined, when the installed torch was built with CUDA and nvcc is found; else a CppExtension of
+the CPU sources. TORCH_MP_CUDA=1 requires the CUDA build (an error says why it cannot be), TORCH_MP_CUDA=0 builds for
+CPU only. Without TORCH_CUDA_ARCH_LIST the kernels are compiled for the visible GPUs, or for sm_80 and sm_90 (+PTX)
+where none is visible.
 """
 import glob
 import os
+import re
+import subprocess
 
+import torch
+import torch.utils.cpp_extension as cpp_extension
 from setuptools import find_packages, setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_CUDA_ARCH_LIST = "8.0;9.0+PTX"  # where no GPU is visible (CI): A100 and H100 code, PTX for newer GPUs
+
+
+def sources(*patterns):
+    """Files matching the globs under csrc/, sorted, as paths relative to setup.py."""
+    return [path for pattern in patterns for path in sorted(glob.glob(os.path.join("csrc", pattern), root_dir=ROOT))]
 
 
 def library_sources():
-    """The C++ sources shared with the CMake build (csrc/core, csrc/jit and csrc/kernels), as paths relative to setup.py."""
-    sources = []
-    for folder in ("core", "jit", "kernels"):
-        sources += sorted(glob.glob(os.path.join("csrc", folder, "*.cpp"), root_dir=ROOT))
-    return sources
+    """The C++ sources shared with the CMake build (csrc/core, csrc/jit, csrc/kernels and csrc/kernels/cpu)."""
+    return sources("core/*.cpp", "jit/*.cpp", "kernels/*.cpp", "kernels/cpu/*.cpp")
+
+
+def cuda_sources():
+    """The CUDA-only sources, also shared with the CMake build; there may be none."""
+    return sources("kernels/cuda/*.cu", "cuda/*.cpp")
+
+
+def is_cuda_home(path):
+    return bool(path) and os.path.isfile(os.path.join(path, "bin", "nvcc")) and os.path.isfile(
+        os.path.join(path, "include", "cuda_runtime.h"))
+
+
+def find_cuda_home():
+    """The CUDA toolkit torch.utils.cpp_extension found (CUDA_HOME, CUDA_PATH, the folder above the `nvcc` on PATH,
+    /usr/local/cuda) if it holds nvcc and the CUDA headers, else the one that `nvcc` reports (a wrapper script such
+    as /usr/local/bin/nvcc makes torch guess /usr/local), else /usr/local/cuda; None if there is none."""
+    guess = cpp_extension.CUDA_HOME
+    if is_cuda_home(guess):
+        return guess
+    for nvcc in (os.path.join(guess or "", "bin", "nvcc"), "nvcc"):
+        try:
+            dryrun = subprocess.run([nvcc, "-dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                                    capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        here = re.search(r"^#\$ _HERE_=(.*)$", dryrun.stdout + dryrun.stderr, re.MULTILINE)
+        if here and is_cuda_home(os.path.dirname(here.group(1).strip())):
+            return os.path.dirname(here.group(1).strip())
+    return "/usr/local/cuda" if is_cuda_home("/usr/local/cuda") else None
+
+
+def cuda_library_headers(cuda_home):
+    """ATen's CUDA headers include cuBLAS, cuSPARSE and cuSOLVER headers, which a toolkit of nvcc alone lacks; the
+    CUDA wheels torch depends on carry them (site-packages/nvidia/*/include). Those folders where the toolkit lacks
+    cusparse.h, searched after the toolkit's own."""
+    if os.path.isfile(os.path.join(cuda_home, "include", "cusparse.h")):
+        return []
+    site_packages = os.path.dirname(os.path.dirname(torch.__file__))
+    return sorted(glob.glob(os.path.join(site_packages, "nvidia", "*", "include")))
+
+
+def use_cuda():
+    """Whether to build the CUDA kernels: TORCH_MP_CUDA=1 / 0 decide, else whether torch has CUDA and nvcc is found.
+    Points torch.utils.cpp_extension at the toolkit it found."""
+    setting = os.environ.get("TORCH_MP_CUDA", "").strip().lower()
+    if setting in ("0", "off", "false", "no"):
+        return False
+    if setting not in ("", "auto", "1", "on", "true", "yes"):
+        raise SystemExit(f"TORCH_MP_CUDA={setting!r}: expected 1 (CUDA build), 0 (CPU build) or unset (automatic)")
+    forced = setting not in ("", "auto")
+    if torch.version.cuda is None:
+        if forced:
+            raise SystemExit(f"TORCH_MP_CUDA={setting}: the installed torch {torch.__version__} has no CUDA; "
+                             "install a CUDA build of torch or unset TORCH_MP_CUDA")
+        return False
+    cuda_home = find_cuda_home()
+    if cuda_home is None:
+        if forced:
+            raise SystemExit(f"TORCH_MP_CUDA={setting}: no CUDA toolkit found for torch {torch.__version__} "
+                             f"(CUDA {torch.version.cuda}); install nvcc or set CUDA_HOME to the toolkit's folder")
+        return False
+    cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"] = cuda_home
+    return True
+
+
+def extension():
+    cxx_flags = ["-O2", "-fopenmp"]
+    # -fopenmp: at::parallel_for (kernels/) is an OpenMP pragma in torch's headers; without the flag it runs on one
+    # thread. Not linked: the symbols resolve to the OpenMP runtime torch itself loads.
+    common = dict(
+        name="torch_mp._C",
+        sources=library_sources() + [os.path.join("csrc", "python", "bindings.cpp")],
+        include_dirs=[os.path.join(ROOT, "csrc")],
+    )
+    if not use_cuda():
+        return CppExtension(**common, extra_compile_args=cxx_flags)
+    if not os.environ.get("TORCH_CUDA_ARCH_LIST") and torch.cuda.device_count() == 0:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = DEFAULT_CUDA_ARCH_LIST
+    print(f"torch_mp: CUDA build, nvcc from {cpp_extension.CUDA_HOME}, "
+          f"TORCH_CUDA_ARCH_LIST={os.environ.get('TORCH_CUDA_ARCH_LIST', '(the visible GPUs)')}")
+    common["sources"] += cuda_sources()
+    ext = CUDAExtension(
+        **common,
+        define_macros=[("TORCH_MP_WITH_CUDA", "1")],  # C++ and nvcc alike
+        # --fmad=false: a*b+c is never contracted into an FMA, so each op of a fused chain rounds as the ATen op it
+        # stands for (bit-identical results); write fmaf() where ATen's kernel computes one. No --use_fast_math.
+        extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "--fmad=false", "--expt-relaxed-constexpr"]},
+    )
+    ext.include_dirs += cuda_library_headers(cpp_extension.CUDA_HOME)  # after torch's and the toolkit's
+    return ext
 
 
 setup(
@@ -26,15 +129,6 @@ setup(
     packages=find_packages(include=["torch_mp", "torch_mp.*"]),
     python_requires=">=3.10",
     install_requires=["torch>=2.11,<2.15"],
-    ext_modules=[
-        CppExtension(
-            name="torch_mp._C",
-            sources=library_sources() + [os.path.join("csrc", "python", "bindings.cpp")],
-            include_dirs=[os.path.join(ROOT, "csrc")],
-            # -fopenmp: at::parallel_for (kernels/) is an OpenMP pragma in torch's headers; without the flag it runs
-            # on one thread. Not linked: the symbols resolve to the OpenMP runtime torch itself loads.
-            extra_compile_args=["-O2", "-fopenmp"],
-        )
-    ],
+    ext_modules=[extension()],
     cmdclass={"build_ext": BuildExtension},
 )

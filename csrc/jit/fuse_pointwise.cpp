@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <unordered_set>
 #include <vector>
@@ -85,6 +86,56 @@ std::optional<PointwiseForm> formOf(const Node* node) {
   return std::nullopt;
 }
 
+// How ATen's kernel on a device takes the number of `tensor op number`; the program does the same.
+enum class NumberUse {
+  kFloat,       // as an fp32 value
+  kInOpDtype,   // rounded to the op's dtype first (the CPU's add and sub promote it to the tensor's dtype)
+  kReciprocal,  // the tensor multiplied by the number's fp32 reciprocal (CUDA's division by a CPU scalar)
+};
+
+struct NumberRule {
+  PointwiseOp op;
+  c10::DeviceType device;
+  NumberUse use;
+};
+
+// Per op and device, read off ATen's kernels (and checked against them by tests/python/test_cuda_fused_kernels.py):
+// the CPU's add / sub kernels get the number converted to the common dtype by TensorIterator, its mul / div read the
+// original in fp32 (original_scalar_value); CUDA's read it in fp32 (scalar_value<opmath_t>), and div_true_kernel_cuda
+// multiplies by `1.0f / number`. A device not listed never fuses an op with a number.
+constexpr NumberRule kNumberRules[] = {
+    {PointwiseOp::kAdd, c10::DeviceType::CPU, NumberUse::kInOpDtype},
+    {PointwiseOp::kSub, c10::DeviceType::CPU, NumberUse::kInOpDtype},
+    {PointwiseOp::kMul, c10::DeviceType::CPU, NumberUse::kFloat},
+    {PointwiseOp::kDiv, c10::DeviceType::CPU, NumberUse::kFloat},
+    {PointwiseOp::kAdd, c10::DeviceType::CUDA, NumberUse::kFloat},
+    {PointwiseOp::kSub, c10::DeviceType::CUDA, NumberUse::kFloat},
+    {PointwiseOp::kMul, c10::DeviceType::CUDA, NumberUse::kFloat},
+    {PointwiseOp::kDiv, c10::DeviceType::CUDA, NumberUse::kReciprocal},
+};
+
+std::optional<NumberUse> numberUse(PointwiseOp op, c10::DeviceType device) {
+  for (const NumberRule& rule : kNumberRules) {
+    if (rule.op == op && rule.device == device) {
+      return rule.use;
+    }
+  }
+  return std::nullopt;
+}
+
+// Where a tensor of a chain lives: its sizes and its device. Every tensor of a chain has the root's placement.
+struct Placement {
+  std::vector<int64_t> sizes;
+  c10::Device device;
+
+  bool operator==(const Placement& other) const {
+    return sizes == other.sizes && device == other.device;
+  }
+  bool operator!=(const Placement& other) const {
+    return !(*this == other);
+  }
+};
+
 class PointwiseFuser {
  public:
   PointwiseFuser(
@@ -122,47 +173,48 @@ class PointwiseFuser {
       for (Block* sub : node->blocks()) {
         visit(sub);
       }
-      if (std::optional<std::vector<int64_t>> sizes = fusibleSizes(node)) {
-        fuseFrom(node, *sizes);
+      if (std::optional<Placement> placement = fusiblePlacement(node)) {
+        fuseFrom(node, *placement);
       }
     }
   }
 
-  // The node's output sizes when it is an op the kernel has, reading and writing CPU tensors of fusible dtypes that
-  // all have those sizes; else nothing.
-  std::optional<std::vector<int64_t>> fusibleSizes(const Node* node) const {
+  // The node's output placement when it is an op the kernel has, reading and writing tensors of fusible dtypes that
+  // all have that placement (sizes and device); else nothing.
+  std::optional<Placement> fusiblePlacement(const Node* node) const {
     const std::optional<PointwiseForm> form = formOf(node);
     if (node->outputs().size() != 1 || (!form && !isFusibleDtype(plainCastTarget(node))) ||
         aliasDb_.hasWriters(node->output())) {
       return std::nullopt;
     }
-    const std::optional<std::vector<int64_t>> written = sizesOf(node->output());
-    if (!written || written->empty()) {
+    const std::optional<Placement> written = placementOf(node->output());
+    if (!written || written->sizes.empty() ||
+        (form && form->scalarOperand && !numberUse(form->op, written->device.type()))) {
       return std::nullopt;
     }
     const size_t tensorOperands = form && form->op >= PointwiseOp::kAdd && !form->scalarOperand ? 2 : 1;
     for (size_t i = 0; i < tensorOperands; ++i) {
-      if (sizesOf(node->input(i)) != written) {
+      if (placementOf(node->input(i)) != written) {
         return std::nullopt;
       }
     }
     return written;
   }
 
-  // The sizes of a CPU tensor of a fusible dtype: a constant's own, or what the example inputs showed of the value
-  // or of the value a plain cast (which keeps sizes and device) read. Nothing for other values, nor inside loop
-  // bodies, where a value's sizes may change between iterations.
-  std::optional<std::vector<int64_t>> sizesOf(const Value* value) const {
+  // The placement of a tensor of a fusible dtype on a device the kernel runs on: a constant's own, or what the
+  // example inputs showed of the value or of the value a plain cast (which keeps sizes and device) read. Nothing for
+  // other values, nor inside loop bodies, where a value's sizes may change between iterations.
+  std::optional<Placement> placementOf(const Value* value) const {
     if (value->node()->kind() == c10::prim::Constant) {
       const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
       if (!constant || !constant->isTensor()) {
         return std::nullopt;
       }
       const at::Tensor& tensor = constant->toTensor();
-      if (!tensor.device().is_cpu() || !isFusibleDtype(tensor.scalar_type())) {
+      if (!isFusibleDtype(tensor.scalar_type()) || !hasKernel(tensor.device().type())) {
         return std::nullopt;
       }
-      return tensor.sizes().vec();
+      return Placement{tensor.sizes().vec(), tensor.device()};
     }
     if (!isFusibleDtype(recordedDtype(value)) || definedInLoopBody(value)) {
       return std::nullopt;
@@ -172,15 +224,29 @@ class PointwiseFuser {
           auto it = observed_.find(step);
           return it != observed_.end() && it->second.isTensor ? std::make_optional(&it->second) : std::nullopt;
         });
-    if (!seen || (*seen)->device.type() != c10::DeviceType::CPU) {
+    if (!seen || !hasKernel((*seen)->device.type())) {
       return std::nullopt;
     }
-    return knownSizes(**seen);
+    std::optional<std::vector<int64_t>> sizes = knownSizes(**seen);
+    if (!sizes) {
+      return std::nullopt;
+    }
+    return Placement{std::move(*sizes), (*seen)->device};
   }
 
-  void fuseFrom(Node* root, const std::vector<int64_t>& sizes) {
+  // Whether this build of the library has a kernel for the device type, asked of the dispatcher once per type: a
+  // fused call on a device without one could not run (a CPU-only build never fuses CUDA values).
+  bool hasKernel(c10::DeviceType device) const {
+    auto known = hasKernel_.find(device);
+    if (known == hasKernel_.end()) {
+      known = hasKernel_.emplace(device, kernels::hasFusedPointwiseKernel(device)).first;
+    }
+    return known->second;
+  }
+
+  void fuseFrom(Node* root, const Placement& placement) {
     Chain chain;
-    emitNode(root, sizes, chain);
+    emitNode(root, placement, chain);
     const bool worthIt = chain.members.size() >= 2 && chain.maxDepth <= static_cast<size_t>(kernels::kMaxPointwiseStack);
     if (!worthIt) {
       return;
@@ -193,7 +259,7 @@ class PointwiseFuser {
     torch::jit::WithInsertPoint guard(root);
     Value* inputs = graph_->insertNode(graph_->createList(c10::TensorType::get(), chain.inputs))->output();
     Node* fusedNode = graph_->create(
-        c10::Symbol::fromQualString("torch_mp::fused_pointwise"),
+        c10::Symbol::fromQualString(kernels::kFusedPointwiseOp),
         {inputs, graph_->insertConstant(chain.program), graph_->insertConstant(chain.scalars),
          graph_->insertConstant(written)});
     graph_->insertNode(fusedNode);
@@ -211,25 +277,24 @@ class PointwiseFuser {
   }
 
   // Appends the node's program: its operands' (fused producers or inputs), then its op and its rounding.
-  void emitNode(Node* node, const std::vector<int64_t>& sizes, Chain& chain) {
+  void emitNode(Node* node, const Placement& placement, Chain& chain) {
     const std::optional<PointwiseForm> form = formOf(node);
-    emitOperand(node->input(0), sizes, chain);
-    if (form && form->scalarOperand) {
-      emit(chain, PointwiseOp::kScalar, static_cast<int64_t>(chain.scalars.size()));
-      chain.scalars.push_back(torch::jit::toIValue(node->input(1))->toScalar().toDouble());
-      chain.exactIn.push_back(c10::ScalarType::Float);
-      chain.maxDepth = std::max(chain.maxDepth, chain.exactIn.size());
-    } else if (form && form->op >= PointwiseOp::kAdd) {
-      emitOperand(node->input(1), sizes, chain);
-    }
+    const c10::ScalarType written = *recordedDtype(node->output());
+    emitOperand(node->input(0), placement, chain);
     if (form) {
-      emit(chain, form->op, 0);
+      PointwiseOp op = form->op;
+      if (form->scalarOperand) {
+        emitNumber(torch::jit::toIValue(node->input(1))->toScalar().toDouble(),
+                   *numberUse(form->op, placement.device.type()), written, op, chain);
+      } else if (form->op >= PointwiseOp::kAdd) {
+        emitOperand(node->input(1), placement, chain);
+      }
+      emit(chain, op, 0);
       if (form->op >= PointwiseOp::kAdd) {  // two values in, one computed in fp32 out
         chain.exactIn.pop_back();
         chain.exactIn.back() = c10::ScalarType::Float;
       }  // relu and neg keep every value of a dtype in it
     }
-    const c10::ScalarType written = *recordedDtype(node->output());
     if (written != c10::ScalarType::Float && chain.exactIn.back() != written) {
       emit(chain, PointwiseOp::kRound, static_cast<int64_t>(written));
       chain.exactIn.back() = written;
@@ -237,10 +302,27 @@ class PointwiseFuser {
     chain.members.push_back(node);
   }
 
-  void emitOperand(Value* value, const std::vector<int64_t>& sizes, Chain& chain) {
+  // Pushes the number of `tensor op number` as the device's ATen kernel takes it (kNumberRules), `op` becoming the
+  // op that applies it; `written` is the op's dtype.
+  static void emitNumber(double number, NumberUse use, c10::ScalarType written, PointwiseOp& op, Chain& chain) {
+    if (use == NumberUse::kReciprocal) {
+      number = 1.0f / static_cast<float>(number);  // in fp32, as ATen: opmath_t(1.0) / scalar_value<opmath_t>
+      op = PointwiseOp::kMul;
+    }
+    emit(chain, PointwiseOp::kScalar, static_cast<int64_t>(chain.scalars.size()));
+    chain.scalars.push_back(number);
+    chain.exactIn.push_back(c10::ScalarType::Float);
+    chain.maxDepth = std::max(chain.maxDepth, chain.exactIn.size());
+    if (use == NumberUse::kInOpDtype && written != c10::ScalarType::Float) {
+      emit(chain, PointwiseOp::kRound, static_cast<int64_t>(written));
+      chain.exactIn.back() = written;
+    }
+  }
+
+  void emitOperand(Value* value, const Placement& placement, Chain& chain) {
     Node* producer = value->node();
-    if (canAbsorb(producer, sizes)) {
-      emitNode(producer, sizes, chain);
+    if (canAbsorb(producer, placement)) {
+      emitNode(producer, placement, chain);
       return;
     }
     auto known = std::find(chain.inputs.begin(), chain.inputs.end(), value);
@@ -253,13 +335,13 @@ class PointwiseFuser {
     chain.maxDepth = std::max(chain.maxDepth, chain.exactIn.size());
   }
 
-  // A producer joins the chain when it is fusible with the same sizes, only the chain reads it, and nothing writes
-  // what it reads (it is computed at the root's position instead of its own).
-  bool canAbsorb(Node* producer, const std::vector<int64_t>& sizes) const {
+  // A producer joins the chain when it is fusible with the same placement, only the chain reads it, and nothing
+  // writes what it reads (it is computed at the root's position instead of its own).
+  bool canAbsorb(Node* producer, const Placement& placement) const {
     if (producer->kind() == c10::prim::Param || producer->outputs().size() != 1 ||
         producer->output()->uses().size() != 1 ||
         producer->output()->uses()[0].user->owningBlock() != producer->owningBlock() ||
-        fusibleSizes(producer) != sizes) {
+        fusiblePlacement(producer) != placement) {
       return false;
     }
     for (const Value* input : producer->inputs()) {
@@ -280,6 +362,7 @@ class PointwiseFuser {
   const std::function<void(const Node*)>& beforeRemoving_;
   AliasDb aliasDb_;
   std::unordered_set<const Node*> absorbed_;
+  mutable std::map<c10::DeviceType, bool> hasKernel_;
   int fused_ = 0;
 };
 

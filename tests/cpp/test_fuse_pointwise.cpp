@@ -2,10 +2,15 @@
 // FileCheck and numerics against the unfused graph (bit for bit where only arithmetic and casts are fused).
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/testing/file_check.h>
+#include <torch/library.h>
+
+#include <memory>
+#include <regex>
 
 #include "jit/apply_precision_plan.h"
 #include "jit/fuse_pointwise.h"
 #include "jit/pipeline.h"
+#include "kernels/fused_pointwise.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {
@@ -13,17 +18,21 @@ namespace {
 
 using torch::jit::testing::FileCheck;
 
-// Observes every non-constant tensor value of the graph as a CPU tensor of the given sizes, except those named in
-// `otherSizes`.
+// Observes every non-constant tensor value of the graph as a tensor of the given sizes on `device` (the CPU by
+// default), except those named in `otherSizes` / `otherDevices`.
 ObservedValues observeAll(const torch::jit::Graph& graph, const std::vector<int64_t>& sizes,
-                          const std::map<std::string, std::vector<int64_t>>& otherSizes = {}) {
+                          const std::map<std::string, std::vector<int64_t>>& otherSizes = {},
+                          c10::Device device = c10::Device(c10::kCPU),
+                          const std::map<std::string, c10::Device>& otherDevices = {}) {
   ObservedValues observed;
   auto note = [&](const torch::jit::Value* value) {
     if (value->type()->kind() != c10::TypeKind::TensorType) {
       return;
     }
     auto other = otherSizes.find(value->debugName());
-    observed.emplace(value, observedTensor(other == otherSizes.end() ? sizes : other->second));
+    auto elsewhere = otherDevices.find(value->debugName());
+    observed.emplace(value, observedTensor(other == otherSizes.end() ? sizes : other->second, at::kFloat,
+                                           elsewhere == otherDevices.end() ? device : elsewhere->second));
   };
   for (const torch::jit::Value* input : graph.inputs()) {
     note(input);
@@ -57,6 +66,34 @@ Fused fuse(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c1
 at::Tensor bf16(std::vector<int64_t> sizes) {
   return (at::randn(sizes) * 3).to(at::kBFloat16);
 }
+
+// The IR with every `device=cpu` replaced (the pass reads devices from the observations; this keeps the IR honest).
+std::string onDevice(const std::string& ir, const std::string& device) {
+  return std::regex_replace(ir, std::regex("device=cpu"), "device=" + device);
+}
+
+bool buildHasCudaKernel() {
+  return kernels::hasFusedPointwiseKernel(c10::DeviceType::CUDA);
+}
+
+// While it lives, a CUDA kernel for torch_mp::fused_pointwise where the build has none (a CPU-only build), so that
+// the pass may fuse CUDA values; these tests only rewrite such graphs, never run them. Nothing in a CUDA build.
+class StandInCudaKernel {
+ public:
+  StandInCudaKernel() {
+    if (!buildHasCudaKernel()) {
+      library_ = std::make_unique<torch::Library>(torch::Library::IMPL, "torch_mp", c10::DispatchKey::CUDA, __FILE__,
+                                                  __LINE__);
+      library_->impl("fused_pointwise",
+                     [](at::TensorList, c10::IntArrayRef, c10::ArrayRef<double>, c10::ScalarType) -> at::Tensor {
+                       TORCH_CHECK(false, "the tests' stand-in CUDA kernel of torch_mp::fused_pointwise ran");
+                     });
+    }
+  }
+
+ private:
+  std::unique_ptr<torch::Library> library_;
+};
 
 // upcast -> residual add -> relu -> downcast: the CPU bf16 pattern after a low-precision linear.
 constexpr const char* kUpcastAddReluDowncast = R"IR(
@@ -103,6 +140,74 @@ TEST(FusePointwiseTest, ScalarOperandsAndEveryOpBitForBit) {
   FileCheck().check_not("aten::")->check("torch_mp::fused_pointwise")->run(*graph);
 }
 
+// Numbers fp16 / bf16 / fp32 do not hold, on tensors of each: ATen's CPU add and sub round the number to the
+// tensor's dtype first, its mul and div take it in fp32; CUDA's division multiplies by the fp32 reciprocal.
+constexpr const char* kInexactNumbers = R"IR(
+    graph(%x : BFloat16(8, 100, strides=[100, 1], device=cpu), %h : Half(8, 100, strides=[100, 1], device=cpu)):
+      %tenth : float = prim::Constant[value=0.10000000000000001]()
+      %third : float = prim::Constant[value=0.33333333333333331]()
+      %big : int = prim::Constant[value=2049]()
+      %one : int = prim::Constant[value=1]()
+      %a : BFloat16(8, 100, strides=[100, 1], device=cpu) = aten::add(%x, %tenth, %one)
+      %b : BFloat16(8, 100, strides=[100, 1], device=cpu) = aten::sub(%a, %third, %one)
+      %c : BFloat16(8, 100, strides=[100, 1], device=cpu) = aten::mul(%b, %tenth)
+      %d : BFloat16(8, 100, strides=[100, 1], device=cpu) = aten::div(%c, %third)
+      %e : Half(8, 100, strides=[100, 1], device=cpu) = aten::add(%h, %big, %one)
+      %f : Half(8, 100, strides=[100, 1], device=cpu) = aten::sub(%e, %tenth, %one)
+      %g : Half(8, 100, strides=[100, 1], device=cpu) = aten::div(%f, %tenth)
+      %y : Float(8, 100, strides=[100, 1], device=cpu) = aten::add(%d, %g, %one)
+      %z : Float(8, 100, strides=[100, 1], device=cpu) = aten::div(%y, %tenth)
+      return (%z))IR";
+
+TEST(FusePointwiseTest, NumbersAsTheCpuKernelsOfAtenTakeThemBitForBit) {
+  auto graph = parseGraph(kInexactNumbers);
+  const Fused fused = fuse(graph, {bf16({8, 100}), (at::randn({8, 100}) * 500).to(at::kHalf)},
+                           observeAll(*graph, {8, 100}));
+  EXPECT_EQ(fused.calls, 1);
+  FileCheck().check_not("aten::")->check("torch_mp::fused_pointwise")->run(*graph);
+}
+
+// The fused call's program and scalars.
+std::pair<std::vector<int64_t>, std::vector<double>> programOf(const torch::jit::Graph& graph) {
+  for (const torch::jit::Node* node : graph.nodes()) {
+    if (node->kind() == c10::Symbol::fromQualString(kernels::kFusedPointwiseOp)) {
+      return {torch::jit::toIValue(node->input(1))->toIntVector(),
+              torch::jit::toIValue(node->input(2))->toDoubleVector()};
+    }
+  }
+  return {};
+}
+
+TEST(FusePointwiseTest, NumbersAsTheCudaKernelsOfAtenTakeThem) {
+  const StandInCudaKernel kernel;
+  auto onCpu = parseGraph(kInexactNumbers);
+  ASSERT_EQ(FusePointwise(onCpu, observeAll(*onCpu, {8, 100})), 1);
+  auto onCuda = parseGraph(onDevice(kInexactNumbers, "cuda:0"));
+  ASSERT_EQ(FusePointwise(onCuda, observeAll(*onCuda, {8, 100}, {}, c10::Device(c10::kCUDA, 0))), 1);
+  onCuda->lint();
+  const auto [cpuProgram, cpuScalars] = programOf(*onCpu);
+  const auto [cudaProgram, cudaScalars] = programOf(*onCuda);
+  auto count = [](const std::vector<int64_t>& program, kernels::PointwiseOp op) {
+    int n = 0;
+    for (size_t pc = 0; pc < program.size(); pc += 2) {
+      n += program[pc] == static_cast<int64_t>(op);
+    }
+    return n;
+  };
+  // CPU: four numbers of adds and subs rounded to their tensors' dtypes (2049 to 2048 in fp16), divisions divide
+  EXPECT_EQ(count(cpuProgram, kernels::PointwiseOp::kDiv), 3);
+  EXPECT_EQ(count(cudaProgram, kernels::PointwiseOp::kDiv), 0);
+  // CUDA: the three divisions by a number multiply by its fp32 reciprocal, the numbers of adds and subs stay fp32
+  EXPECT_EQ(count(cudaProgram, kernels::PointwiseOp::kMul),
+            count(cpuProgram, kernels::PointwiseOp::kMul) + 3);
+  EXPECT_EQ(count(cpuProgram, kernels::PointwiseOp::kRound),
+            count(cudaProgram, kernels::PointwiseOp::kRound) + 4);
+  const std::vector<double> expected = {0.1, 1.0 / 3, 0.1, 1.0f / static_cast<float>(1.0 / 3), 2049, 0.1,
+                                        1.0f / 0.1f, 1.0f / 0.1f};
+  EXPECT_EQ(cudaScalars, expected);
+  EXPECT_EQ(cpuScalars.size(), expected.size());
+}
+
 TEST(FusePointwiseTest, SingleOpOrBroadcastStaysAsItIs) {
   auto graph = parseGraph(R"IR(
     graph(%x : Float(4, 300, strides=[300, 1], device=cpu), %bias : Float(300, strides=[1], device=cpu)):
@@ -132,14 +237,73 @@ TEST(FusePointwiseTest, ValueWithAnotherReaderIsAnInputNotAMember) {
       ->check_not("aten::relu")->run(*graph);
 }
 
-TEST(FusePointwiseTest, NotOnOtherDevicesNorInLoops) {
+// Fuses kUpcastAddReluDowncast observed on cuda:0 and lints; returns the number of fused calls.
+int fuseOnCuda(std::shared_ptr<torch::jit::Graph>& graph) {
+  graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
+  const int calls = FusePointwise(graph, observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0)));
+  graph->lint();
+  return calls;
+}
+
+TEST(FusePointwiseTest, CudaValuesFuseOnlyInABuildWithTheCudaKernel) {
+#if defined(TORCH_MP_WITH_CUDA)
+  ASSERT_TRUE(buildHasCudaKernel()) << "a build with CUDA kernels registers torch_mp::fused_pointwise for CUDA";
+#endif
+  std::shared_ptr<torch::jit::Graph> graph;
+  const int calls = fuseOnCuda(graph);
+  if (buildHasCudaKernel()) {
+    EXPECT_EQ(calls, 1);
+    FileCheck().check_not("aten::add")->check("prim::ListConstruct(%x, %r)")
+        ->check_count("torch_mp::fused_pointwise", 1, /*exactly=*/true)->run(*graph);
+  } else {  // a CPU-only build: a fused call could not run on these tensors
+    EXPECT_EQ(calls, 0);
+    FileCheck().check("aten::to")->check("aten::add")->check("aten::relu")->check("aten::to")
+        ->check_not("torch_mp::")->run(*graph);
+  }
+}
+
+TEST(FusePointwiseTest, PassAsksTheDispatcherForACudaKernelWhenItRuns) {
+  std::shared_ptr<torch::jit::Graph> graph;
+  {
+    const StandInCudaKernel kernel;
+    ASSERT_TRUE(buildHasCudaKernel());
+    EXPECT_EQ(fuseOnCuda(graph), 1);
+    FileCheck().check("prim::ListConstruct(%x, %r)")->check("torch_mp::fused_pointwise")->check_not("aten::")
+        ->run(*graph);
+  }
+  if (!buildHasCudaKernel()) {  // the stand-in is gone again
+    EXPECT_EQ(fuseOnCuda(graph), 0);
+  }
+}
+
+TEST(FusePointwiseTest, ChainsNeverMixDevices) {
+  const StandInCudaKernel kernel;
+  // %r elsewhere: the add reads tensors on two devices and stays; the relu and the downcast after it fuse on cuda:0
+  for (const c10::Device elsewhere : {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 1)}) {
+    auto graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
+    const ObservedValues observed =
+        observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0), {{"r", elsewhere}});
+    EXPECT_EQ(FusePointwise(graph, observed), 1) << elsewhere;
+    graph->lint();
+    FileCheck().check("aten::to(%x")->check("aten::add(")->check(", %r,")->check("prim::ListConstruct(%")
+        ->check("torch_mp::fused_pointwise")->check_not("aten::relu")->run(*graph);
+  }
+  // the upcast's source seen on the CPU, its result on cuda:0: a node whose operands disagree is not a member
+  {
+    auto graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
+    const ObservedValues observed =
+        observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0), {{"x", c10::Device(c10::kCPU)}});
+    EXPECT_EQ(FusePointwise(graph, observed), 1);
+    graph->lint();
+    FileCheck().check("aten::to(%x")->check_not("aten::")->check("prim::ListConstruct(%")->check(", %r)")
+        ->check("torch_mp::fused_pointwise")->check_not("aten::")->run(*graph);
+  }
+}
+
+TEST(FusePointwiseTest, NotOnDevicesWithoutAKernelNorInLoops) {
   {
     auto graph = parseGraph(kUpcastAddReluDowncast);
-    ObservedValues observed = observeAll(*graph, {4, 300});
-    for (auto& [value, seen] : observed) {
-      seen.device = c10::Device(c10::kCUDA, 0);
-    }
-    EXPECT_EQ(FusePointwise(graph, observed), 0);
+    EXPECT_EQ(FusePointwise(graph, observeAll(*graph, {4, 300}, {}, c10::Device(c10::kXPU, 0))), 0);
   }
   {
     auto graph = parseGraph(R"IR(

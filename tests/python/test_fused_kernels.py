@@ -72,6 +72,30 @@ def test_fp16_conv_residual_chain_is_bit_exact():
         assert torch.equal(portable(x), fused(x))
 
 
+class ConvInexactNumbers(nn.Module):
+    """conv, then arithmetic with numbers fp16 / bf16 do not hold: ATen's CPU add and sub round such a number to the
+    tensor's dtype first, its mul and div do not; the fused program must do the same."""
+
+    def __init__(self, channels: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return torch.relu(y + 0.1) / 3.0 - (y - 1 / 3) * 0.1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_chain_with_inexact_numbers_is_bit_exact(dtype):
+    model, x = ConvInexactNumbers().eval(), torch.randn(2, 8, 12, 12) * 40
+    portable = torch_mp.convert(model, (x,), dtype)
+    fused = torch_mp.convert(model, (x,), dtype, kernels="fused")
+    assert fused_calls(fused) >= 1
+    with torch.no_grad():
+        for inputs in (x, torch.randn_like(x) * 40):
+            assert torch.equal(portable(inputs), fused(inputs))
+
+
 def run_fresh(script: str, cwd) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, cwd=cwd,
