@@ -6,6 +6,7 @@
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from ._convert import ConversionError, InputSpec, convert
+from .cuda_graphs import CudaGraphCaptureError, CudaGraphModule, cuda_graphs
 from .policy import CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, target_for
 from .report import Report
 
@@ -13,12 +14,15 @@ __all__ = [
     "CATEGORIES",
     "TARGETS",
     "ConversionError",
+    "CudaGraphCaptureError",
+    "CudaGraphModule",
     "InputSpec",
     "NodeInfo",
     "OpPolicy",
     "PolicyEntry",
     "Report",
     "convert",
+    "cuda_graphs",
     "target_for",
 ]
 __version__ = "0.1.0"

@@ -371,3 +371,23 @@ def test_state_written_in_place_carries_over_calls_and_stays_the_converted_model
             torch.testing.assert_close(converted(x), reference(x), rtol=0, atol=2e-2)
     assert torch.equal(model.total, torch.zeros(16))  # neither converting nor running the result wrote into it
 
+
+
+def test_cuda_layout_passes_leave_cpu_models_alone():
+    """channels_last and cuDNN fusion only touch convolutions observed on a CUDA device (their IR tests give CUDA
+    observations as data); on the CPU the converted graph has no layout copies and the same numbers either way."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1)).eval()
+    x = torch.randn(2, 3, 16, 16)
+    converted, report = torch_mp.convert(model, (x,), torch.bfloat16, fuse_convolutions=True, return_report=True)
+    plain = torch_mp.convert(model, (x,), torch.bfloat16, channels_last=False, fuse_convolutions=False)
+    assert report.data["channels_last_convolutions"] == 0 and report.data["fused_convolutions"] == 0
+    kinds = [node.kind() for node in converted.graph.nodes()]
+    assert "aten::contiguous" not in kinds and not any(kind.startswith("aten::cudnn") for kind in kinds)
+    with torch.no_grad():
+        assert torch.equal(converted(x), plain(x))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error where no GPU exists")
+def test_cuda_graphs_without_a_gpu_says_so():
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
+        torch_mp.cuda_graphs(torch.jit.script(nn.ReLU()))
