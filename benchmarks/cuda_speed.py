@@ -1,0 +1,1345 @@
+"""CUDA inference speed of torch_mp against fp32 TorchScript, torch.autocast, whole-model low-precision TorchScript
+and torch.compile, one command, every measurement written to a JSON file as soon as it is taken.
+
+Measure (on the GPU machine):
+
+    python benchmarks/cuda_speed.py --dtypes fp16 bf16 --batches 32 1 \\
+        --models resnet50 bert_base resnet50_ibn_a vit_b_16 --out results.json [--deadline-s 400 --hard-deadline-s 540]
+
+Render one or more result files (later files override earlier ones cell by cell; a skipped cell never overrides a
+measured one) into markdown and a bar chart:
+
+    python benchmarks/cuda_speed.py --render results1.json results2.json --md benchmarks/CUDA_SPEED.md \\
+        --png benchmarks/cuda_speed.png
+    python benchmarks/cuda_speed.py --summary results.json      # a short plain-text table and the targets
+
+Smoke test of the whole logic on a CPU machine (tiny batches, few repeats, perf_counter timing, torch.compile only
+on the small ConvBnNet):
+
+    python benchmarks/cuda_speed.py --device cpu --smoke --out /tmp/smoke.json
+
+Models (random weights, eval, built by tests/zoo/registry.py where it has them): resnet50 (torchvision, 224x224),
+resnet50_ibn_a (torch_mp.models, 384x128 as its author ran it), vit_b_16 (torchvision, 224x224), bert_base
+(transformers BertModel from its default config, seq 128, input_ids + attention_mask with the last quarter padded),
+convbnnet (torch_mp.models.ConvBnNet, 32x32; for smoke runs).
+
+Columns (each is one whole forward call on fp32 inputs, under torch.no_grad; median of N timed calls after warm-up,
+inputs rotated among a few sets; CUDA events around each call, synchronised after each):
+  fp32_ts          torch.jit.freeze(torch.jit.trace(model, strict=False)); PyTorch's default TF32 settings
+  autocast         eager model under torch.autocast(device, dtype)
+  lowp_ts          model.half() / .bfloat16() (channels_last for conv nets), traced + frozen, inputs cast inside
+  compile_default  torch.compile(model, dynamic=False) called under torch.autocast (inductor freezing on unless
+                   --no-inductor-freezing)
+  compile_ro       the same with mode="reduce-overhead" (CUDA graphs; batches from --ro-batches)
+  torch_mp         torch_mp.convert(model, inputs, dtype) with its defaults
+  torch_mp_plain   convert(..., channels_last=False, fuse_convolutions=False) where convert accepts them
+  torch_mp_cudnn   convert(..., fuse_convolutions=True): conv (+add) +relu as cuDNN fused convolutions
+  torch_mp_fused   convert(..., kernels="fused")
+  torch_mp_graphs  torch_mp.cuda_graphs(<the torch_mp_fused module>, inputs) where torch_mp has it
+Per row also: FLOPs of one forward (torch.utils.flop_counter on the fp32 eager model), achieved TFLOP/s per column,
+the device's peak (an 8192^3 fp16/bf16 torch.mm, once per run), ratios vs fp32_ts / compile_default / compile_ro,
+and accuracy against fp32 eager (TF32 off; --reference-precision) on a fresh input: cosine and max relative error
+of the first output (BERT: last_hidden_state).
+
+Order and limits: per dtype (in the order given), first every cheap column for every model and batch, then the
+torch.compile columns; fp32_ts is measured once per model and batch and shared by the dtypes' rows. Each cell is
+written to --out when it ends (and marked "running" while it runs). After --deadline-s, compile columns are skipped;
+after --hard-deadline-s, everything. A failing column records its error and the run goes on; a crash (segfault)
+leaves the "running" mark, and a rerun with --resume OUT --out OUT records it as crashed and carries on
+(benchmarks/gpu_session.sh does this by itself).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import datetime
+import gc
+import importlib.metadata
+import importlib.util
+import inspect
+import json
+import os
+import platform
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# inductor reads these when it is imported: set before importing torch (an explicit environment wins)
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(os.cpu_count() or 1))
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp/torch_mp_inductor_cache")
+os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))  # registry.py and torchvision_shim.py
+sys.path.append(ROOT)  # torch_mp from the checkout where it is not installed (an in-place build)
+
+CHEAP_COLUMNS = ["fp32_ts", "autocast", "lowp_ts", "torch_mp", "torch_mp_plain", "torch_mp_cudnn", "torch_mp_fused",
+                 "torch_mp_graphs"]
+COMPILE_COLUMNS = ["compile_default", "compile_ro"]
+ALL_COLUMNS = ["fp32_ts", "autocast", "lowp_ts", "compile_default", "compile_ro", "torch_mp", "torch_mp_plain",
+               "torch_mp_cudnn", "torch_mp_fused", "torch_mp_graphs"]
+TORCH_MP_COLUMNS = ["torch_mp", "torch_mp_plain", "torch_mp_cudnn", "torch_mp_fused", "torch_mp_graphs"]
+DTYPE_NAMES = ("fp16", "bf16")
+
+
+class ModelSpec(NamedTuple):
+    label: str
+    zoo: Optional[str]  # tests/zoo/registry.py entry
+    kind: str  # "image" or "tokens"
+    size: Tuple[int, ...]  # image (C, H, W) or (seq,)
+    smoke_size: Tuple[int, ...]
+    conv: bool  # channels_last for lowp_ts
+
+
+MODELS: Dict[str, ModelSpec] = {
+    "resnet50": ModelSpec("ResNet-50", "tv.resnet50", "image", (3, 224, 224), (3, 64, 64), True),
+    "resnet50_ibn_a": ModelSpec("ResNet-50 IBN-a", "resnet50_ibn_a", "image", (3, 384, 128), (3, 96, 32), True),
+    "vit_b_16": ModelSpec("ViT-B/16", "tv.vit_b_16", "image", (3, 224, 224), (3, 224, 224), False),
+    "bert_base": ModelSpec("BERT-base", "hf.bert-base", "tokens", (128,), (32,), False),
+    "convbnnet": ModelSpec("ConvBnNet", None, "image", (3, 32, 32), (3, 32, 32), True),
+}
+BERT_VOCAB = 30522  # BertConfig's default vocabulary
+
+# The targets the render evaluates: (description, dtype, model, batch, column, baseline column, minimum ratio)
+TARGETS = [
+    ("ResNet-50 b32 fp16: torch_mp >= 2.5x fp32_ts", "fp16", "resnet50", 32, "torch_mp", "fp32_ts", 2.5),
+    ("ResNet-50 b32 fp16: torch_mp >= 1.0x compile_default", "fp16", "resnet50", 32, "torch_mp", "compile_default",
+     1.0),
+    ("ResNet-50 IBN-a b32 fp16: torch_mp >= 2.0x fp32_ts", "fp16", "resnet50_ibn_a", 32, "torch_mp", "fp32_ts", 2.0),
+    ("BERT-base b32 fp16: torch_mp >= 1.0x compile_default", "fp16", "bert_base", 32, "torch_mp", "compile_default",
+     1.0),
+    ("ResNet-50 b1 fp16: torch_mp_graphs >= 1.0x compile_ro", "fp16", "resnet50", 1, "torch_mp_graphs", "compile_ro",
+     1.0),
+    ("BERT-base b1 fp16: torch_mp_graphs >= 1.0x compile_ro", "fp16", "bert_base", 1, "torch_mp_graphs", "compile_ro",
+     1.0),
+]
+
+
+def row_key(model: str, dtype: str, batch: int) -> str:
+    return f"{model}|{dtype}|b{batch}"
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def short_error(error: BaseException) -> str:
+    """Type and the first lines of the message (torch.compile wraps the cause after a 'raised:' line)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    text = " / ".join(lines[:4])
+    return f"{type(error).__name__}: {text[:500]}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# measuring
+
+
+class Timeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: Optional[float]):
+    """Raises Timeout in the main thread after `seconds` (SIGALRM): a runaway compile is recorded, not waited on."""
+    if seconds is None or seconds <= 0 or not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise Timeout(f"no result after {seconds:.0f} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(1.0, float(seconds)))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+class Bench:
+    """Everything one measuring run needs: arguments, device, clock, the JSON being written."""
+
+    def __init__(self, args):
+        import torch
+
+        self.torch = torch
+        self.args = args
+        self.device = args.device
+        self.cuda = args.device == "cuda"
+        self.start = time.monotonic()
+        self.run_id = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+        self.data: Dict[str, Any] = {"format": "torch_mp cuda_speed 1", "runs": [], "peak": {}, "rows": {}}
+        self.done: set = set()  # (row key, column) attempted in a --resume file: not measured again
+        for path in args.resume or []:
+            try:
+                merge_into(self.data, load_json(path))
+            except Exception as error:  # noqa: BLE001 - a bad resume file is reported, the run goes on
+                print(f"cannot resume from {path}: {short_error(error)}", flush=True)
+        for key, row in self.data["rows"].items():
+            for column, cell in row.get("columns", {}).items():
+                status = cell.get("status")
+                if status == "ok" or (status == "error" and not args.retry_errors):
+                    self.done.add((key, column))
+        self.models: Dict[str, Any] = {}
+        self.shared: Dict[Tuple[str, int], Dict[str, Any]] = {}  # (model, batch): flops, reference, fp32_ts cell
+        self.torch_mp = None
+        self.torch_mp_error: Optional[str] = None
+        try:
+            import torch_mp
+
+            self.torch_mp = torch_mp
+        except Exception as error:  # noqa: BLE001 - baseline columns are still worth measuring
+            self.torch_mp_error = "import torch_mp failed: " + short_error(error)
+            print(self.torch_mp_error, flush=True)
+        self.meta = self.collect_meta()
+        self.data["runs"].append(self.meta)
+        self.save()
+
+    # -- clock -----------------------------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def past(self, limit: Optional[float]) -> bool:
+        return limit is not None and self.elapsed() >= limit
+
+    def log(self, text: str) -> None:
+        print(f"[{self.elapsed():6.0f}s] {text}", flush=True)
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    # -- metadata --------------------------------------------------------------------------------------------
+    def collect_meta(self) -> Dict[str, Any]:
+        torch = self.torch
+        meta: Dict[str, Any] = {
+            "run_id": self.run_id,
+            "date": now_iso(),
+            "argv": sys.argv,
+            "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+            "host": socket.gethostname(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cpu_count": os.cpu_count(),
+            "cpu": cpu_name(),
+            "device": self.device,
+            "smoke": bool(self.args.smoke),
+            "grad_mode": self.args.grad_mode,
+            "inductor_freezing": not self.args.no_inductor_freezing,
+            "env": {k: os.environ.get(k) for k in ("TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_CACHE_DIR",
+                                                   "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES")},
+            "inductor_cache_warm": dir_nonempty(os.environ["TORCHINDUCTOR_CACHE_DIR"]),
+            "reference_precision": self.args.reference_precision,
+            "torch_mp_import": self.torch_mp_error or "ok",
+            "git": git_describe(),
+        }
+        try:
+            meta["cudnn"] = torch.backends.cudnn.version()
+        except Exception:  # noqa: BLE001
+            meta["cudnn"] = None
+        meta["tf32"] = {"cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+                        "float32_matmul_precision": torch.get_float32_matmul_precision()}
+        for library in ("torchvision", "transformers", "timm", "triton", "numpy"):
+            try:  # installed versions, without the imports' seconds
+                meta[library] = importlib.metadata.version(library)
+            except Exception:  # noqa: BLE001
+                meta[library] = "not installed"
+        if self.torch_mp is not None:
+            meta["torch_mp"] = getattr(self.torch_mp, "__version__", "?")
+            params = inspect.signature(self.torch_mp.convert).parameters
+            meta["torch_mp_convert_kwargs"] = sorted(params)
+            meta["torch_mp_has_cuda_graphs"] = hasattr(self.torch_mp, "cuda_graphs")
+        if self.cuda:
+            props = torch.cuda.get_device_properties(0)
+            meta["device_name"] = torch.cuda.get_device_name(0)
+            meta["device_memory_gib"] = round(props.total_memory / 2**30, 1)
+            meta["device_capability"] = f"{props.major}.{props.minor}"
+            meta["sm_count"] = props.multi_processor_count
+            meta["driver"] = nvidia_smi("driver_version")
+            meta["nvidia_smi"] = nvidia_smi("name,driver_version,clocks.max.sm,power.limit,memory.total")
+        else:
+            meta["device_name"] = meta["cpu"]
+            meta["driver"] = None
+            meta["torch_threads"] = torch.get_num_threads()
+        return meta
+
+    # -- JSON ------------------------------------------------------------------------------------------------
+    def save(self) -> None:
+        self.meta["elapsed_s"] = round(self.elapsed(), 1)
+        for row in self.data["rows"].values():
+            derive(row)
+        write_json(self.args.out, self.data)
+
+    def row(self, model: str, dtype: str, batch: int) -> Dict[str, Any]:
+        key = row_key(model, dtype, batch)
+        row = self.data["rows"].setdefault(key, {"model": model, "dtype": dtype, "batch": batch, "columns": {}})
+        spec = MODELS[model]
+        row["label"] = spec.label
+        row["input"] = describe_input(spec, batch, self.args.smoke)
+        return row
+
+    def record(self, model: str, dtype: str, batch: int, column: str, cell: Dict[str, Any]) -> None:
+        cell.setdefault("run_id", self.run_id)
+        cell.setdefault("date", now_iso())
+        self.row(model, dtype, batch)["columns"][column] = cell
+        self.save()
+        status = cell["status"]
+        if status == "ok":
+            extra = ""
+            acc = cell.get("accuracy") or {}
+            if "cosine" in acc:
+                extra += f"  cos {acc['cosine']:.6f} maxrel {acc['max_rel_error']:.2e}"
+            for name in ("compile_s", "convert_s", "setup_s"):
+                if name in cell:
+                    extra += f"  {name} {cell[name]:.1f}"
+                    break
+            self.log(f"{model} {dtype} b{batch} {column}: {cell['ms']:.3f} ms{extra}")
+        else:
+            self.log(f"{model} {dtype} b{batch} {column}: {status.upper()} {cell.get('reason') or cell.get('error')}")
+
+    # -- models and inputs -----------------------------------------------------------------------------------
+    def model(self, name: str):
+        if name not in self.models:
+            self.log(f"building {name}")
+            model, builder = build_model(name)
+            self.models[name] = (model.to(self.device).eval(), builder)
+        return self.models[name]
+
+    def inputs(self, name: str, batch: int, seed: int) -> Tuple[Any, ...]:
+        return make_inputs(self.torch, MODELS[name], batch, self.device, seed, self.args.smoke)
+
+    def grad_ctx(self):
+        return self.torch.inference_mode() if self.args.grad_mode == "inference_mode" else self.torch.no_grad()
+
+    def repeats(self, batch: int) -> Tuple[int, int]:
+        if self.args.smoke:
+            return 1, 3
+        if batch <= 4:
+            return self.args.warmup_small, self.args.repeats_small
+        return self.args.warmup_large, self.args.repeats_large
+
+    # -- timing ----------------------------------------------------------------------------------------------
+    def time_calls(self, fn: Callable, sets: List[Tuple[Any, ...]], warmup: int, repeats: int) -> List[float]:
+        torch = self.torch
+        with self.grad_ctx():
+            for i in range(warmup):
+                fn(*sets[i % len(sets)])
+            self.sync()
+            times = []
+            for i in range(repeats):
+                args = sets[i % len(sets)]
+                if self.cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn(*args)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                else:
+                    t0 = time.perf_counter()
+                    fn(*args)
+                    times.append(1e3 * (time.perf_counter() - t0))
+        return times
+
+    def peak(self, dtype_name: str) -> None:
+        torch = self.torch
+        if self.data["peak"].get(dtype_name, {}).get("status") == "ok":  # this run's, or a --resume file's
+            return
+        n = self.args.peak_n or (8192 if self.cuda else 1024)
+        dtype = dtype_map(torch)[dtype_name]
+        entry: Dict[str, Any] = {"n": n, "run_id": self.run_id, "device": self.meta.get("device_name")}
+        try:
+            with self.grad_ctx():
+                a = torch.randn(n, n, device=self.device, dtype=dtype)
+                b = torch.randn(n, n, device=self.device, dtype=dtype)
+                times = self.time_calls(lambda: torch.mm(a, b), [()], 3, 10 if self.cuda else 3)
+            ms = statistics.median(times)
+            entry.update(status="ok", ms=ms, tflops=2 * n**3 / (ms * 1e-3) / 1e12,
+                         best_tflops=2 * n**3 / (min(times) * 1e-3) / 1e12, times_ms=[round(t, 4) for t in times])
+            del a, b
+        except Exception as error:  # noqa: BLE001
+            entry.update(status="error", error=short_error(error))
+        self.data["peak"][dtype_name] = entry
+        self.save()
+        if entry["status"] == "ok":
+            self.log(f"peak {dtype_name} {n}^3 matmul: {entry['tflops']:.1f} TFLOP/s (median), "
+                     f"{entry['best_tflops']:.1f} best")
+        else:
+            self.log(f"peak {dtype_name}: ERROR {entry['error']}")
+
+    # -- per (model, batch) things shared by the dtypes --------------------------------------------------------
+    def shared_for(self, name: str, batch: int) -> Dict[str, Any]:
+        key = (name, batch)
+        if key in self.shared:
+            return self.shared[key]
+        torch = self.torch
+        model, builder = self.model(name)
+        shared: Dict[str, Any] = {"builder": builder}
+        shared["example"] = self.inputs(name, batch, 0)
+        shared["sets"] = [shared["example"]] + [self.inputs(name, batch, s) for s in range(1, self.args.input_sets)]
+        shared["fresh"] = self.inputs(name, batch, 1000)  # accuracy input: never used for tracing or conversion
+        try:
+            shared["flops"], shared["flops_by_op"] = count_flops(torch, model, shared["example"])
+            shared["flops_method"] = (f"FlopCounterMode, fp32 eager, {self.device}, batch {batch}, attention through "
+                                      "the math SDPA backend and MultiheadAttention's fast path off (both invisible "
+                                      "to the counter otherwise)")
+        except Exception as error:  # noqa: BLE001
+            shared["flops"], shared["flops_by_op"] = None, None
+            shared["flops_method"] = "failed: " + short_error(error)
+        try:
+            with torch.no_grad(), reference_precision(torch, self.args.reference_precision):
+                shared["reference"] = first_tensor(model(*shared["fresh"])).detach().float().clone()
+        except Exception as error:  # noqa: BLE001
+            shared["reference"] = None
+            shared["reference_error"] = short_error(error)
+        self.shared[key] = shared
+        return shared
+
+    # -- one column ------------------------------------------------------------------------------------------
+    def measure(self, name: str, dtype_name: str, batch: int, column: str, compile_phase: bool) -> None:
+        torch = self.torch
+        key = row_key(name, dtype_name, batch)
+        if (key, column) in self.done:
+            status = self.data["rows"][key]["columns"][column].get("status")
+            self.log(f"{name} {dtype_name} b{batch} {column}: {status} in the --resume file, not run again")
+            return
+        if self.past(self.args.hard_deadline_s):
+            self.record(name, dtype_name, batch, column,
+                        {"status": "skipped", "reason": f"hard deadline {self.args.hard_deadline_s:.0f} s passed"})
+            return
+        if compile_phase and self.past(self.args.deadline_s):
+            self.record(name, dtype_name, batch, column,
+                        {"status": "skipped", "reason": f"deadline {self.args.deadline_s:.0f} s passed"})
+            return
+        in_torch_mp = column in TORCH_MP_COLUMNS
+        family = [c for c in ALL_COLUMNS if (c in TORCH_MP_COLUMNS) == in_torch_mp]
+        crashes = sum(1 for row in self.data["rows"].values() for c, cell in row.get("columns", {}).items()
+                      if c in family and cell.get("phase") == "crashed")
+        if crashes >= self.args.max_crashes:
+            self.record(name, dtype_name, batch, column,
+                        {"status": "skipped", "reason": f"{crashes} cells of this column family crashed the process "
+                                                        f"(--max-crashes {self.args.max_crashes})"})
+            return
+        if column == "fp32_ts":
+            cached = self.shared.get((name, batch), {}).get("fp32_ts_cell") or self.resumed_fp32_ts(name, batch)
+            if cached is not None:  # the same measurement serves every dtype's row
+                cell = dict(cached, copied_from=f"{cached.get('measured_in', '?')} row")
+                self.record(name, dtype_name, batch, column, cell)
+                return
+        reason = self.unsupported(column)
+        if reason is not None:
+            self.record(name, dtype_name, batch, column, {"status": "unsupported", "reason": reason})
+            return
+        dtype = dtype_map(torch)[dtype_name]
+        # on disk while it runs: a process that dies here (a segfault) leaves it, and --resume records the crash
+        row = self.row(name, dtype_name, batch)
+        row["columns"][column] = {"status": "running", "run_id": self.run_id, "date": now_iso()}
+        self.save()
+        try:
+            model, _ = self.model(name)
+            shared = self.shared_for(name, batch)
+        except Exception as error:  # noqa: BLE001 - e.g. a library missing: this model's cells fail, others run
+            self.record(name, dtype_name, batch, column, {"status": "error", "phase": "building the model",
+                                                          "error": short_error(error),
+                                                          "traceback": traceback.format_exc()[-1500:]})
+            return
+        for field in ("flops", "flops_method", "flops_by_op", "builder"):
+            row[field] = shared[field]
+        cell: Dict[str, Any] = {"status": "error"}
+        phase = "setup"
+        fn = None
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            t0 = time.perf_counter()
+            fn, setup = self.build_column(column, model, dtype, shared["example"], name, dtype_name, batch)
+            cell.update(setup)
+            phase = "first call"
+            if column.startswith("compile"):
+                limit = self.args.compile_timeout_s
+                if self.args.hard_deadline_s is not None:
+                    limit = min(limit, max(1.0, self.args.hard_deadline_s - self.elapsed()))
+                t1 = time.perf_counter()
+                with time_limit(limit), self.grad_ctx():
+                    for i in range(3 if column == "compile_ro" else 1):  # reduce-overhead records on call 2-3
+                        fn(*shared["sets"][i % len(shared["sets"])])
+                    self.sync()
+                cell["compile_s"] = round(time.perf_counter() - t1, 2)
+                shutdown_compile_workers()
+            else:
+                with self.grad_ctx():
+                    fn(*shared["example"])
+                    self.sync()
+            cell["setup_s"] = round(time.perf_counter() - t0, 2)
+            phase = "timing"
+            warmup, repeats = self.repeats(batch)
+            times = self.time_calls(fn, shared["sets"], warmup, repeats)
+            ms = statistics.median(times)
+            cell.update(status="ok", ms=ms, min_ms=min(times), mean_ms=statistics.fmean(times),
+                        p90_ms=sorted(times)[min(len(times) - 1, int(0.9 * len(times)))], n=len(times),
+                        warmup=warmup, input_sets=len(shared["sets"]), times_ms=[round(t, 4) for t in times])
+            if shared["flops"]:
+                cell["tflops"] = shared["flops"] / (ms * 1e-3) / 1e12
+            if self.cuda:
+                cell["peak_memory_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+            phase = "accuracy"
+            try:
+                if shared.get("reference") is None:
+                    raise RuntimeError("no fp32 reference: " + shared.get("reference_error", "?"))
+                with self.grad_ctx():
+                    out = first_tensor(fn(*shared["fresh"])).detach().float().clone()
+                cell["accuracy"] = compare(shared["reference"], out)
+            except Exception as error:  # noqa: BLE001 - the timing stands
+                cell["accuracy_error"] = short_error(error)
+        except Exception as error:  # noqa: BLE001 - each column fails alone
+            cell.update(status="error", phase=phase, error=short_error(error),
+                        traceback=traceback.format_exc()[-1500:])
+            if column.startswith("compile"):
+                shutdown_compile_workers()
+        except KeyboardInterrupt:
+            self.record(name, dtype_name, batch, column,
+                        {"status": "skipped", "reason": f"interrupted (timeout or signal) at {phase}"})
+            raise
+        finally:
+            if column == "torch_mp_fused" and fn is not None:
+                self.shared[(name, batch)]["fused_" + dtype_name] = fn
+            del fn
+        if column == "fp32_ts" and cell["status"] == "ok":
+            cell["measured_in"] = dtype_name
+            self.shared[(name, batch)]["fp32_ts_cell"] = cell
+        self.record(name, dtype_name, batch, column, cell)
+        if column.startswith("compile"):
+            torch._dynamo.reset()
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+    def unsupported(self, column: str) -> Optional[str]:
+        """Why the column cannot run in this process, or None (checked before anything is built)."""
+        if column not in TORCH_MP_COLUMNS or self.torch_mp is None:
+            return None  # an import failure is an error of each torch_mp cell, not 'unsupported'
+        params = inspect.signature(self.torch_mp.convert).parameters
+        if column in ("torch_mp_plain", "torch_mp_cudnn"):
+            missing = [k for k in ("channels_last", "fuse_convolutions") if k not in params]
+            if missing:
+                return f"torch_mp.convert has no {', '.join(missing)} argument"
+        if column == "torch_mp_graphs":
+            if not hasattr(self.torch_mp, "cuda_graphs"):
+                return "torch_mp has no cuda_graphs"
+            if not self.cuda:
+                return "CUDA graphs need --device cuda"
+        return None
+
+    def resumed_fp32_ts(self, name: str, batch: int) -> Optional[Dict[str, Any]]:
+        """An fp32_ts cell of another dtype's row in the --resume data, measured on this run's device."""
+        devices = {run.get("run_id"): run.get("device_name") for run in self.data["runs"]}
+        for row in self.data["rows"].values():
+            cell = row.get("columns", {}).get("fp32_ts") or {}
+            if (row.get("model") == name and row.get("batch") == batch and cell.get("status") == "ok"
+                    and devices.get(cell.get("run_id")) == self.meta.get("device_name")):
+                return dict(cell, measured_in=cell.get("measured_in", row.get("dtype")))
+        return None
+
+    def build_column(self, column, model, dtype, example, name, dtype_name, batch):
+        """(callable on fp32 inputs, setup facts)."""
+        torch = self.torch
+        device_type = "cuda" if self.cuda else "cpu"
+        if column == "fp32_ts":
+            with torch.no_grad():
+                module = torch.jit.freeze(torch.jit.trace(model, example, strict=False, check_trace=False).eval())
+            return module, {}
+        if column == "autocast":
+            def autocast(*args):
+                with torch.autocast(device_type, dtype=dtype):
+                    return model(*args)
+            return autocast, {}
+        if column == "lowp_ts":
+            channels_last = MODELS[name].conv
+            low = copy.deepcopy(model).to(dtype)
+            if channels_last:
+                low = low.to(memory_format=torch.channels_last)
+            wrapper = CastInputs(low, dtype, channels_last).eval()
+            with torch.no_grad():
+                module = torch.jit.freeze(torch.jit.trace(wrapper, example, strict=False, check_trace=False).eval())
+            return module, {"channels_last": channels_last}
+        if column in COMPILE_COLUMNS:
+            import torch._inductor.config as inductor_config
+
+            inductor_config.freezing = not self.args.no_inductor_freezing
+            torch._dynamo.reset()
+            mode = "reduce-overhead" if column == "compile_ro" else None
+            compiled = torch.compile(model, mode=mode, dynamic=False)
+            mark_step = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
+
+            def run(*args):
+                if mode is not None and mark_step is not None:
+                    mark_step()
+                with torch.autocast(device_type, dtype=dtype):
+                    return compiled(*args)
+            return run, {"mode": mode or "default", "freezing": inductor_config.freezing}
+        # torch_mp columns
+        if self.torch_mp is None:
+            raise RuntimeError(self.torch_mp_error)
+        torch_mp = self.torch_mp
+        params = inspect.signature(torch_mp.convert).parameters
+        kwargs: Dict[str, Any] = {"progress": False} if "progress" in params else {}
+        if column == "torch_mp_plain":
+            kwargs.update(channels_last=False, fuse_convolutions=False)
+        if column == "torch_mp_cudnn":
+            kwargs["fuse_convolutions"] = True
+        if column == "torch_mp_fused":
+            kwargs["kernels"] = "fused"
+        if column == "torch_mp_graphs":
+            fused = self.shared.get((name, batch), {}).pop("fused_" + dtype_name, None)
+            setup: Dict[str, Any] = {}
+            t0 = time.perf_counter()
+            if fused is None:  # torch_mp_fused did not run in this process (or failed): convert here
+                fused = torch_mp.convert(model, example, dtype, kernels="fused", **kwargs)
+                setup["convert_s"] = round(time.perf_counter() - t0, 2)
+                t0 = time.perf_counter()
+            with self.grad_ctx():
+                graphed = torch_mp.cuda_graphs(fused, example)
+            setup["capture_s"] = round(time.perf_counter() - t0, 2)
+            return graphed, setup
+        t0 = time.perf_counter()
+        module = torch_mp.convert(model, example, dtype, **kwargs)
+        setup = {"convert_s": round(time.perf_counter() - t0, 2),
+                 "kwargs": {k: v for k, v in kwargs.items() if k != "progress"}}
+        return module, setup
+
+    # -- the run ---------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        args = self.args
+        torch = self.torch
+        if self.cuda and not torch.cuda.is_available():
+            raise SystemExit("--device cuda but torch.cuda.is_available() is False (use --device cpu --smoke)")
+        if not args.no_peak:
+            for dtype_name in args.dtypes:
+                self.peak(dtype_name)
+        compile_models = args.compile_models if args.compile_models is not None else args.models
+        compile_dtypes = args.compile_dtypes if args.compile_dtypes is not None else args.dtypes
+        cheap = [c for c in args.columns if c in CHEAP_COLUMNS]
+        compiles = [c for c in args.columns if c in COMPILE_COLUMNS]
+        # priority: per dtype in the order given, first every cheap column of every model and batch, then the
+        # torch.compile columns (which --deadline-s cuts off)
+        for dtype_name in args.dtypes:
+            for name in args.models:
+                for batch in args.batches:
+                    for column in cheap:
+                        self.measure(name, dtype_name, batch, column, compile_phase=False)
+            for name in args.models:
+                for batch in args.batches:
+                    for column in compiles:
+                        if name not in compile_models or dtype_name not in compile_dtypes:
+                            reason = "not in --compile-models / --compile-dtypes"
+                        elif column == "compile_ro" and batch not in args.ro_batches:
+                            reason = f"batch not in --ro-batches {args.ro_batches}"
+                        elif column == "compile_ro" and not self.cuda:
+                            reason = "reduce-overhead (CUDA graphs) needs --device cuda"
+                        else:
+                            self.measure(name, dtype_name, batch, column, compile_phase=True)
+                            continue
+                        if (row_key(name, dtype_name, batch), column) not in self.done:
+                            self.record(name, dtype_name, batch, column, {"status": "skipped", "reason": reason})
+        self.meta["finished"] = now_iso()
+        self.save()
+        self.log(f"done; results in {args.out}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# helpers used while measuring
+
+
+def dtype_map(torch):
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def import_torchvision():
+    from torchvision_shim import import_torchvision as shim
+
+    return shim()
+
+
+def shutdown_compile_workers() -> None:
+    """Idle inductor compile workers would hold CPU while the next column is timed."""
+    try:
+        from torch._inductor.async_compile import shutdown_compile_workers as shutdown
+
+        shutdown()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def build_model(name: str):
+    """(fp32 eval model, how it was built): tests/zoo/registry.py's entry where there is one, else direct."""
+    import torch
+
+    spec = MODELS[name]
+    if spec.zoo is not None:
+        try:
+            import registry
+
+            family = {"tv.": registry.torchvision_models, "hf.": registry.transformers_models}
+            entries = next((f for prefix, f in family.items() if spec.zoo.startswith(prefix)), registry.own_models)()
+            return registry.build_model(entries[spec.zoo]), f"tests/zoo/registry.py:{spec.zoo}"
+        except Exception as error:  # noqa: BLE001 - e.g. torch_mp not built: registry imports torch_mp.models
+            fallback = f"direct (registry failed: {short_error(error)[:120]})"
+    else:
+        fallback = "direct"
+    torch.manual_seed(0)
+    if name in ("resnet50", "vit_b_16"):
+        model = getattr(import_torchvision().models, name)()
+        with torch.no_grad():  # torchvision's ViT head is all zeros: random values, as the zoo does
+            for parameter in model.parameters():
+                if parameter.dim() >= 2 and not parameter.any():
+                    parameter.normal_(0.0, 0.02)
+    elif name == "bert_base":
+        import_torchvision()
+        import transformers as hf
+
+        model = hf.BertModel(hf.BertConfig(torchscript=True, return_dict=False))
+    else:
+        models = load_models_file()
+        model = models.resnet50_ibn_a() if name == "resnet50_ibn_a" else models.ConvBnNet()
+    return model.eval(), fallback
+
+
+def load_models_file():
+    """torch_mp/models.py without importing the torch_mp package (which needs the built extension)."""
+    try:
+        from torch_mp import models
+
+        return models
+    except Exception:  # noqa: BLE001
+        spec = importlib.util.spec_from_file_location("torch_mp_models", os.path.join(ROOT, "torch_mp", "models.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+
+def make_inputs(torch, spec: ModelSpec, batch: int, device: str, seed: int, smoke: bool) -> Tuple[Any, ...]:
+    generator = torch.Generator().manual_seed(seed)
+    size = spec.smoke_size if smoke else spec.size
+    if spec.kind == "tokens":
+        seq = size[0]
+        ids = torch.randint(0, BERT_VOCAB, (batch, seq), generator=generator)
+        mask = torch.ones(batch, seq, dtype=torch.long)
+        mask[:, seq - seq // 4:] = 0  # a padded last quarter, as the zoo's inputs have
+        return ids.to(device), mask.to(device)
+    return (torch.randn(batch, *size, generator=generator).to(device),)
+
+
+def describe_input(spec: ModelSpec, batch: int, smoke: bool) -> str:
+    size = spec.smoke_size if smoke else spec.size
+    if spec.kind == "tokens":
+        return f"ids+mask {batch}x{size[0]} (last quarter padded)"
+    return f"{batch}x{size[0]}x{size[1]}x{size[2]}"
+
+
+def count_flops(torch, model, inputs) -> Tuple[int, Dict[str, int]]:
+    """FLOPs of one fp32 eager forward (matmuls, convolutions, attention). The counter sees aten ops: fused kernels
+    hide theirs (MultiheadAttention's fast path, the CPU flash-attention kernel), so those are switched off for the
+    counting run (on CPU, ViT-B/16 counts 22.5 GFLOP with them, 35.1 without). Exactly linear in the batch for the
+    four benchmark models (checked on CPU at batch 1 and 3)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    mha = getattr(torch.backends, "mha", None)
+    fastpath = mha.get_fastpath_enabled() if mha is not None else None
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        math_sdpa = sdpa_kernel(SDPBackend.MATH)
+    except Exception:  # noqa: BLE001
+        math_sdpa = contextlib.nullcontext()
+    try:
+        if mha is not None:
+            mha.set_fastpath_enabled(False)
+        with torch.no_grad(), math_sdpa, counter:
+            model(*inputs)
+    finally:
+        if mha is not None:
+            mha.set_fastpath_enabled(fastpath)
+    by_op = {str(op): int(n) for op, n in counter.get_flop_counts().get("Global", {}).items()}
+    return int(counter.get_total_flops()), by_op
+
+
+def first_tensor(output):
+    """The first tensor output: a tensor, the first of a tuple/list, last_hidden_state (or the first value) of a
+    dict / transformers ModelOutput."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict):
+        if "last_hidden_state" in output:
+            return first_tensor(output["last_hidden_state"])
+        return first_tensor(next(iter(output.values())))
+    if isinstance(output, (tuple, list)):
+        return first_tensor(output[0])
+    raise TypeError(f"no tensor in a {type(output).__name__} output")
+
+
+def compare(reference, output) -> Dict[str, Any]:
+    """As torch_mp.accuracy.compare: cosine of the flattened outputs in float64, max |y - y_ref| / max |y_ref|."""
+    ref = reference.double().flatten()
+    out = output.double().flatten().to(ref.device)
+    if ref.shape != out.shape:
+        raise ValueError(f"output shape {tuple(output.shape)} != reference {tuple(reference.shape)}")
+    finite = bool(out.isfinite().all())
+    scale = ref.abs().max().clamp_min(1e-12)
+    norms = ref.norm() * out.norm()
+    cosine = (ref @ out / norms).item() if norms > 0 else float(ref.norm() == out.norm())
+    return {"cosine": cosine, "max_rel_error": ((ref - out).abs().max() / scale).item(), "finite": finite}
+
+
+@contextlib.contextmanager
+def reference_precision(torch, mode: str):
+    """'strict': TF32 off for the fp32 reference forward only (restored after); 'default': PyTorch's settings."""
+    if mode != "strict":
+        yield
+        return
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.get_float32_matmul_precision())
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[0], saved[1]
+        torch.set_float32_matmul_precision(saved[2])
+
+
+def _cast_inputs_module():
+    import torch
+
+    class CastInputs(torch.nn.Module):
+        """Takes fp32 inputs like the other columns: floating inputs cast to the model's dtype (4-d ones
+        channels_last for conv nets), integer inputs as they are."""
+
+        def __init__(self, model, dtype, channels_last: bool):
+            super().__init__()
+            self.model = model
+            self.dtype = dtype
+            self.channels_last = channels_last
+
+        def forward(self, *args):
+            cast = []
+            for a in args:
+                if a.is_floating_point():
+                    a = a.to(self.dtype)
+                    if self.channels_last and a.dim() == 4:
+                        a = a.contiguous(memory_format=torch.channels_last)
+                cast.append(a)
+            return self.model(*cast)
+
+    return CastInputs
+
+
+def CastInputs(model, dtype, channels_last):  # noqa: N802
+    return _cast_inputs_module()(model, dtype, channels_last)
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def nvidia_smi(fields: str) -> Optional[str]:
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def git_describe() -> Optional[str]:
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def dir_nonempty(path: str) -> bool:
+    try:
+        return any(os.scandir(path))
+    except OSError:
+        return False
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# JSON: writing, merging, derived numbers
+
+
+def write_json(path: str, data: Dict[str, Any]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as out:
+        json.dump(data, out, indent=1, default=str, allow_nan=True)
+    os.replace(tmp, path)
+
+
+def load_json(path: str) -> Dict[str, Any]:
+    with open(path) as f:
+        return json.load(f)
+
+
+def merge_into(merged: Dict[str, Any], data: Dict[str, Any]) -> None:
+    """Later data overrides earlier, cell by cell; a skipped/unsupported cell never replaces a measured or
+    failed one (a later run that skipped torch.compile keeps the earlier run's number)."""
+    known = {run.get("run_id") for run in merged["runs"]}
+    for run in data.get("runs", []):
+        if run.get("run_id") not in known:
+            merged["runs"].append(run)
+    for dtype, peak in data.get("peak", {}).items():
+        if peak.get("status") == "ok" or dtype not in merged["peak"]:
+            merged["peak"][dtype] = peak
+    for key, row in data.get("rows", {}).items():
+        target = merged["rows"].setdefault(key, {"columns": {}})
+        for field, value in row.items():
+            if field not in ("columns", "ratios") and value is not None:
+                target[field] = value
+        for column, cell in row.get("columns", {}).items():
+            if cell.get("status") == "running":  # the process died in this cell
+                cell = dict(cell, status="error", phase="crashed",
+                            error="the process died during this cell (segfault, abort or kill); not retried")
+            old = target["columns"].get(column)
+            weak = cell.get("status") in ("skipped", "unsupported")
+            if old is not None and weak and old.get("status") in ("ok", "error"):
+                continue
+            target["columns"][column] = cell
+        derive(target)
+
+
+def derive(row: Dict[str, Any]) -> None:
+    """Ratios of each column vs fp32_ts and vs compile_default (time_base / time_column: > 1 is faster)."""
+    columns = row.get("columns", {})
+    ms = {c: cell["ms"] for c, cell in columns.items() if cell.get("status") == "ok" and cell.get("ms")}
+    row["ratios"] = {}
+    for base in ("fp32_ts", "compile_default", "compile_ro"):
+        if base in ms:
+            row["ratios"]["vs_" + base] = {c: ms[base] / v for c, v in ms.items()}
+
+
+def merge_files(paths: List[str]) -> Dict[str, Any]:
+    merged: Dict[str, Any] = {"format": "torch_mp cuda_speed 1", "runs": [], "peak": {}, "rows": {}}
+    for path in paths:
+        merge_into(merged, load_json(path))
+    return merged
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# rendering
+
+
+def ordered_rows(data: Dict[str, Any], dtype: str) -> List[Dict[str, Any]]:
+    order = list(MODELS)
+    rows = [r for r in data["rows"].values() if r.get("dtype") == dtype]
+    return sorted(rows, key=lambda r: (order.index(r["model"]) if r.get("model") in order else 99,
+                                       -int(r.get("batch", 0))))
+
+
+def present_columns(data: Dict[str, Any]) -> List[str]:
+    seen = {c for r in data["rows"].values() for c in r.get("columns", {})}
+    return [c for c in ALL_COLUMNS if c in seen] + sorted(seen - set(ALL_COLUMNS))
+
+
+def ratio(row: Dict[str, Any], column: str, base: str) -> Optional[float]:
+    return row.get("ratios", {}).get("vs_" + base, {}).get(column)
+
+
+def cell_text(row: Dict[str, Any], column: str, with_ratio: bool = True) -> str:
+    cell = row.get("columns", {}).get(column)
+    if cell is None:
+        return ""
+    status = cell.get("status")
+    if status == "ok":
+        r = ratio(row, column, "fp32_ts")
+        return f"{cell['ms']:.2f}" + (f" ({r:.2f}x)" if with_ratio and r is not None and column != "fp32_ts" else "")
+    if status == "error":
+        return "error"
+    return status or "?"
+
+
+def evaluate_targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
+    results = []
+    for text, dtype, model, batch, column, base, minimum in TARGETS:
+        row = data["rows"].get(row_key(model, dtype, batch))
+        entry = {"target": text, "status": "not measured", "detail": ""}
+        if row is None:
+            entry["detail"] = "row not in the results"
+        else:
+            cells = row.get("columns", {})
+            missing = [(c, cells.get(c)) for c in (column, base) if (cells.get(c) or {}).get("status") != "ok"]
+            if missing:
+                entry["detail"] = "; ".join(
+                    f"{c}: {(cell or {}).get('status', 'absent')}"
+                    + (f" ({(cell or {}).get('reason') or (cell or {}).get('error')})"
+                       if cell and cell.get('status') != 'ok' else "") for c, cell in missing)
+            else:
+                value = cells[base]["ms"] / cells[column]["ms"]
+                entry["status"] = "met" if value >= minimum else "missed"
+                entry["value"] = value
+                entry["detail"] = (f"{column} {cells[column]['ms']:.3f} ms vs {base} {cells[base]['ms']:.3f} ms: "
+                                   f"{value:.2f}x (needs {minimum:.1f}x)")
+                others = [(c, cells[base]["ms"] / cells[c]["ms"]) for c in TORCH_MP_COLUMNS
+                          if c != column and (cells.get(c) or {}).get("status") == "ok"]
+                if others and column == "torch_mp":
+                    best = max(others, key=lambda item: item[1])
+                    entry["detail"] += f"; best other torch_mp column: {best[0]} {best[1]:.2f}x"
+        results.append(entry)
+    return results
+
+
+def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]) -> str:
+    runs = data["runs"]
+    lines = ["# CUDA inference speed", ""]
+    lines.append("Generated by `python benchmarks/cuda_speed.py --render " + " ".join(sources) + "` from these runs:")
+    lines.append("")
+    for run in runs:
+        device = run.get("device_name") or run.get("device")
+        lines.append(f"- {run.get('date')}: {device}, driver {run.get('driver') or '-'}, torch {run.get('torch')}, "
+                     f"CUDA {run.get('cuda') or '-'}, cuDNN {run.get('cudnn') or '-'}, "
+                     f"torchvision {run.get('torchvision')}, transformers {run.get('transformers')}, "
+                     f"{run.get('cpu_count')} CPU cores, torch_mp commit {run.get('git') or '?'}"
+                     + (" (SMOKE run: tiny inputs, not a measurement)" if run.get("smoke") else ""))
+        lines.append(f"  command: `{run.get('command')}`"
+                     + (f" ({run['elapsed_s'] / 60:.1f} min)" if run.get("elapsed_s") else ""))
+        tf32 = run.get("tf32") or {}
+        lines.append(f"  TF32: cudnn {tf32.get('cudnn.allow_tf32')}, cuBLAS {tf32.get('cuda.matmul.allow_tf32')}; "
+                     f"inductor freezing {run.get('inductor_freezing')}, compile cache "
+                     f"{'warm' if run.get('inductor_cache_warm') else 'cold'} at start")
+    lines.append("")
+    for dtype, peak in sorted(data.get("peak", {}).items()):
+        if peak.get("status") == "ok":
+            lines.append(f"Peak ({dtype}): {peak['n']}^3 torch.mm, median of {len(peak.get('times_ms', []))}: "
+                         f"{peak['tflops']:.0f} TFLOP/s ({peak['best_tflops']:.0f} best call).")
+        else:
+            lines.append(f"Peak ({dtype}): {peak.get('status')} {peak.get('error', '')}")
+    lines += [
+        "",
+        "Method: median ms of one whole forward call on fp32 inputs, under torch.no_grad, after warm-up calls; "
+        "CUDA events around each call and a synchronize after it (so launch overhead counts); inputs rotated among "
+        "a few random sets. Random weights; BERT: seq 128 with the last quarter of each row padded. In parentheses: "
+        "speed-up over fp32_ts (fp32 frozen TorchScript of torch.jit.trace, PyTorch's default TF32 settings: "
+        "cuDNN convolutions in TF32, matmuls in fp32). Columns: autocast = eager under torch.autocast; lowp_ts = "
+        "whole model in fp16/bf16 (channels_last for conv nets) traced and frozen; compile_default / compile_ro = "
+        "torch.compile (inductor, dynamic=False, mode default / reduce-overhead) under torch.autocast; torch_mp = "
+        "torch_mp.convert defaults; torch_mp_plain = channels_last=False, fuse_convolutions=False; torch_mp_cudnn = "
+        "fuse_convolutions=True; torch_mp_fused = "
+        "kernels=\"fused\"; torch_mp_graphs = torch_mp.cuda_graphs of the fused module. FLOPs: "
+        "torch.utils.flop_counter on the fp32 eager model (matmul/conv/attention FLOPs only).",
+        "",
+    ]
+    columns = present_columns(data)
+    dtypes = [d for d in DTYPE_NAMES if any(r.get("dtype") == d for r in data["rows"].values())]
+    for dtype in dtypes:
+        rows = ordered_rows(data, dtype)
+        lines += [f"## {dtype}: ms per call (speed-up vs fp32_ts)", ""]
+        lines.append("| model | batch | input | " + " | ".join(columns) + " |")
+        lines.append("| --- | --- | --- | " + " | ".join("---" for _ in columns) + " |")
+        for row in rows:
+            lines.append(f"| {row.get('label', row.get('model'))} | {row.get('batch')} | {row.get('input', '')} | "
+                         + " | ".join(cell_text(row, c) for c in columns) + " |")
+        lines += ["", f"### {dtype}: vs compile_default and compile_ro, achieved TFLOP/s", "",
+                  "cd: speed-up over compile_default, ro: over compile_ro (> 1 is faster); TF/s: FLOPs / median "
+                  "time, in parentheses the share of the measured peak.", ""]
+        lines.append("| model | batch | GFLOP | peak TFLOP/s | " + " | ".join(columns) + " |")
+        lines.append("| --- | --- | --- | --- | " + " | ".join("---" for _ in columns) + " |")
+        peak = data.get("peak", {}).get(dtype, {}).get("tflops")
+        for row in rows:
+            cells = []
+            for c in columns:
+                cell = row.get("columns", {}).get(c) or {}
+                parts = []
+                for base, tag in (("compile_default", "cd"), ("compile_ro", "ro")):
+                    r = ratio(row, c, base)
+                    if r is not None and c != base:
+                        parts.append(f"{r:.2f}x {tag}")
+                if cell.get("tflops") is not None:
+                    parts.append(f"{cell['tflops']:.0f} TF/s"
+                                 + (f" ({100 * cell['tflops'] / peak:.0f}%)" if peak else ""))
+                cells.append(", ".join(parts))
+            flops = row.get("flops")
+            lines.append(f"| {row.get('label')} | {row.get('batch')} | {flops / 1e9:.1f} | "
+                         if flops else f"| {row.get('label')} | {row.get('batch')} | - | ")
+            lines[-1] += f"{peak:.0f} | " if peak else "- | "
+            lines[-1] += " | ".join(cells) + " |"
+        strict = any(run.get("reference_precision") == "strict" for run in runs)
+        lines += ["", f"### {dtype}: accuracy vs fp32 eager on a fresh input (cosine / max relative error of the "
+                  "first output" + (", reference with TF32 off" if strict else "") + ") and setup cost", ""]
+        acc_columns = [c for c in columns if c != "fp32_ts"] + (["fp32_ts"] if "fp32_ts" in columns else [])
+        lines.append("| model | batch | " + " | ".join(acc_columns) + " |")
+        lines.append("| --- | --- | " + " | ".join("---" for _ in acc_columns) + " |")
+        for row in rows:
+            cells = []
+            for c in acc_columns:
+                cell = row.get("columns", {}).get(c) or {}
+                parts = []
+                acc = cell.get("accuracy")
+                if acc:
+                    parts.append(f"{acc['cosine']:.6f} / {acc['max_rel_error']:.1e}"
+                                 + ("" if acc.get("finite", True) else " NON-FINITE"))
+                for name, tag in (("compile_s", "compile"), ("convert_s", "convert"), ("capture_s", "capture")):
+                    if cell.get(name) is not None:
+                        parts.append(f"{tag} {cell[name]:.1f} s")
+                cells.append(", ".join(parts))
+            lines.append(f"| {row.get('label')} | {row.get('batch')} | " + " | ".join(cells) + " |")
+        lines.append("")
+    problems, grouped = [], {}
+    for row in sorted(data["rows"].values(), key=lambda r: (r.get("dtype", ""), r.get("model", ""),
+                                                             -int(r.get("batch", 0)))):
+        for c, cell in row.get("columns", {}).items():
+            where = f"{row.get('label')} {row.get('dtype')} b{row.get('batch')} {c}"
+            if cell.get("status") == "error" or cell.get("accuracy_error"):
+                why = cell.get("error") or ""
+                if cell.get("accuracy_error"):
+                    why += f" (accuracy: {cell['accuracy_error']})"
+                problems.append(f"- {where}: {cell.get('status')}"
+                                + (f" at {cell['phase']}" if cell.get("phase") else "") + f": {why.replace('|', '/')}")
+            elif cell.get("status") in ("skipped", "unsupported"):
+                grouped.setdefault((cell["status"], cell.get("reason") or ""), []).append(where)
+    for (status, reason), cells in grouped.items():
+        problems.append(f"- {status} ({reason.replace('|', '/')}): " + ", ".join(cells))
+    lines += ["## Targets", ""]
+    for t in evaluate_targets(data):
+        lines.append(f"- **{t['status']}**: {t['target']}. {t['detail']}")
+    lines.append("")
+    if problems:
+        lines += ["## Failed, skipped and unsupported cells", ""] + problems + [""]
+    if png:
+        lines += [f"![speed-up over fp32_ts]({os.path.basename(png)})", ""]
+    return "\n".join(lines)
+
+
+def render_png(data: Dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    columns = [c for c in present_columns(data) if c != "fp32_ts"]
+    dtypes = [d for d in DTYPE_NAMES if any(r.get("dtype") == d for r in data["rows"].values())]
+    if not dtypes:
+        return
+    groups = max(len(ordered_rows(data, d)) for d in dtypes)
+    fig, axes = plt.subplots(len(dtypes), 1, figsize=(max(8.0, 1.9 * groups + 2.5), 4.2 * len(dtypes)),
+                             squeeze=False)
+    width = 0.84 / max(1, len(columns))
+    for ax, dtype in zip(axes[:, 0], dtypes):
+        rows = ordered_rows(data, dtype)
+        top = 1.0
+        for j, row in enumerate(rows):
+            for i, column in enumerate(columns):
+                x = j + (i - (len(columns) - 1) / 2) * width
+                value = ratio(row, column, "fp32_ts")
+                if value is None:
+                    cell = row.get("columns", {}).get(column)
+                    mark = {"error": "x", "skipped": "s", "unsupported": "u"}.get((cell or {}).get("status"), "")
+                    ax.text(x, 0.03, mark, ha="center", va="bottom", fontsize=7, color="red")
+                    continue
+                top = max(top, value)
+                ax.bar(x, value, width, color=f"C{i}")
+                ax.text(x, value, f"{value:.2f}", ha="center", va="bottom", fontsize=5.5, rotation=90)
+        ax.axhline(1.0, color="gray", linewidth=0.8)
+        if top > 12:  # a few huge ratios (noisy CPU smoke runs) would flatten the rest
+            ax.set_yscale("log")
+            ax.set_ylim(0.05, top * 2)
+        else:
+            ax.set_ylim(0, top * 1.15)
+        ax.set_xlim(-0.5, len(rows) - 0.5)
+        ax.set_xticks(range(len(rows)), [f"{r.get('label')}\nbatch {r.get('batch')}" for r in rows], fontsize=8)
+        ax.set_ylabel("speed-up vs fp32_ts")
+        ax.set_title(f"{dtype} (markers: x error, s skipped, u unsupported)", fontsize=9)
+    runs = data.get("runs", [])
+    device = runs[-1].get("device_name") if runs else "?"
+    fig.suptitle(f"Speed-up over fp32 frozen TorchScript; {device}, torch {runs[-1].get('torch') if runs else '?'}",
+                 fontsize=10)
+    fig.legend(handles=[Patch(color=f"C{i}", label=c) for i, c in enumerate(columns)], fontsize=8,
+               ncol=min(len(columns), 5), loc="lower center")
+    fig.tight_layout(rect=(0, 0.07 if len(columns) > 5 else 0.04, 1, 1))
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+
+
+def summary_text(data: Dict[str, Any]) -> str:
+    """A compact plain-text table (ms and speed-up vs fp32_ts) and the targets, for a terminal tail."""
+    columns = present_columns(data)
+    abbrev = {"fp32_ts": "fp32ts", "autocast": "autocast", "lowp_ts": "lowp_ts", "compile_default": "comp",
+              "compile_ro": "comp_ro", "torch_mp": "mp", "torch_mp_plain": "mp_plain", "torch_mp_cudnn": "mp_cudnn",
+              "torch_mp_fused": "mp_fused",
+              "torch_mp_graphs": "mp_graphs"}
+    out = []
+    for run in data.get("runs", []):
+        out.append(f"run {run.get('run_id')}: {run.get('device_name')}, driver {run.get('driver')}, torch "
+                   f"{run.get('torch')}, CUDA {run.get('cuda')}, {run.get('elapsed_s')} s")
+    for dtype, peak in sorted(data.get("peak", {}).items()):
+        if peak.get("status") == "ok":
+            out.append(f"peak {dtype}: {peak['tflops']:.0f} TFLOP/s")
+    for dtype in DTYPE_NAMES:
+        rows = ordered_rows(data, dtype)
+        if not rows:
+            continue
+        out.append(f"-- {dtype}: ms (x vs fp32_ts)")
+        header = f"{'model':<15}{'b':>3}" + "".join(f" {abbrev.get(c, c)[:13]:>13}" for c in columns)
+        out.append(header)
+        for row in rows:
+            cells = []
+            for c in columns:
+                cell = row.get("columns", {}).get(c) or {}
+                if cell.get("status") == "ok":
+                    r = ratio(row, c, "fp32_ts")
+                    digits = 2 if cell["ms"] < 1000 else 0
+                    text = f"{cell['ms']:.{digits}f}" + (f"/{r:.2f}x" if r is not None and c != "fp32_ts" else "")
+                else:
+                    text = {"error": "ERR", "skipped": "skip", "unsupported": "n/a"}.get(cell.get("status"), "-")
+                cells.append(f" {text:>13}")
+            out.append(f"{str(row.get('model'))[:15]:<15}{row.get('batch'):>3}" + "".join(cells))
+    errors = [f"{r.get('model')} {r.get('dtype')} b{r.get('batch')} {c}: {cell.get('error')}"
+              for r in data["rows"].values() for c, cell in r.get("columns", {}).items()
+              if cell.get("status") == "error"]
+    if errors:
+        out.append("-- errors")
+        out += [e[:240] for e in errors[:20]]
+    out.append("-- targets")
+    for t in evaluate_targets(data):
+        out.append(f"{t['status'].upper():<12} {t['target']}: {t['detail']}")
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny inputs, 1 warm-up + 3 timed calls; default models convbnnet resnet50_ibn_a "
+                             "bert_base, batches 2 1, torch.compile only on convbnnet")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS))
+    parser.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES, default=["fp16", "bf16"])
+    parser.add_argument("--batches", nargs="+", type=int)
+    parser.add_argument("--columns", nargs="+", choices=ALL_COLUMNS, default=ALL_COLUMNS)
+    parser.add_argument("--ro-batches", nargs="*", type=int, default=[1],
+                        help="batches at which compile_ro runs (default: 1)")
+    parser.add_argument("--compile-models", nargs="*", choices=list(MODELS),
+                        help="models torch.compile runs on (default: all --models)")
+    parser.add_argument("--compile-dtypes", nargs="*", choices=DTYPE_NAMES, help="default: all --dtypes")
+    parser.add_argument("--compile-timeout-s", type=float, default=300.0, help="per compile (SIGALRM)")
+    parser.add_argument("--no-inductor-freezing", action="store_true")
+    parser.add_argument("--deadline-s", type=float,
+                        help="seconds after start past which torch.compile columns are skipped (recorded)")
+    parser.add_argument("--hard-deadline-s", type=float,
+                        help="seconds after start past which every remaining column is skipped (recorded)")
+    parser.add_argument("--repeats-small", type=int, default=50, help="timed calls at batch <= 4")
+    parser.add_argument("--repeats-large", type=int, default=25, help="timed calls at batch > 4")
+    parser.add_argument("--warmup-small", type=int, default=10)
+    parser.add_argument("--warmup-large", type=int, default=5)
+    parser.add_argument("--input-sets", type=int, default=3, help="input sets the timed calls rotate among")
+    parser.add_argument("--grad-mode", choices=("no_grad", "inference_mode"), default="no_grad")
+    parser.add_argument("--reference-precision", choices=("strict", "default"), default="strict",
+                        help="accuracy reference: fp32 eager with TF32 off (strict) or PyTorch's default flags")
+    parser.add_argument("--peak-n", type=int, help="matmul size for the peak (default 8192 on CUDA, 1024 on CPU)")
+    parser.add_argument("--no-peak", action="store_true")
+    parser.add_argument("--threads", type=int, help="torch intra-op threads (CPU runs)")
+    parser.add_argument("--out", default="cuda_speed.json", help="JSON results, rewritten after every cell")
+    parser.add_argument("--resume", nargs="*",
+                        help="earlier result files (may be --out itself): their cells are kept, and measured or failed "
+                             "ones are not run again (a cell a crashed process left is recorded as crashed)")
+    parser.add_argument("--max-crashes", type=int, default=3,
+                        help="after this many crashed cells among the torch_mp columns (or among the others), the "
+                             "rest of that family is skipped")
+    parser.add_argument("--retry-errors", action="store_true", help="with --resume: run failed cells again")
+    parser.add_argument("--render", nargs="+", metavar="JSON", help="render these result files instead of measuring")
+    parser.add_argument("--md", help="with --render: markdown output")
+    parser.add_argument("--png", help="with --render: bar chart output")
+    parser.add_argument("--summary", nargs="+", metavar="JSON", help="print a plain-text summary of result files")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.models = args.models or ["convbnnet", "resnet50_ibn_a", "bert_base"]
+        args.batches = args.batches or [2, 1]
+        if args.compile_models is None:
+            args.compile_models = ["convbnnet"]
+    args.models = args.models or ["resnet50", "resnet50_ibn_a", "vit_b_16", "bert_base"]
+    args.batches = args.batches or [32, 1]
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    warnings.simplefilter("ignore")
+    if args.render or args.summary:
+        paths = args.render or args.summary
+        data = merge_files(paths)
+        if args.render:
+            if args.png:
+                try:
+                    render_png(data, args.png)
+                    print(f"wrote {args.png}")
+                except Exception as error:  # noqa: BLE001 - the markdown still gets written
+                    print(f"PNG failed: {short_error(error)}")
+                    args.png = None
+            text = render_markdown(data, paths, args.png)
+            if args.md:
+                with open(args.md, "w") as out:
+                    out.write(text + "\n")
+                print(f"wrote {args.md}")
+            else:
+                print(text)
+        if args.summary:
+            print(summary_text(data))
+        return 0
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    bench = Bench(args)
+
+    def terminate(signum, frame):  # `timeout` sends SIGTERM: leave through the finally clauses, JSON saved
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        bench.run()
+    except KeyboardInterrupt as error:
+        bench.meta["interrupted"] = f"{error} at {bench.elapsed():.0f} s"
+        for row in bench.data["rows"].values():
+            for column, cell in row.get("columns", {}).items():
+                if cell.get("status") == "running" and cell.get("run_id") == bench.run_id:
+                    row["columns"][column] = {"status": "skipped", "reason": "interrupted (timeout or signal)",
+                                              "run_id": bench.run_id}
+        bench.save()
+        print(f"interrupted ({error}); results so far in {args.out}", flush=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

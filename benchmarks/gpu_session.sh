@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# One GPU session, run in the repository root on the lent GPU machine with $OUT set:
+#   (a) build the extension (pip, no network: --no-deps --no-build-isolation)   -> $OUT/build.log
+#   (b) the CUDA tests: python3 -m pytest -q -m cuda tests/python               -> $OUT/tests.log
+#   (c) benchmarks/cuda_speed.py, JSON written after every cell                 -> $OUT/cuda_speed.json, bench.log
+#   (d) markdown preview and bar chart                                          -> $OUT/CUDA_SPEED.md, cuda_speed.png
+#   (e) a short summary, printed last (the caller sees only the output's tail)
+# At most 7 files in $OUT.
+#
+#   bash benchmarks/gpu_session.sh [--skip-build] [--skip-tests] [--skip-bench] [--budget-s 570]
+#        [--tests-timeout-s 180] [--tests-args "-k graphs"] [--bench-args "--models resnet50 --dtypes fp16"]
+#        [-- more benchmark arguments]
+#
+# --budget-s: the wall-clock seconds this call may use in all (the device tool kills a command at 600 s). The
+# benchmark gets what the build and tests left: its torch.compile columns stop 150 s before the end
+# (--deadline-s), everything else 40 s before (--hard-deadline-s), and `timeout` ends it 20 s before, so the
+# render and the summary always run. A --deadline-s / --hard-deadline-s in the bench arguments wins.
+set -u
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+OUT=${OUT:-/tmp/gpu_session_out}
+mkdir -p "$OUT"
+
+SKIP_BUILD=0 SKIP_TESTS=0 SKIP_BENCH=0
+BUDGET=570 TESTS_TIMEOUT=180
+TESTS_ARGS="" BENCH_ARGS=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --skip-build) SKIP_BUILD=1 ;;
+    --skip-tests) SKIP_TESTS=1 ;;
+    --skip-bench) SKIP_BENCH=1 ;;
+    --budget-s) BUDGET=$2; shift ;;
+    --tests-timeout-s) TESTS_TIMEOUT=$2; shift ;;
+    --tests-args) TESTS_ARGS=$2; shift ;;
+    --bench-args) read -r -a more <<< "$2"; BENCH_ARGS+=("${more[@]}"); shift ;;
+    --) shift; BENCH_ARGS+=("$@"); break ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+SUMMARY=()
+note() { SUMMARY+=("$*"); echo "== $*"; }
+remaining() { echo $((BUDGET - SECONDS)); }
+
+finish() {
+  echo
+  echo "================ summary (${SECONDS} s of ${BUDGET} s) ================"
+  if [ -s "$OUT/cuda_speed.json" ]; then
+    "$PY" benchmarks/cuda_speed.py --summary "$OUT/cuda_speed.json" 2>&1 | tail -n 80
+  fi
+  for line in "${SUMMARY[@]}"; do echo "$line"; done
+  echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
+}
+
+echo "== $(date -u +%FT%TZ) $(hostname), repo $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) CPUs"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | head -n 2
+"$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "cuDNN", torch.backends.cudnn.version(), "available", torch.cuda.is_available())' 2>&1
+
+# (a) build
+if [ "$SKIP_BUILD" = 0 ]; then
+  start=$SECONDS
+  if MAX_JOBS=16 "$PY" -m pip install --no-build-isolation --no-deps --no-index -e . > "$OUT/build.log" 2>&1; then
+    note "build: ok ($((SECONDS - start)) s)"
+  else
+    # a compiler error fails fast; a packaging problem (pip, setuptools, wheel) gets one in-place build instead
+    if ! grep -q -E "ninja: build stopped|error: command .* failed|FAILED: |error: " "$OUT/build.log" \
+        || grep -q -E "No module named|invalid command|BackendUnavailable" "$OUT/build.log"; then
+      echo "---- pip install failed; trying setup.py build_ext --inplace ----" >> "$OUT/build.log"
+      MAX_JOBS=16 "$PY" setup.py build_ext --inplace -j 16 >> "$OUT/build.log" 2>&1
+    else
+      false
+    fi
+    if [ $? = 0 ]; then
+      note "build: pip failed, in-place build ok ($((SECONDS - start)) s; see build.log)"
+    else
+      echo "---- build.log (tail) ----"; tail -n 80 "$OUT/build.log"
+      note "build: FAILED ($((SECONDS - start)) s); stopping"
+      finish
+      exit 1
+    fi
+  fi
+else
+  note "build: skipped"
+fi
+if ! "$PY" -c "import torch_mp, torch_mp._C" > /dev/null 2>> "$OUT/build.log"; then
+  echo "---- import torch_mp failed ----"; tail -n 30 "$OUT/build.log"
+  note "import torch_mp: FAILED (benchmark runs its baseline columns only)"
+fi
+
+# (b) CUDA tests
+if [ "$SKIP_TESTS" = 0 ]; then
+  if ! "$PY" -c "import pytest" 2> /dev/null; then
+    note "tests: pytest is not installed here; skipped"
+  else
+    start=$SECONDS
+    read -r -a targs <<< "$TESTS_ARGS"
+    timeout -k 10 "$TESTS_TIMEOUT" "$PY" -m pytest -q -m cuda -p no:cacheprovider tests/python "${targs[@]}" \
+      > "$OUT/tests.log" 2>&1
+    rc=$?
+    result=$(grep -E "(passed|failed|error|skipped|no tests ran)" "$OUT/tests.log" | tail -n 1)
+    [ $rc = 124 ] && result="TIMED OUT after ${TESTS_TIMEOUT} s; ${result}"
+    note "tests (rc $rc, $((SECONDS - start)) s): ${result:-see tests.log}"
+    while read -r line; do SUMMARY+=("   $line"); echo "   $line"; done \
+      < <(grep -E "^(FAILED|ERROR) " "$OUT/tests.log" | head -n 15)
+  fi
+else
+  note "tests: skipped"
+fi
+
+# (c) benchmark; a crash (segfault, abort) is resumed from the JSON: the cell it died in is recorded as crashed
+if [ "$SKIP_BENCH" = 0 ]; then
+  attempt=1 resume=()
+  while :; do
+    left=$(remaining)
+    if [ "$left" -lt 90 ]; then
+      note "bench: not started (attempt $attempt), only ${left} s of the budget left"
+      break
+    fi
+    deadline=$((left - 150)); [ $deadline -lt 0 ] && deadline=0
+    hard=$((left - 40))
+    start=$SECONDS
+    timeout -k 5 $((left - 20)) "$PY" benchmarks/cuda_speed.py --device cuda --out "$OUT/cuda_speed.json" \
+      --deadline-s "$deadline" --hard-deadline-s "$hard" "${resume[@]}" "${BENCH_ARGS[@]}" 2>&1 \
+      | tee -a "$OUT/bench.log" | grep -v -E "^\s*$|Warning|warn\("
+    rc=${PIPESTATUS[0]}
+    note "bench attempt $attempt (rc $rc, $((SECONDS - start)) s; compile deadline ${deadline} s, hard ${hard} s)"
+    # 124/137/143: timeout; 130: interrupted (SIGTERM); 128+n otherwise: died of signal n
+    if [ "$rc" -ge 128 ] && [ "$rc" != 130 ] && [ "$rc" != 137 ] && [ "$rc" != 143 ] && [ "$attempt" -lt 6 ] \
+        && [ -s "$OUT/cuda_speed.json" ]; then
+      attempt=$((attempt + 1))
+      resume=(--resume "$OUT/cuda_speed.json")
+      continue
+    fi
+    break
+  done
+else
+  note "bench: skipped"
+fi
+
+# (d) render
+if [ -s "$OUT/cuda_speed.json" ]; then
+  "$PY" benchmarks/cuda_speed.py --render "$OUT/cuda_speed.json" --md "$OUT/CUDA_SPEED.md" \
+    --png "$OUT/cuda_speed.png" > /tmp/gpu_session_render.$$ 2>&1 || tail -n 20 /tmp/gpu_session_render.$$
+  rm -f /tmp/gpu_session_render.$$
+fi
+rm -f "$OUT"/cuda_speed.json.tmp*
+finish
