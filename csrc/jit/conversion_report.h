@@ -48,7 +48,8 @@ struct ConversionReport {
   std::vector<std::string> unknownOps;
   int unobservedNodes = 0;
   double seconds = 0.0;
-  // Seconds per pipeline phase, in order: cleanup, observe, plan, apply, cancel, kernels, verify, report.
+  // Seconds per pipeline phase, in order: cleanup, observe, plan, apply, cancel, kernels, report, verify (convert()
+  // only: the load-time pass runs nothing).
   std::vector<std::pair<std::string, double>> phases;
 
   int lowPrecisionNodes() const;

@@ -24,6 +24,7 @@
 #include "jit/low_precision_io.h"
 #include "jit/module_scope.h"
 #include "jit/specialize_dtype_queries.h"
+#include "jit/typed_observation.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
@@ -122,7 +123,8 @@ std::vector<NodeDecision> decisionsOf(
     decision.precision = low ? "low" : "fp32";
     decision.rule = mapping.rules[n];
     decision.ruleKind = mapping.ruleKinds[n];
-    if (!node->outputs().empty() && isObservedFp32(observed, node->output(0))) {
+    if (!node->outputs().empty() && isObservedFp32(observed, node->output(0)) &&
+        observed.at(node->output(0)).rangeObserved) {
       decision.amax = observed.at(node->output(0)).largestMagnitude;
     }
     decision.flops = estimateFlops(node, observed);
@@ -199,72 +201,72 @@ ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype) 
   return options;
 }
 
-ConversionReport ConvertToMixedPrecision(
-    std::shared_ptr<Graph>& graph,
-    const Stack& inputs,
-    const ConvertOptions& options,
-    const std::vector<Stack>& calibration) {
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+// Appends each phase's seconds to the report as it ends.
+class PhaseClock {
+ public:
+  explicit PhaseClock(ConversionReport& report) : report_(report) {}
+  void end(const char* phase) {
+    const auto now = std::chrono::steady_clock::now();
+    report_.phases.emplace_back(phase, std::chrono::duration<double>(now - phaseStart_).count());
+    phaseStart_ = now;
+  }
+  void finish() {
+    report_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  ConversionReport& report_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point phaseStart_ = start_;
+};
+
+ConversionReport emptyReport(const ConvertOptions& options) {
   TORCH_CHECK(
       options.lowDtype == c10::ScalarType::Half || options.lowDtype == c10::ScalarType::BFloat16,
       "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", options.lowDtype);
-  TORCH_CHECK(
-      inputs.size() == graph->inputs().size(),
-      "torch_mp: the graph takes ", graph->inputs().size(), " inputs but ", inputs.size(), " were given");
-  for (const Stack& extra : calibration) {
-    TORCH_CHECK_VALUE(
-        extra.size() == inputs.size(), "torch_mp: a calibration input has ", extra.size(),
-        " values where the example inputs have ", inputs.size());
-  }
   ConversionReport report;
   report.dtype = c10::toString(options.lowDtype);
   report.policy = options.policyName;
   report.planner = options.planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
-  auto phaseStart = start;
-  auto endPhase = [&](const char* name) {
-    const auto now = std::chrono::steady_clock::now();
-    report.phases.emplace_back(name, std::chrono::duration<double>(now - phaseStart).count());
-    phaseStart = now;
-  };
+  return report;
+}
 
-  // 1. fp32 clean-up, before any cast exists.
-  if (!inputs.empty()) {
-    FoldAttributeReads(graph, inputs[0]);  // inputs[0] is the module in a method's graph
-  }
+// 1. fp32 clean-up, before any cast exists.
+void cleanUp(std::shared_ptr<Graph>& graph, ConversionReport& report) {
   torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
   torch::jit::RemoveTensorMutation(graph);
   torch::jit::RemoveListMutation(graph);
   torch::jit::EliminateDeadCode(graph);
   report.weightBytesBefore = constantBytes(*graph);
-  endPhase("cleanup");
+}
 
-  // 2. Dtype knowledge.
-  Observation observation;
-  try {
-    observation = observeValues(graph, inputs, calibration);
-  } catch (const c10::Error& error) {
-    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what_without_backtrace());
-  } catch (const std::exception& error) {
-    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what());
-  }
-  inferUnreachedDtypes(graph, observation.values);
-  recordObservedDtypes(observation.values);
-  SpecializeDtypeQueries(graph, observation.values);  // the dead queries go with the final dead-code pass
-  endPhase("observe");
+// Stages 2 (what the observation leaves to infer) to 6, lint and the report's casts and weights, on a cleaned-up
+// graph whose values `observed` describes.
+void convertObserved(
+    std::shared_ptr<Graph>& graph,
+    ObservedValues& observed,
+    const ConvertOptions& options,
+    ConversionReport& report,
+    PhaseClock& clock) {
+  // 2. Dtype knowledge, completed.
+  inferUnreachedDtypes(graph, observed);
+  recordObservedDtypes(observed);
+  SpecializeDtypeQueries(graph, observed);  // the dead queries go with the final dead-code pass
+  clock.end("observe");
 
   // 3. Plan.
-  DataflowMapping mapping =
-      buildDataflow(graph, observation.values, options.policy, options.lowDtype, options.nodeRule);
+  DataflowMapping mapping = buildDataflow(graph, observed, options.policy, options.lowDtype, options.nodeRule);
   core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.planner);
-  report.nodes = decisionsOf(mapping, plan, observation.values);
+  report.nodes = decisionsOf(mapping, plan, observed);
   report.unknownOps = mapping.unknownOps;
   report.unobservedNodes = mapping.unobservedNodes;
-  endPhase("plan");
+  clock.end("plan");
 
   // 4. Apply.
-  std::unordered_set<const Node*> inserted =
-      applyPrecisionPlan(graph, mapping, plan, observation.values, options.lowDtype);
-  endPhase("apply");
+  std::unordered_set<const Node*> inserted = applyPrecisionPlan(graph, mapping, plan, observed, options.lowDtype);
+  clock.end("apply");
 
   // 5. Cancel casts that change nothing (low-precision IO first: its casts meet the plan's head to head), fuse
   //    casts into the ops that read them; drop the fp32 constants nobody reads any more; share equal constants. A
@@ -282,35 +284,74 @@ ConversionReport ConvertToMixedPrecision(
   const std::function<void(const Node*)> countFusedCast = [&](const Node* cast) {
     if (inserted.erase(cast)) {
       report.fusedCasts += 1;
-      report.fusedCastBytes += castRecordOf(cast, observation.values).bytes;
+      report.fusedCastBytes += castRecordOf(cast, observed).bytes;
     }
   };
   if (options.fuseCasts) {
-    FuseCasts(graph, observation.values, countFusedCast);
+    FuseCasts(graph, observed, countFusedCast);
   }
   torch::jit::EliminateDeadCode(graph);
-  endPhase("cancel");
+  clock.end("cancel");
 
   // 6. CUDA layout and kernels: channels_last before the convolution fusion (which keeps the re-laid weights), both
   //    before fused pointwise kernels, which would otherwise take the relus and adds cuDNN can fuse.
   if (options.channelsLast) {
-    report.channelsLastConvolutions = ConvertConvolutionsToChannelsLast(graph, observation.values);
+    report.channelsLastConvolutions = ConvertConvolutionsToChannelsLast(graph, observed);
   }
   if (options.fuseConvolutions) {
-    const FusedConvolutions fused = FuseCudnnConvolutions(graph, observation.values);
+    const FusedConvolutions fused = FuseCudnnConvolutions(graph, observed);
     report.fusedConvolutions = fused.convRelu + fused.convAddRelu;
   }
   if (options.fusedKernels) {
-    report.fusedPointwise = FusePointwise(graph, observation.values, countFusedCast);
+    report.fusedPointwise = FusePointwise(graph, observed, countFusedCast);
   }
   torch::jit::EliminateDeadCode(graph);
   torch::jit::ConstantPooling(graph);
-  endPhase("kernels");
+  clock.end("kernels");
 
-  // 7. Check and report.
+  // 7. Report (the outputs' dtypes are checked by the caller that can run the graph).
   if (lintIsCheap(*graph)) {
     graph->lint();
   }
+  collectCasts(graph->block(), inserted, observed, report);
+  report.weightBytesAfter = constantBytes(*graph);
+  clock.end("report");
+}
+
+} // namespace
+
+ConversionReport ConvertToMixedPrecision(
+    std::shared_ptr<Graph>& graph,
+    const Stack& inputs,
+    const ConvertOptions& options,
+    const std::vector<Stack>& calibration) {
+  ConversionReport report = emptyReport(options);
+  PhaseClock clock(report);
+  TORCH_CHECK(
+      inputs.size() == graph->inputs().size(),
+      "torch_mp: the graph takes ", graph->inputs().size(), " inputs but ", inputs.size(), " were given");
+  for (const Stack& extra : calibration) {
+    TORCH_CHECK_VALUE(
+        extra.size() == inputs.size(), "torch_mp: a calibration input has ", extra.size(),
+        " values where the example inputs have ", inputs.size());
+  }
+
+  if (!inputs.empty()) {
+    FoldAttributeReads(graph, inputs[0]);  // inputs[0] is the module in a method's graph
+  }
+  cleanUp(graph, report);
+  clock.end("cleanup");
+
+  Observation observation;
+  try {
+    observation = observeValues(graph, inputs, calibration);
+  } catch (const c10::Error& error) {
+    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what_without_backtrace());
+  } catch (const std::exception& error) {
+    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what());
+  }
+  convertObserved(graph, observation.values, options, report, clock);
+
   if (options.verifyOutputs) {
     Stack verifyInputs = inputs;
     std::optional<c10::ScalarType> lowAsFloat;
@@ -328,11 +369,19 @@ ConversionReport ConvertToMixedPrecision(
         expected == actual, "torch_mp internal error: converted outputs have dtypes ", actual, " instead of ",
         expected);
   }
-  endPhase("verify");
-  collectCasts(graph->block(), inserted, observation.values, report);
-  report.weightBytesAfter = constantBytes(*graph);
-  endPhase("report");
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  clock.end("verify");
+  clock.finish();
+  return report;
+}
+
+ConversionReport ConvertTypedGraph(std::shared_ptr<Graph>& graph, const ConvertOptions& options) {
+  ConversionReport report = emptyReport(options);
+  PhaseClock clock(report);
+  cleanUp(graph, report);
+  clock.end("cleanup");
+  ObservedValues observed = observeTypes(graph);
+  convertObserved(graph, observed, options, report, clock);
+  clock.finish();
   return report;
 }
 

@@ -3,9 +3,10 @@
 //   1. fp32 clean-up     tensor attributes freezing left become constants (fold_attribute_reads); PyTorch's
 //                        frozen-graph folding (conv+bn, conv+add/mul, linear+bn) and removal of in-place
 //                        mutation, while every constant is still fp32
-//   2. dtype knowledge   one observed run on the example inputs and one per calibration input, completed
-//                        statically for views in branches not reached (value_observer); dtype queries answered
-//                        from it (specialize_dtype_queries)
+//   2. dtype knowledge   one observed run on the example inputs and one per calibration input (value_observer), or
+//                        the types the graph executor profiled (typed_observation, for the load-time pass);
+//                        completed statically for views in branches not reached; dtype queries answered from it
+//                        (specialize_dtype_queries)
 //   3. plan              graph -> dataflow (graph_to_dataflow, asking the user's node rule), min-cut precision plan
 //                        (core/precision_planner)
 //   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
@@ -15,7 +16,7 @@
 //   6. CUDA layout       CUDA convolutions channels_last (channels_last_convolutions); conv (+add) +relu as one cuDNN
 //      and kernels       call (fuse_cudnn_convolutions); with fused kernels, elementwise chains into
 //                        torch_mp::fused_pointwise calls (fuse_pointwise)
-//   7. check and report  lint, outputs keep their dtypes (checked by running the result), report
+//   7. report and check  lint, report; outputs keep their dtypes (checked by running the result, where inputs exist)
 #pragma once
 
 #include <torch/csrc/jit/api/module.h>
@@ -73,6 +74,11 @@ ConversionReport ConvertToMixedPrecision(
     const torch::jit::Stack& inputs,
     const ConvertOptions& options,
     const std::vector<torch::jit::Stack>& calibration = {});
+
+// Converts a frozen graph whose tensor values carry their dtype, device and sizes in their types, as the graph
+// executor profiled them (typed_observation), without running it: the load-time pass (jit_pass). No observed
+// magnitudes, so no observed range guard; the caller checks what running needs (outputs' dtypes).
+ConversionReport ConvertTypedGraph(std::shared_ptr<torch::jit::Graph>& graph, const ConvertOptions& options);
 
 struct ConvertedModule {
   torch::jit::Module module;

@@ -32,6 +32,9 @@ struct ObservedValue {
   // completed statically (inferUnreachedDtypes), never seen running: numel is 0
   bool inferred = false;
   double largestMagnitude = 0.0;  // fp32 tensors: max |x| over finite elements, across all times it was seen
+  // false where the values were never seen (dtype knowledge from types, typed_observation): largestMagnitude is 0
+  // and onlyIntegers true, so no observed range guard fires
+  bool rangeObserved = true;
   // fp32 tensors: whether every time it held values beyond kIntegerCheckAbove they were all integers (positions,
   // indices, pixel coordinates), which fp16 / bf16 hold exactly only up to 2048 / 256
   bool onlyIntegers = true;
