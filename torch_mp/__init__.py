@@ -6,7 +6,9 @@
 import torch  # noqa: F401  (loads libtorch before the extension)
 
 from ._convert import ConversionError, InputSpec, convert
+from ._torchscript import TorchScriptDeprecationWarning
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphModule, cuda_graphs
+from .jit_pass import jit_pass
 from .policy import CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, target_for
 from .report import Report
 
@@ -21,8 +23,10 @@ __all__ = [
     "OpPolicy",
     "PolicyEntry",
     "Report",
+    "TorchScriptDeprecationWarning",
     "convert",
     "cuda_graphs",
+    "jit_pass",
     "target_for",
 ]
 __version__ = "0.1.0"

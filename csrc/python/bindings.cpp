@@ -11,6 +11,7 @@
 #include "core/op_policy.h"
 #include "jit/pipeline.h"
 #include "jit/value_probe.h"
+#include "torch_mp/jit_pass.h"
 
 namespace py = pybind11;
 
@@ -120,6 +121,50 @@ jit::NodeRule nodeRuleFrom(py::object rule) {
   };
 }
 
+core::PlanMethod parsePlanner(const std::string& planner) {
+  TORCH_CHECK_VALUE(planner == "min-cut" || planner == "greedy", "torch_mp: planner must be 'min-cut' or 'greedy'");
+  return planner == "min-cut" ? core::PlanMethod::kMinCut : core::PlanMethod::kGreedy;
+}
+
+core::OpPolicy policyFrom(const PolicyRows& rows) {
+  core::OpPolicy policy;
+  for (const auto& [op, category, reason] : rows) {
+    policy.set(op, parseCategory(category), reason);
+  }
+  return policy;
+}
+
+// policyRows: None for each graph's default policy.
+void enableJitPass(
+    const std::string& dtype,
+    const std::optional<std::string>& policyName,
+    const std::optional<PolicyRows>& policyRows,
+    const std::string& planner,
+    bool fuseCasts,
+    bool fusedKernels,
+    bool channelsLast,
+    bool fuseConvolutions) {
+  jit::JitPassOptions options;
+  options.dtype = parseDtype(dtype);
+  if (policyRows) {
+    options.policy = policyFrom(*policyRows);
+    options.policyName = policyName.value_or("custom");
+  }
+  options.planner = parsePlanner(planner);
+  options.fuseCasts = fuseCasts;
+  options.fusedKernels = fusedKernels;
+  options.channelsLast = channelsLast;
+  options.fuseConvolutions = fuseConvolutions;
+  jit::enableMixedPrecisionPass(options);
+}
+
+// (converted, skipped, last outcome, last report JSON or None, last error)
+std::tuple<int64_t, int64_t, std::string, std::optional<std::string>, std::string> jitPassActivity() {
+  const jit::PassActivity activity = jit::mixedPrecisionPassActivity();
+  return {activity.converted, activity.skipped, jit::toString(activity.lastOutcome),
+          activity.lastReport ? std::make_optional(activity.lastReport->toJson()) : std::nullopt, activity.lastError};
+}
+
 std::pair<torch::jit::Module, std::string> convertModule(
     const torch::jit::Module& module,
     const py::tuple& exampleInputs,
@@ -138,11 +183,8 @@ std::pair<torch::jit::Module, std::string> convertModule(
   jit::ConvertOptions options;
   options.lowDtype = parseDtype(dtype);
   options.policyName = policyName;
-  for (const auto& [op, category, reason] : policyRows) {
-    options.policy.set(op, parseCategory(category), reason);
-  }
-  TORCH_CHECK_VALUE(planner == "min-cut" || planner == "greedy", "torch_mp: planner must be 'min-cut' or 'greedy'");
-  options.planner = planner == "min-cut" ? core::PlanMethod::kMinCut : core::PlanMethod::kGreedy;
+  options.policy = policyFrom(policyRows);
+  options.planner = parsePlanner(planner);
   options.verifyOutputs = verifyOutputs;
   options.nodeRule = nodeRuleFrom(std::move(nodeRule));
   options.lowPrecisionIO = lowPrecisionIO;
@@ -189,6 +231,13 @@ PYBIND11_MODULE(_C, m) {
         py::arg("policy_name"), py::arg("policy"), py::arg("planner"), py::arg("verify_outputs"),
         py::arg("node_rule"), py::arg("calibration_inputs"), py::arg("low_precision_io"), py::arg("fuse_casts"),
         py::arg("fused_kernels"), py::arg("channels_last"), py::arg("fuse_convolutions"), "Freezes a copy of a scripted module and converts it; returns (module, report JSON).");
+  m.def("enable_jit_pass", &torch_mp::enableJitPass, py::arg("dtype"), py::arg("policy_name"), py::arg("policy"),
+        py::arg("planner"), py::arg("fuse_casts"), py::arg("fused_kernels"), py::arg("channels_last"),
+        py::arg("fuse_convolutions"), "Enables the load-time mixed-precision pass (registered once per process).");
+  m.def("disable_jit_pass", &torch_mp::jit::disableMixedPrecisionPass, "Disables the load-time pass.");
+  m.def("jit_pass_enabled", &torch_mp::jit::mixedPrecisionPassEnabled);
+  m.def("jit_pass_activity", &torch_mp::jitPassActivity,
+        "(graphs converted, graphs skipped, last outcome, last report JSON or None, last error)");
   m.def("probe_values", &torch_mp::probeValues, py::arg("module"), py::arg("inputs"), py::arg("names"),
         "Runs a converted module's forward and returns the named top-level values (undefined where absent).");
 }

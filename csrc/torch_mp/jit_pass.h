@@ -1,0 +1,72 @@
+// Mixed precision at load time: torch_mp's pipeline as a pass of TorchScript's graph executor.
+//
+//   torch_mp::jit::enableMixedPrecisionPass({.dtype = at::kHalf});
+//   auto model = torch::jit::load("model_fp32_frozen.pt");   // any frozen fp32 TorchScript file
+//   model.forward({x});  // the first call profiles (fp32); from the second on the optimized graph runs mixed
+//
+// The executor optimizes a graph after its profiling run; the pass then converts that graph with the stages
+// convert() runs, reading dtypes, devices and sizes from the profile instead of example inputs, and guards the
+// result: inputs of another dtype or device (or needing gradients) run the unconverted graph, which the executor
+// profiles and optimizes (and the pass converts) on its own. Graphs optimized before the pass was enabled keep
+// their plan; a disabled pass changes no graph.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/op_policy.h"
+#include "core/precision_planner.h"
+#include "jit/conversion_report.h"
+
+namespace torch_mp::jit {
+
+struct JitPassOptions {
+  c10::ScalarType dtype = c10::ScalarType::Half;  // float16 or bfloat16
+  // The op policy; by default the one for each graph's device (from its profile) and the dtype.
+  std::optional<core::OpPolicy> policy;
+  std::string policyName = "custom";  // names a given policy in the report
+  core::PlanMethod planner = core::PlanMethod::kMinCut;
+  bool fuseCasts = true;
+  bool fusedKernels = false;  // torch_mp::fused_pointwise calls (need the torch_mp library loaded, as it is here)
+  bool channelsLast = true;
+  bool fuseConvolutions = false;
+};
+
+// Why the pass left a graph as it was.
+enum class SkipReason {
+  kNone,            // converted
+  kNoProfile,       // no profiled types: the legacy executor, or a graph without tensors
+  kNeedsGradient,   // a tensor was profiled requiring grad: training, not inference
+  kNotFrozen,       // every tensor read from module attributes (prim::GetAttr), none constant: freeze first
+  kNothingToLower,  // the plan put no node in low precision
+  kFailed,          // the conversion threw; the message is in PassActivity::lastError
+};
+const char* toString(SkipReason reason);
+
+// Registers the pass with torch::jit's pass manager (once per process) and enables it with these options,
+// replacing earlier ones. Safe to call again and from several threads.
+void enableMixedPrecisionPass(const JitPassOptions& options = {});
+// Graphs optimized from now on are left alone.
+void disableMixedPrecisionPass();
+bool mixedPrecisionPassEnabled();
+std::optional<JitPassOptions> mixedPrecisionPassOptions();
+
+// The pass itself, as the executor calls it on a graph it optimizes: does nothing while disabled. For tests, and for
+// callers that run the executor's passes themselves.
+void runMixedPrecisionPass(std::shared_ptr<torch::jit::Graph>& graph);
+
+struct PassActivity {
+  int64_t converted = 0;  // graphs the pass rewrote since the process started
+  int64_t skipped = 0;    // graphs it saw while enabled and left alone
+  SkipReason lastOutcome = SkipReason::kNone;
+  std::optional<ConversionReport> lastReport;  // of the last graph planned (converted, or nothing to lower)
+  std::string lastError;                       // of the last kFailed
+};
+PassActivity mixedPrecisionPassActivity();
+
+} // namespace torch_mp::jit

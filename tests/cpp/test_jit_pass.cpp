@@ -1,0 +1,187 @@
+// The load-time pass: graphs with the profile the executor records (prim::profile nodes carrying each tensor's
+// type, built here from the types written in the IR strings), checked with FileCheck where the pass fires (guarded
+// conversion with a fallback) and where it must not (integer tensors, a module not frozen, a disabled pass); and the
+// executor itself running a graph function under the pass, against its fp32 results.
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/clear_profiling.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/testing/file_check.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "test_utils.h"
+#include "torch_mp/jit_pass.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::testing::FileCheck;
+
+// What the profiling executor hands its passes: every tensor input of every node read through a prim::profile
+// node holding the type seen (here: the type the IR string gave the value), and the values' own types unshaped.
+void profileTypedValues(const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::vector<torch::jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
+  nodes.push_back(graph->return_node());
+  for (torch::jit::Node* node : nodes) {
+    for (size_t i = 0; i < node->inputs().size(); ++i) {
+      torch::jit::Value* value = node->input(i);
+      auto type = value->type()->cast<c10::TensorType>();
+      if (!type || !type->scalarType() || value->node()->kind() == c10::prim::Constant) {
+        continue;
+      }
+      torch::jit::Node* profile = graph->create(c10::prim::profile, {value}, 1);
+      profile->ty_(c10::attr::profiled_type, type);
+      profile->insertBefore(node);
+      node->replaceInput(i, profile->output());
+    }
+  }
+  torch::jit::ClearProfilingInformation(graph);
+}
+
+class JitPassTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    disableMixedPrecisionPass();
+  }
+};
+
+constexpr const char* kTypedConvReluSoftmax = R"IR(
+    graph(%x : Float(1, 3, 8, 8, strides=[192, 64, 8, 1], requires_grad=0, device=cpu), %w : Tensor):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %zero : int = prim::Constant[value=0]()
+      %ones : int[] = prim::ListConstruct(%one, %one)
+      %zeros : int[] = prim::ListConstruct(%zero, %zero)
+      %c : Float(1, 4, 6, 6, strides=[144, 36, 6, 1], requires_grad=0, device=cpu) = aten::conv2d(%x, %w, %none, %ones, %zeros, %ones, %one)
+      %r : Float(1, 4, 6, 6, strides=[144, 36, 6, 1], requires_grad=0, device=cpu) = aten::relu(%c)
+      %s : Float(1, 4, 6, 6, strides=[144, 36, 6, 1], requires_grad=0, device=cpu) = aten::softmax(%r, %one, %none)
+      return (%s))IR";
+
+std::shared_ptr<torch::jit::Graph> profiledConvReluSoftmax() {
+  auto graph = parseGraph(kTypedConvReluSoftmax);
+  inlineInputAsConstant(*graph, 1, torch::randn({4, 3, 3, 3}));
+  profileTypedValues(graph);
+  return graph;
+}
+
+TEST_F(JitPassTest, ProfiledFrozenGraphIsConvertedBehindADtypeGuard) {
+  auto graph = profiledConvReluSoftmax();
+  enableMixedPrecisionPass({.dtype = at::kHalf});
+  const int64_t before = mixedPrecisionPassActivity().converted;
+  runMixedPrecisionPass(graph);
+  graph->lint();
+  FileCheck()
+      .check("prim::TypeCheck[types=[FloatTensor(requires_grad=0, device=cpu)]](%x)")
+      ->check("prim::If")
+      ->check("aten::to")  // the input, to fp16
+      ->check("aten::conv2d")
+      ->check("aten::relu")
+      ->check("aten::softmax")  // reads fp16, computes in fp32: the cast back fused into its dtype argument
+      ->check("prim::FallbackGraph")
+      ->check_not("prim::profile")
+      ->run(*graph);
+  FileCheck().check("Half(4, 3, 3, 3")->run(*graph);  // the weight, cast once
+  const PassActivity activity = mixedPrecisionPassActivity();
+  EXPECT_EQ(activity.converted, before + 1);
+  EXPECT_EQ(activity.lastOutcome, SkipReason::kNone);
+  ASSERT_TRUE(activity.lastReport);
+  EXPECT_EQ(activity.lastReport->lowPrecisionNodes(), 2);  // conv2d, relu
+  // the fallback is the graph as it was, profile nodes gone
+  auto fallback = torch::jit::findAllNodes(*graph, c10::prim::FallbackGraph, /*recurse=*/true).at(0)->g(
+      c10::attr::Subgraph);
+  FileCheck().check_not("aten::to")->check("aten::conv2d")->check_not("prim::profile")->run(*fallback);
+  const auto weights = torch::jit::findAllNodes(*fallback, c10::prim::Constant, /*recurse=*/false);
+  EXPECT_EQ(std::count_if(weights.begin(), weights.end(), [](torch::jit::Node* node) {
+              auto value = torch::jit::toIValue(node->output());
+              return value->isTensor() && value->toTensor().scalar_type() == at::kFloat;
+            }),
+            1);
+}
+
+TEST_F(JitPassTest, IntegerGraphIsLeftAsItWas) {
+  auto graph = parseGraph(R"IR(
+    graph(%i : Long(4, strides=[1], requires_grad=0, device=cpu)):
+      %one : int = prim::Constant[value=1]()
+      %s : Long(4, strides=[1], requires_grad=0, device=cpu) = aten::add(%i, %i, %one)
+      %m : Long(4, strides=[1], requires_grad=0, device=cpu) = aten::mul(%s, %i)
+      return (%m))IR");
+  profileTypedValues(graph);
+  const std::string before = graph->toString();
+  enableMixedPrecisionPass({.dtype = at::kBFloat16});
+  runMixedPrecisionPass(graph);
+  EXPECT_EQ(graph->toString(), before);
+  EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNothingToLower);
+}
+
+TEST_F(JitPassTest, GraphWithoutProfileIsLeftAsItWas) {
+  auto graph = parseGraph(kConvReluSoftmax);
+  const std::string before = graph->toString();
+  enableMixedPrecisionPass({.dtype = at::kHalf});
+  runMixedPrecisionPass(graph);
+  EXPECT_EQ(graph->toString(), before);
+  EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNoProfile);
+}
+
+TEST_F(JitPassTest, DisabledPassChangesNothing) {
+  auto graph = profiledConvReluSoftmax();
+  const std::string before = graph->toString();
+  const PassActivity activity = mixedPrecisionPassActivity();
+  enableMixedPrecisionPass({.dtype = at::kHalf});
+  disableMixedPrecisionPass();
+  runMixedPrecisionPass(graph);
+  EXPECT_EQ(graph->toString(), before);
+  EXPECT_EQ(mixedPrecisionPassActivity().converted, activity.converted);
+  EXPECT_EQ(mixedPrecisionPassActivity().skipped, activity.skipped);
+}
+
+TEST_F(JitPassTest, RejectsFloat32) {
+  EXPECT_THROW(enableMixedPrecisionPass({.dtype = at::kFloat}), c10::ValueError);
+  EXPECT_FALSE(mixedPrecisionPassEnabled());
+}
+
+// Two calls through the executor, as a loaded module's forward goes: the first profiles, the second runs the
+// optimized graph, which the pass converted.
+c10::IValue runTwice(torch::jit::Function& function, const at::Tensor& x) {
+  torch::NoGradGuard noGrad;
+  function({x});
+  return function({x});
+}
+
+TEST_F(JitPassTest, ExecutorRunsAFrozenGraphMixedAndAModuleNotFrozenInFp32) {
+  auto graph = parseGraph(kConvReluSoftmax);
+  const at::Tensor weight = torch::randn({4, 3, 3, 3});
+  inlineInputAsConstant(*graph, 1, weight);
+  const at::Tensor x = torch::randn({2, 3, 10, 10});
+  const at::Tensor expected = runGraph(graph, {x})[0].toTensor();
+
+  enableMixedPrecisionPass({.dtype = at::kBFloat16});
+  torch::jit::GraphFunction frozen("frozen", graph->copy(), nullptr);
+  const at::Tensor mixed = runTwice(frozen, x).toTensor();
+  EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNone);
+  FileCheck().check("prim::TypeCheck")->check("BFloat16(4, 3, 3, 3")->check("aten::conv2d")->run(
+      *torch::jit::lastExecutedOptimizedGraph());
+  EXPECT_EQ(mixed.scalar_type(), at::kFloat);
+  EXPECT_FALSE(torch::equal(mixed, expected));
+  EXPECT_TRUE(torch::allclose(mixed, expected, /*rtol=*/0, /*atol=*/2e-2));
+
+  torch::jit::Module module("NotFrozen");
+  module.register_parameter("weight", weight, /*is_buffer=*/false);
+  module.define(R"(
+    def forward(self, x):
+        return torch.softmax(torch.relu(torch.conv2d(x, self.weight)), 1)
+  )");
+  module.eval();
+  torch::NoGradGuard noGrad;
+  module.forward({x});
+  const at::Tensor fp32 = module.forward({x}).toTensor();
+  EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNotFrozen);
+  EXPECT_TRUE(torch::equal(fp32, expected));
+  FileCheck().check_not("aten::to")->check_not("prim::TypeCheck")->run(*torch::jit::lastExecutedOptimizedGraph());
+}
+
+} // namespace
+} // namespace torch_mp::jit
