@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import torch
 
 import torch_mp
+from torch_mp._torchscript import jit_call
 from torch_mp.policy import Exclusion
 from torch_mp.models import resnet50_ibn_a
 
@@ -52,7 +53,9 @@ def load_torchscript(path: str, extra_files=None) -> torch.jit.ScriptModule:
     if not os.path.isfile(path):
         raise CliError(f"{path} does not exist")
     try:
-        return torch.jit.load(path, map_location="cpu", _extra_files=extra_files or {})
+        return jit_call(torch.jit.load, path, map_location="cpu", _extra_files=extra_files or {})
+    except torch_mp.TorchScriptDeprecationWarning:
+        raise  # torch_mp's warning turned into an error by a filter: the file is fine
     except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise CliError(f"{path} is not a loadable TorchScript file (corrupt, truncated or another format): {first}")
@@ -169,7 +172,7 @@ def convert(args: argparse.Namespace) -> int:
                                          calibration_inputs=calibration, tolerance=args.tolerance,
                                          keep_io_dtypes=not args.low_precision_io, kernels=args.kernels)
     check_exclusions(args.exclude or [], report)
-    torch.jit.save(converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
+    jit_call(torch.jit.save, converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
     if args.report:
         with open(args.report, "w") as f:
             f.write(report.to_json())

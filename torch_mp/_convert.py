@@ -8,6 +8,7 @@ from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, U
 import torch
 
 from . import _C
+from ._torchscript import TorchScriptDeprecationWarning, jit_call
 from .policy import OpPolicy, target_for
 from .report import Report
 
@@ -258,9 +259,9 @@ _CAPTURE_LOCK = threading.Lock()
 def _script_or_trace(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModule, str]:
     capture = "script"
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            scripted = torch.jit.script(model)
+        scripted = jit_call(torch.jit.script, model)
+    except TorchScriptDeprecationWarning:
+        raise  # torch_mp's warning turned into an error by a filter: not a reason to trace instead
     except Exception as script_error:  # noqa: BLE001 - any scripting failure falls back to tracing
         if not inputs:
             raise ValueError(
@@ -278,9 +279,8 @@ def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
             # strict=False: dict outputs (transformers' ModelOutput, detection heads) are traced as dicts
-            return torch.jit.trace(model, inputs, check_trace=False, strict=False)
+            return jit_call(torch.jit.trace, model, inputs, check_trace=False, strict=False)
     except Exception as trace_error:  # noqa: BLE001
         raise ValueError(
             f"{type(model).__name__} {why_not_script} and cannot be traced with the example inputs "

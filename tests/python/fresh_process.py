@@ -1,4 +1,5 @@
-"""Loads a saved converted model in a fresh Python process that never imports torch_mp, and checks its output."""
+"""Runs Python in a fresh process: to load a saved converted model without torch_mp and check its output, or to see
+what a process prints (warnings shown once per process need one)."""
 import os
 import subprocess
 import sys
@@ -25,7 +26,12 @@ def assert_runs_without_torch_mp(model_path, x, expected, tmp_path, check: str =
         print("ok")
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env)
+    result = run_python("-c", script, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def run_python(*args, cwd) -> subprocess.CompletedProcess:
+    """`python ARGS` in a new interpreter in `cwd`, without this process's PYTHONPATH and PYTHONWARNINGS."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONWARNINGS")}
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env)

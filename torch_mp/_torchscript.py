@@ -1,0 +1,79 @@
+"""The torch.jit calls torch_mp makes on the user's behalf, without torch's deprecation warnings for them.
+
+torch 2.14 warns FutureWarning (torch 2.13: DeprecationWarning, hidden by default) on every torch.jit.script / trace /
+save / load. Those warnings are attributed to torch's own modules (torch.jit._script, ...), so a filter on the module
+cannot tell torch_mp's calls from the user's; a warnings filter whose message test holds only in a thread inside
+jit_call can. It is thread-local, so it needs no lock around the calls, and a user's own torch.jit calls, in any
+thread, still warn as torch does. torch_mp emits one warning of its own instead, once per process.
+"""
+import re
+import sys
+import threading
+import warnings
+
+import torch
+
+
+class TorchScriptDeprecationWarning(FutureWarning):
+    """torch_mp's output is TorchScript, which PyTorch deprecates (torch 2.14 warns on each torch.jit call)."""
+
+
+MESSAGE = (
+    "torch_mp converts to TorchScript, which PyTorch deprecates: since torch 2.14, torch.jit.script, trace, save and "
+    "load warn FutureWarning (torch.compile and torch.export are PyTorch's replacements). torch_mp hides those "
+    "warnings for the torch.jit calls it makes on your behalf (your own torch.jit calls still warn). Its output, a "
+    "frozen TorchScript module, keeps working through torch 2.14, the newest torch torch_mp supports. "
+    "See \"TorchScript's status\" in torch_mp's README.md."
+)
+
+TORCH_WARNS = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 14)
+
+_thread = threading.local()  # depth: how many jit_call frames this thread is inside
+_lock = threading.Lock()
+_warned = False
+
+
+class _InsideJitCall:
+    """The message test of the filter below: torch.jit's deprecation messages, in a thread inside jit_call only."""
+
+    messages = re.compile(r"`torch\.jit\.\w+` is (deprecated|not supported)")
+
+    def match(self, text: str) -> bool:
+        return getattr(_thread, "depth", 0) > 0 and self.messages.match(text) is not None
+
+
+_FILTER = ("ignore", _InsideJitCall(), Warning, re.compile(r"torch\.jit\."), 0)
+
+
+def jit_call(function, *args, **kwargs):
+    """function(*args, **kwargs), a torch.jit function torch_mp calls for the user, without torch's deprecation
+    warning; warns TorchScriptDeprecationWarning instead, the first time in the process where torch would warn."""
+    if TORCH_WARNS:
+        _warn_once()
+    with _lock:
+        # first in the list, each time: filters added since (pytest's "always" for DeprecationWarning, a user's
+        # "error", a catch_warnings that dropped it on exit) must not turn these warnings back on. Outside jit_call
+        # it matches nothing, so its place changes no other warning.
+        filters = warnings.filters
+        if not filters or filters[0] is not _FILTER:
+            if _FILTER in filters:
+                filters.remove(_FILTER)
+            filters.insert(0, _FILTER)
+    _thread.depth = getattr(_thread, "depth", 0) + 1
+    try:
+        return function(*args, **kwargs)
+    finally:
+        _thread.depth -= 1
+
+
+def _warn_once() -> None:
+    global _warned
+    with _lock:
+        if _warned:
+            return
+        _warned = True
+    # attributed to the first caller outside torch_mp: the user's code, or the command line's __main__
+    level, frame = 1, sys._getframe()
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "torch_mp":
+        level, frame = level + 1, frame.f_back
+    warnings.warn(MESSAGE, TorchScriptDeprecationWarning, stacklevel=level)
