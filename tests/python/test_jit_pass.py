@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import torch_mp
-from torch_mp.models import ControlFlowNet, ResNetIBN
+from torch_mp.models import ControlFlowNet, LSTMTagger, ResNetIBN
 
 
 @pytest.fixture(autouse=True)
@@ -152,6 +152,21 @@ def test_transformer_file_runs_mixed_under_the_pass(tmp_path):
     torch.testing.assert_close(mixed, model(x), rtol=0, atol=5e-3)
 
 
+def test_recurrent_layer_is_lowered_though_the_executor_profiles_its_result_only_where_a_branch_returns_it(tmp_path):
+    # nn.LSTM's output is read only in `if not is_batched: output.squeeze(1)` (not taken) and returned by the other
+    # branch; its hidden state is read by nothing: the pass types both from the profile around them
+    model = LSTMTagger().eval()
+    x = torch.randint(0, 1000, (4, 20))
+    path = save_frozen(model, tmp_path / "lstm.pt")
+    with torch_mp.jit_pass(dtype=torch.bfloat16):
+        module = torch.jit.load(path)
+        mixed = run_profiled(module, x)
+    report = torch_mp.jit_pass.activity().last_report
+    assert [n["precision"] for n in report.nodes if n["op"] == "aten::lstm"] == ["low"]
+    assert report.data["unobserved_nodes"] == 0
+    torch.testing.assert_close(mixed, model(x), rtol=0, atol=5e-2)
+
+
 def test_integer_outputs_and_untaken_branches_keep_their_dtypes(tmp_path):
     model = ControlFlowNet().eval()
     x = torch.randn(4, 32) + 0.5
@@ -281,3 +296,19 @@ def test_cpp_example_runs_a_frozen_fp32_file_mixed(tmp_path, cpp_example):
     difference = float(re.search(r"max difference against fp32: (\S+)", result.stdout).group(1))
     torch.manual_seed(0)
     assert 0 < difference < 0.1 * model(torch.randn(2, 3, 32, 32)).abs().max().item()
+
+
+@pytest.mark.cuda
+def test_cuda_file_runs_mixed_with_the_cuda_policy_and_channels_last(tmp_path):
+    model = small_resnet().cuda()
+    x = torch.randn(2, 3, 32, 32, device="cuda")
+    path = save_frozen(model, tmp_path / "resnet.pt")
+    with torch_mp.jit_pass(dtype=torch.float16):
+        module = torch.jit.load(path)
+        mixed = run_profiled(module, x)
+    report = torch_mp.jit_pass.activity().last_report
+    assert report.data["policy"] == "cuda_fp16"
+    assert report.data["channels_last_convolutions"] == 17
+    assert mixed.dtype == torch.float32 and mixed.is_cuda
+    expected = model(x)
+    torch.testing.assert_close(mixed, expected, rtol=0, atol=2e-2 * expected.abs().max().item())
