@@ -115,6 +115,7 @@ std::string ConversionReport::toJson() const {
       << ", \"channels_last_convolutions\": " << channelsLastConvolutions
       << ", \"fused_convolutions\": " << fusedConvolutions
       << ", \"unobserved_nodes\": " << unobservedNodes
+      << ", \"ranges_observed\": " << (rangesObserved ? "true" : "false")
       << ", \"low_precision_flop_fraction\": " << lowPrecisionFlopFraction() << ", \"unknown_ops\": [";
   for (size_t i = 0; i < unknownOps.size(); ++i) {
     out << (i ? ", " : "") << quoted(unknownOps[i]);

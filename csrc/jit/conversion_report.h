@@ -47,6 +47,9 @@ struct ConversionReport {
   int64_t weightBytesAfter = 0;
   std::vector<std::string> unknownOps;
   int unobservedNodes = 0;
+  // false for the load-time pass, whose dtypes come from the executor's profile: no magnitudes, so the observed range
+  // guard could not fire (constants are still checked)
+  bool rangesObserved = true;
   double seconds = 0.0;
   // Seconds per pipeline phase, in order: cleanup, observe, plan, apply, cancel, kernels, report, verify (convert()
   // only: the load-time pass runs nothing).

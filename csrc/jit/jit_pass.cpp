@@ -143,7 +143,7 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
   torch::jit::RemoveTensorTypeSpecializations(converted);
   guardWithFallback(*converted, guards, std::move(fallback));
   GRAPH_UPDATE("torch_mp pass: ", report.lowPrecisionNodes(), " nodes in ", report.dtype, ", ", report.casts.size(),
-               " casts:\n", *converted);
+               " casts (dtypes from the profile; magnitudes unknown, so no observed range guard):\n", *converted);
   graph = std::move(converted);
   record(SkipReason::kNone, std::move(report));
 }

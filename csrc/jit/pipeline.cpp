@@ -376,6 +376,7 @@ ConversionReport ConvertToMixedPrecision(
 
 ConversionReport ConvertTypedGraph(std::shared_ptr<Graph>& graph, const ConvertOptions& options) {
   ConversionReport report = emptyReport(options);
+  report.rangesObserved = false;
   PhaseClock clock(report);
   cleanUp(graph, report);
   clock.end("cleanup");

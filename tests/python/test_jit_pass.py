@@ -110,6 +110,7 @@ def test_frozen_resnet_file_runs_mixed_under_the_pass_and_fp32_without(tmp_path,
         graph = torch.jit.last_executed_optimized_graph()
     activity = torch_mp.jit_pass.activity()
     assert activity.converted == before + 1 and activity.last_outcome == "converted"
+    assert activity.last_report.data["ranges_observed"] is False
     convolutions = [n for n in activity.last_report.nodes if n["op"] == "aten::conv2d"]
     assert len(convolutions) == 17 and all(n["precision"] == "low" for n in convolutions)
     assert len(low_constants(graph, dtype)) >= 17  # every convolution's weight, pre-cast
