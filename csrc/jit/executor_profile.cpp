@@ -3,6 +3,7 @@
 #include <torch/csrc/jit/passes/clear_profiling.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 
+#include <functional>
 #include <unordered_map>
 
 #include "jit/value_observer.h"
@@ -57,12 +58,13 @@ void scanTensorSources(const Block* block, bool& readsAttributes, bool& holdsCon
   }
 }
 
-void removeProfiles(Block* block) {
+// Removes the profile nodes `remove` picks, their readers reading the profiled value itself.
+void removeProfiles(Block* block, const std::function<bool(const Node*)>& remove) {
   for (auto it = block->nodes().begin(); it != block->nodes().end();) {
     for (Block* sub : it->blocks()) {
-      removeProfiles(sub);
+      removeProfiles(sub, remove);
     }
-    if (isProfile(*it)) {
+    if (isProfile(*it) && remove(*it)) {
       for (size_t i = 0; i < it->outputs().size(); ++i) {
         it->output(i)->replaceAllUsesWith(it->input(i));
       }
@@ -142,23 +144,6 @@ void typesOfBranchReturns(Block* block, std::unordered_map<Value*, c10::TensorTy
   }
 }
 
-// Removes the profile nodes that never ran (in branches not taken). PyTorch's RemoveProfileNodesAndSpecializeTypes
-// leaves a value unspecialized when its profiles differ, and an unrun profile (no dtype) always differs from a run
-// one: a tensor read in the branch not taken and returned by the one taken (`if not is_batched: output =
-// output.squeeze(1)` in nn.GRU / LSTM / MultiheadAttention) would lose its dtype.
-void removeUnexecutedProfiles(Block* block) {
-  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
-    for (Block* sub : it->blocks()) {
-      removeUnexecutedProfiles(sub);
-    }
-    if (it->kind() == c10::prim::profile && !executed(*it)) {
-      it->output()->replaceAllUsesWith(it->input());
-      it.destroyCurrent();
-    } else {
-      ++it;
-    }
-  }
-}
 // Whether the node writes its first argument in place and returns it (`aten::add_`, `aten::relu_`).
 bool returnsItsWrittenSelf(const Node* node) {
   const c10::FunctionSchema* schema = node->maybeSchema();
@@ -209,7 +194,7 @@ SkipReason whyNotConvertible(const Graph& graph) {
 
 std::shared_ptr<Graph> unprofiledCopy(Graph& graph) {
   std::shared_ptr<Graph> copy = graph.copy();
-  removeProfiles(copy->block());
+  removeProfiles(copy->block(), [](const Node*) { return true; });
   torch::jit::ClearProfilingInformation(copy);
   return copy;
 }
@@ -217,9 +202,15 @@ std::shared_ptr<Graph> unprofiledCopy(Graph& graph) {
 void specializeProfiledTypes(std::shared_ptr<Graph>& graph) {
   std::unordered_map<Value*, c10::TensorTypePtr> branchReturns;
   typesOfBranchReturns(graph->block(), branchReturns);
-  removeUnexecutedProfiles(graph->block());
+  // Profiles that never ran (in branches not taken) go first. PyTorch's RemoveProfileNodesAndSpecializeTypes leaves
+  // a value unspecialized when its profiles differ, and an unrun profile (no dtype) always differs from a run one:
+  // a tensor read in the branch not taken and returned by the one taken (`if not is_batched: output =
+  // output.squeeze(1)` in nn.GRU / LSTM / MultiheadAttention) would lose its dtype.
+  removeProfiles(graph->block(), [](const Node* profile) {
+    return profile->kind() == c10::prim::profile && !executed(profile);
+  });
   torch::jit::RemoveProfileNodesAndSpecializeTypes(graph);
-  removeProfiles(graph->block());  // profile_ivalue nodes, which that pass leaves
+  removeProfiles(graph->block(), [](const Node*) { return true; });  // profile_ivalue nodes, which that pass leaves
   for (const auto& [value, type] : branchReturns) {
     if (!value->type()->expectRef<c10::TensorType>().scalarType()) {
       value->setType(type);

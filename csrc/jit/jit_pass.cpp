@@ -16,7 +16,6 @@
 #include <torch/csrc/jit/passes/pass_manager.h>
 #include <torch/csrc/jit/passes/tensorexpr_fuser.h>
 
-#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -43,9 +42,6 @@ PassState& state() {
   static PassState instance;
   return instance;
 }
-
-std::atomic<bool> enabled{false};  // read without the lock by every graph the executor optimizes
-
 
 // The device the profile saw the graph's computed tensors on (CUDA when any was), which picks the default policy.
 c10::DeviceType deviceOf(const Block* block) {
@@ -80,7 +76,6 @@ ConvertOptions convertOptionsFor(const JitPassOptions& pass, c10::DeviceType dev
   return options;
 }
 
-
 void record(SkipReason outcome, std::optional<ConversionReport> report = std::nullopt, std::string error = "") {
   PassState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -106,9 +101,6 @@ void failed(const std::string& error) {
 } // namespace
 
 void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
-  if (!enabled.load()) {
-    return;
-  }
   std::optional<JitPassOptions> options = mixedPrecisionPassOptions();
   if (!options) {
     return;
@@ -120,8 +112,6 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
     record(reason);
     return;
   }
-  std::shared_ptr<Graph> fallback = unprofiledCopy(*graph);
-
   std::shared_ptr<Graph> converted = graph->copy();
   ConversionReport report;
   try {
@@ -141,7 +131,7 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
   }
   const std::vector<c10::TensorTypePtr> guards = inputGuards(*converted);
   torch::jit::RemoveTensorTypeSpecializations(converted);
-  guardWithFallback(*converted, guards, std::move(fallback));
+  guardWithFallback(*converted, guards, unprofiledCopy(*graph));  // `graph` is still the one the executor gave
   GRAPH_UPDATE("torch_mp pass: ", report.lowPrecisionNodes(), " nodes in ", report.dtype, ", ", report.casts.size(),
                " casts (dtypes from the profile; magnitudes unknown, so no observed range guard):\n", *converted);
   graph = std::move(converted);
@@ -177,18 +167,16 @@ void enableMixedPrecisionPass(const JitPassOptions& options) {
     s.registered = true;
   }
   s.options = options;
-  enabled.store(true);
 }
 
 void disableMixedPrecisionPass() {
   PassState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  enabled.store(false);
   s.options.reset();
 }
 
 bool mixedPrecisionPassEnabled() {
-  return enabled.load();
+  return mixedPrecisionPassOptions().has_value();
 }
 
 std::optional<JitPassOptions> mixedPrecisionPassOptions() {
