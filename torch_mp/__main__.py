@@ -1,11 +1,15 @@
 """Command line of torch_mp.
 
-    python -m torch_mp demo [--dtype bf16]                 convert the built-in ResNet-50 IBN-a, print its report
+    python -m torch_mp demo [--dtype bf16] [--casts]       convert the built-in ResNet-50 IBN-a, print its report
     python -m torch_mp convert IN.pt -o OUT.pt --dtype fp16 --input-shape 1,3,224,224 [--report report.json]
                        [--exclude GLOB ...] [--calib FILE] [--tolerance X] [--low-precision-io] [--svg graph.svg]
                        [--kernels portable|fused]
-    python -m torch_mp report OUT.pt [--svg graph.svg]      summarise a converted file (and draw it)
+    python -m torch_mp report OUT.pt [--svg graph.svg] [--casts]
+                                                           summarise a converted file (and draw it)
     python -m torch_mp policy [--target cuda_fp16]          print a default op policy (docs/OP_POLICY.md)
+
+The report printed is the summary and a table by op; --casts adds one line per inserted cast (the JSON report
+always has them).
 """
 import argparse
 import os
@@ -23,6 +27,7 @@ from torch_mp.models import resnet50_ibn_a
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 REPORT_FILE = "torch_mp_report.json"  # stored beside the model in the saved file; torch.jit.load ignores it
+CASTS_HELP = "also list every inserted cast with the bytes it moves per inference"
 
 
 class CliError(Exception):
@@ -37,7 +42,7 @@ def demo(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
     elapsed = time.perf_counter() - start
-    print(report)
+    print_report(report, args.casts)
     with torch.no_grad():
         reference = model(x)
         result = converted(x)
@@ -47,6 +52,12 @@ def demo(args: argparse.Namespace) -> int:
     print(f"output dtype {result.dtype} (fp32 model: {reference.dtype}); cosine vs fp32 {cosine:.6f}; "
           f"top-1 agreement {agree * 100:.1f}%")
     return 0
+
+
+def print_report(report: torch_mp.Report, casts: bool) -> None:
+    print(report)
+    if casts:
+        print("\n" + report.cast_table())
 
 
 def load_torchscript(path: str, extra_files=None) -> torch.jit.ScriptModule:
@@ -192,7 +203,7 @@ def report(args: argparse.Namespace) -> int:
         stored = torch_mp.Report.from_json(extra[REPORT_FILE])
         if args.svg:
             require_graphviz()
-        print(stored)
+        print_report(stored, args.casts)
         if args.svg:
             write_svg(model, stored, args.svg)
         return 0
@@ -227,6 +238,7 @@ def main(argv=None) -> int:
     demo_parser.add_argument("--dtype", choices=DTYPES, default="bf16")
     demo_parser.add_argument("--batch", type=int, default=2)
     demo_parser.add_argument("--size", type=int, default=128)
+    demo_parser.add_argument("--casts", action="store_true", help=CASTS_HELP)
     convert_parser = commands.add_parser("convert", help="convert a saved TorchScript model")
     convert_parser.add_argument("input", help="saved TorchScript model (scripted in eval mode, or frozen)")
     convert_parser.add_argument("-o", "--output", required=True, help="where to save the converted model")
@@ -255,6 +267,7 @@ def main(argv=None) -> int:
     report_parser = commands.add_parser("report", help="summarise a converted model")
     report_parser.add_argument("model")
     report_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")
+    report_parser.add_argument("--casts", action="store_true", help=CASTS_HELP)
     policy_parser = commands.add_parser("policy", help="print a default op policy as a markdown table")
     policy_parser.add_argument("--target", choices=torch_mp.TARGETS, default="cuda_fp16")
     args = parser.parse_args(argv)

@@ -1,6 +1,7 @@
 """torch_mp.convert: capture (script, else trace), then the C++ pipeline on a frozen copy."""
 from __future__ import annotations
 
+import re
 import threading
 import warnings
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -282,14 +283,60 @@ def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str)
             # strict=False: dict outputs (transformers' ModelOutput, detection heads) are traced as dicts
             return jit_call(torch.jit.trace, model, inputs, check_trace=False, strict=False)
     except Exception as trace_error:  # noqa: BLE001
+        untraceable = _untraceable_output(model, inputs)
+        if untraceable is None:
+            raise ValueError(
+                f"{type(model).__name__} {why_not_script} and cannot be traced with the example inputs "
+                f"({_first_line(trace_error)})"
+            ) from trace_error
+        path, kind = untraceable
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        hint = ""
+        if any(t.__module__.startswith("transformers.") for t in (type(model), kind)):
+            hint = " (for a transformers model: use_cache=False, in its config or the forward call)"
+        # the tracer's own message prints the whole output, tensors and all, and names no position: not shown
         raise ValueError(
-            f"{type(model).__name__} {why_not_script} and cannot be traced with the example inputs "
-            f"({_first_line(trace_error)})"
-        ) from trace_error
+            f"{type(model).__name__} {why_not_script} and cannot be traced with the example inputs: its {path} is "
+            f"of type {name}, which TorchScript cannot hold. Make forward return tensors, or tuples, lists or dicts of "
+            f"tensors{hint}"
+        ) from None
+
+
+def _untraceable_output(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Optional[Tuple[str, type]]:
+    """Where the model's output holds something a trace cannot (anything but a tensor inside tuples, lists and
+    dicts), and its type; None if nothing does or the model does not run on the inputs. Runs the model once, as
+    tracing just did."""
+    try:
+        with torch.no_grad():
+            output = model(*inputs)
+    except Exception:  # noqa: BLE001 - then the tracer's message is the one to show
+        return None
+    return _first_non_tensor(output, "output")
+
+
+def _first_non_tensor(value: Any, path: str) -> Optional[Tuple[str, type]]:
+    if isinstance(value, torch.Tensor):
+        return None
+    if isinstance(value, (tuple, list)):
+        items = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        return path, type(value)
+    for key, item in items:
+        found = _first_non_tensor(item, f"{path}[{key!r}]")
+        if found is not None:
+            return found
+    return None
+
+
+# a printed tensor, as the tracer's messages show outputs it could not type (one level of nested parentheses:
+# `tensor([], size=(0, 3))`)
+_TENSOR_REPR = re.compile(r"tensor\((?:[^()]|\([^()]*\))*\)")
 
 
 def _first_line(error: Exception) -> str:
-    text = str(error).strip()
+    text = _TENSOR_REPR.sub("<tensor>", str(error)).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 

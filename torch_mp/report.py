@@ -124,14 +124,17 @@ class Report:
         rows = [f"{'op'.ljust(width)}  count  precision  rule", "-" * (width + 40)]
         for (op, precision, rule), count in sorted(groups.items(), key=lambda item: (item[0][1], item[0][0])):
             rows.append(f"{op.ljust(width)}  {count:5d}  {precision:9s}  {rule}")
-        if self.casts:
-            rows.append("")
-            rows.append("casts:")
-            for cast in self.casts:
-                rows.append(f"  {cast['value']}: {cast['from']} -> {cast['to']}  {cast['bytes']} bytes")
         return "\n".join(rows)
 
+    def cast_table(self) -> str:
+        """One line per inserted cast with the bytes it moves per inference (`python -m torch_mp ... --casts`)."""
+        if not self.casts:
+            return "casts: none"
+        return "\n".join(["casts:"] + [f"  {c['value']}: {c['from']} -> {c['to']}  {c['bytes']} bytes"
+                                       for c in self.casts])
+
     def __str__(self) -> str:
+        # no cast list: a ResNet-50 has dozens of casts, most moving no bytes; the summary totals them
         return self.summary() + "\n\n" + self.table()
 
     def __repr__(self) -> str:

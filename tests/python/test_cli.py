@@ -1,4 +1,5 @@
 """python -m torch_mp: convert and report on saved files; bad files and arguments give an error, never a crash."""
+import json
 import os
 import re
 import shutil
@@ -9,9 +10,12 @@ import pytest
 import torch
 
 from test_fused_kernels import ConvResidual
+from torch_mp import __main__
 from torch_mp.models import ConvBnNet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# one line of the per-cast list: "  x.1: Float -> BFloat16  589824 bytes"
+CAST_LINE = re.compile(r"^  \S+: \w+ -> \w+  \d+ bytes$", re.MULTILINE)
 
 
 def cli(*args):
@@ -37,6 +41,26 @@ def test_convert_then_report(tmp_path, scripted):
     torch.testing.assert_close(torch.jit.load(out)(x), model(x), rtol=0, atol=5e-3)
     summary = cli("report", out)
     assert summary.returncode == 0 and "torch_mp conversion to Half" in summary.stdout
+    casts = len(json.loads(report.read_text())["casts"])
+    assert casts > 0 and not CAST_LINE.search(summary.stdout)
+    listed = cli("report", out, "--casts")
+    assert listed.returncode == 0 and len(CAST_LINE.findall(listed.stdout)) == casts
+
+
+def test_demo_prints_the_summary_and_the_table_by_op(capsys):
+    # 33 lines today (summary, 22 table rows, the closing lines); 45 leaves room for a few more op kinds while the
+    # per-cast list (66 lines for this ResNet-50, most of them 0 bytes) could not fit
+    assert __main__.main(["demo", "--size", "64", "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("torch_mp conversion to BFloat16")
+    assert re.search(r"^op +count  precision  rule$", out, re.MULTILINE)
+    assert re.search(r"^aten::conv2d +\d+  low ", out, re.MULTILINE)
+    assert "top-1 agreement" in out
+    assert len(out.splitlines()) < 45 and not CAST_LINE.search(out)
+    casts = int(re.search(r"^  casts: (\d+) moving", out, re.MULTILINE).group(1))
+    assert __main__.main(["demo", "--size", "64", "--batch", "1", "--casts"]) == 0
+    listed = capsys.readouterr().out
+    assert len(CAST_LINE.findall(listed)) == casts > 0
 
 
 def test_convert_with_fused_kernels_then_report(tmp_path):

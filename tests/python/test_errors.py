@@ -102,6 +102,50 @@ def test_module_that_neither_scripts_nor_traces():
         torch_mp.convert(Untraceable().eval(), (torch.randn(2, 8),))
 
 
+class Box:
+    """A plain Python object: TorchScript cannot hold it."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class ReturnsObject(Unscriptable):
+    """Scripting fails on the lambda; tracing fails on the Box inside the output's dict."""
+
+    def forward(self, x):
+        y = (lambda t: t)(self.linear(x))
+        return y, {"logits": y, "state": Box(y)}
+
+
+class ReturnsMixedList(Unscriptable):
+    """Only tensors, but a list of a tensor and a tuple: the tracer refuses it, printing the tensors."""
+
+    def forward(self, x):
+        y = (lambda t: t)(self.linear(x))
+        return y, [y, (y,)]
+
+
+def test_output_torchscript_cannot_hold_is_named_by_position_and_type():
+    model = ReturnsObject().eval()
+    snapshot = _snapshot(model)
+    with pytest.raises(ValueError) as caught:
+        torch_mp.convert(model, (torch.randn(2, 8),))
+    message = str(caught.value)
+    assert "cannot be scripted" in message
+    assert f"its output[1]['state'] is of type {__name__}.Box, which TorchScript cannot hold" in message
+    assert "Make forward return tensors, or tuples, lists or dicts of tensors" in message
+    assert "use_cache" not in message  # the transformers hint is for transformers models
+    assert "tensor(" not in message
+    _assert_same_state(model, snapshot)
+    assert not model.training
+
+
+def test_tracer_message_shows_no_tensor_values():
+    with pytest.raises(ValueError, match="cannot be traced with the example inputs") as caught:
+        torch_mp.convert(ReturnsMixedList().eval(), (torch.randn(2, 8),))
+    assert "tensor(" not in str(caught.value) and "<tensor>" in str(caught.value)
+
+
 def test_scriptable_module_without_example_inputs():
     model, _ = small()
     with pytest.raises(ValueError, match="example_inputs are required"):
