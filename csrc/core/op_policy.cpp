@@ -38,6 +38,7 @@ constexpr const char* kLoss = "loss: reduction over many terms";
 constexpr const char* kDistance = "distance/norm: sums of squares overflow fp16";
 constexpr const char* kInterpolate = "interpolation: weighted sums of neighbours, kept fp32 for accuracy";
 constexpr const char* kExplicitCast = "explicit cast written by the model: keeps its target dtype";
+constexpr const char* kFactory = "creates a tensor in the dtype its arguments name: kept as the model wrote it";
 
 // clang-format off
 const DefaultEntry kDefaultEntries[] = {
@@ -132,6 +133,9 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::dim", kFollow, kMetadata},
     {"aten::numel", kFollow, kMetadata},
     {"aten::len", kFollow, kMetadata},
+    {"aten::__contains__", kFollow, "asks whether a container holds a key, never reads tensor values"},
+    {"prim::GetAttr", kFollow, "reads an attribute freezing kept (a cache the model fills): no arithmetic"},
+    {"prim::Uninitialized", kFollow, "placeholder on a path that raises: holds no data"},
     {"aten::is_floating_point", kFollow, kMetadata},
     {"prim::device", kFollow, kMetadata},
     {"prim::is_nested", kFollow, kMetadata},
@@ -147,6 +151,11 @@ const DefaultEntry kDefaultEntries[] = {
     {"prim::DictConstruct", kFollow, kContainer},
     {"prim::ConstantChunk", kFollow, kContainer},
     {"aten::__getitem__", kFollow, kContainer},
+    {"aten::append", kFollow, kContainer},
+    {"aten::list", kFollow, kContainer},
+    {"aten::dict", kFollow, kContainer},
+    {"aten::_set_item", kFollow, kContainer},
+    {"aten::values", kFollow, kContainer},
     {"aten::dropout", kFollow, kEval},
     {"aten::feature_dropout", kFollow, kEval},
     {"aten::alpha_dropout", kFollow, kEval},
@@ -154,6 +163,13 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::ones_like", kFollow, kFactoryLike},
     {"aten::empty_like", kFollow, kFactoryLike},
     {"aten::full_like", kFollow, kFactoryLike},
+    {"aten::new_zeros", kFollow, kFactoryLike},
+    {"aten::new_ones", kFollow, kFactoryLike},
+    {"aten::new_empty", kFollow, kFactoryLike},
+    {"aten::new_full", kFollow, kFactoryLike},
+    {"aten::zero_", kFollow, "overwrites with zeros: exact in any dtype"},
+    {"aten::fill_", kFollow, "overwrites with one value: exact in any dtype (a value the low dtype loses keeps fp32)"},
+    {"aten::copy_", kFollow, "copies its source into the tensor, converting to the tensor's dtype: no arithmetic"},
 
     // --- follow: pooling ------------------------------------------------------------------------------------
     {"aten::max_pool1d", kFollow, kPool},
@@ -317,13 +333,49 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::upsample_bicubic2d", kFp32, kInterpolate},
     {"aten::upsample_trilinear3d", kFp32, kInterpolate},
     {"aten::__interpolate", kFp32, kInterpolate},
+    {"prim::dtype", kFp32,
+     "reads its input's dtype: a low copy would change the answer (queries on observed tensors are answered "
+     "with constants before planning)"},
+    {"aten::zeros", kFp32, kFactory},
+    {"aten::ones", kFp32, kFactory},
+    {"aten::empty", kFp32, kFactory},
+    {"aten::full", kFp32, kFactory},
+    {"aten::arange", kFp32, kFactory},
+    {"aten::linspace", kFp32, kFactory},
+    {"aten::eye", kFp32, kFactory},
+    {"aten::rand", kFp32, kFactory},
+    {"aten::randn", kFp32, kFactory},
+    {"aten::tensor", kFp32, kFactory},
+    {"aten::scalar_tensor", kFp32, kFactory},
     {"aten::to", kFp32, kExplicitCast},
     {"aten::type_as", kFp32, kExplicitCast},
     {"aten::float", kFp32, kExplicitCast},
 };
 // clang-format on
 
+struct TableLookupEntry {
+  const char* op;
+  const char* reason;
+};
+
+const TableLookupEntry kTableLookups[] = {
+    {"aten::embedding", "gathers rows of an embedding table"},
+    {"aten::index_select", "selects rows of a table along one dim"},
+    {"aten::index", "reads a table at index tensors (positional and relative-position tables)"},
+    {"aten::gather", "reads a table at an index tensor"},
+    {"aten::take", "reads a flattened table at an index tensor"},
+};
+
 } // namespace
+
+const char* tableLookupReason(const std::string& op) {
+  for (const TableLookupEntry& entry : kTableLookups) {
+    if (op == entry.op) {
+      return entry.reason;
+    }
+  }
+  return nullptr;
+}
 
 OpPolicy OpPolicy::defaults(Target /*target*/) {
   OpPolicy policy;
@@ -338,8 +390,24 @@ const PolicyEntry* OpPolicy::find(const std::string& op) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+OpPolicy::Match OpPolicy::match(const std::string& op) const {
+  if (const PolicyEntry* entry = find(op)) {
+    return {entry, op};
+  }
+  const bool inPlace = op.size() > 1 && op.back() == '_' && op[op.size() - 2] != '_';  // not "aten::__and__"
+  if (!inPlace) {
+    return {};
+  }
+  std::string outOfPlace = op.substr(0, op.size() - 1);
+  const PolicyEntry* entry = find(outOfPlace);
+  if (!entry || entry->category == OpCategory::kLowPrecision || entry->category == OpCategory::kLowFp32Output) {
+    return {};
+  }
+  return {entry, std::move(outOfPlace)};
+}
+
 OpCategory OpPolicy::categoryOf(const std::string& op) const {
-  const PolicyEntry* entry = find(op);
+  const PolicyEntry* entry = match(op).entry;
   return entry ? entry->category : OpCategory::kFp32;
 }
 

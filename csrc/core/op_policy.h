@@ -37,6 +37,14 @@ class OpPolicy {
 
   // The entry for a qualified op name, or nullptr when the op is in no list (and therefore fp32).
   const PolicyEntry* find(const std::string& op) const;
+  // The entry that decides an op: its own, or for an in-place op in no list ("aten::add_") its out-of-place form's
+  // ("aten::add") when that one is follow, widest or fp32: computing in place changes none of those rules (the
+  // planner ties the readers of a written tensor). `via` names the form whose entry it is.
+  struct Match {
+    const PolicyEntry* entry = nullptr;
+    std::string via;
+  };
+  Match match(const std::string& op) const;
   OpCategory categoryOf(const std::string& op) const;
 
   void set(const std::string& op, OpCategory category, std::string reason);
@@ -50,6 +58,13 @@ class OpPolicy {
  private:
   std::map<std::string, PolicyEntry> entries_;
 };
+
+// Ops that read elements of their first argument by index: a lookup table (embeddings, positional and
+// relative-position tables). Where that argument is a constant and the policy lets the op follow, it runs low: the
+// table is stored once, in the low dtype, and only what the op reads is ever cast (casting the table would cost its
+// whole size on every call, keeping it fp32 its size for the model's whole life). The reason, or nullptr for any
+// other op.
+const char* tableLookupReason(const std::string& op);
 
 const char* toString(OpCategory category);
 std::optional<OpCategory> categoryFromString(const std::string& name);

@@ -12,34 +12,60 @@ int DataflowGraph::addNode(OpCategory category) {
   return static_cast<int>(nodes.size()) - 1;
 }
 
-int DataflowGraph::addValue(int producer, int64_t castBytes, bool castable) {
-  values.push_back({producer, {}, castBytes, castable});
+int DataflowGraph::addValue(int producer, int64_t castBytes, Tie tie) {
+  values.push_back({producer, {}, {}, castBytes, tie});
   return static_cast<int>(values.size()) - 1;
 }
 
-void DataflowGraph::addUse(int value, int consumer) {
-  std::vector<int>& consumers = values[value].consumers;
-  for (int existing : consumers) {
-    if (existing == consumer) {
+void DataflowGraph::addUse(int value, int consumer, Access access) {
+  Value& read = values[value];
+  for (size_t i = 0; i < read.consumers.size(); ++i) {
+    if (read.consumers[i] == consumer) {
+      if (access == Access::kShares) {
+        read.access[i] = Access::kShares;
+      }
       return;
     }
   }
-  consumers.push_back(consumer);
+  read.consumers.push_back(consumer);
+  read.access.push_back(access);
+}
+
+int DataflowGraph::tiedAnchor(const Value& value) {
+  if (value.tie == Tie::kReaders) {
+    for (size_t i = 0; i < value.consumers.size(); ++i) {
+      if (value.access[i] == Access::kShares) {
+        return value.consumers[i];
+      }
+    }
+  }
+  return value.producer;
 }
 
 namespace {
 
-// The constraints as implications "this node in fp32 => those nodes in fp32": a tied value forces its producer and
-// consumers to agree; a widest node must be fp32 when a producer it reads from is fp32.
+// The precision a consumer reads a value in before any cast of its own: the tied copy's for a tied value, else the
+// producer's.
+int sourceOf(const DataflowGraph::Value& value) {
+  return value.tie == Tie::kNone ? value.producer : DataflowGraph::tiedAnchor(value);
+}
+
+// The constraints as implications "this node in fp32 => those nodes in fp32": the sharing consumers of a tied value
+// agree with its anchor; a widest node must be fp32 when the copy it reads from is fp32.
 std::vector<std::vector<int>> fp32Implications(const DataflowGraph& graph) {
   std::vector<std::vector<int>> implies(graph.nodes.size());
+  auto agree = [&](int a, int b) {
+    implies[a].push_back(b);
+    implies[b].push_back(a);
+  };
   for (const DataflowGraph::Value& value : graph.values) {
-    for (int consumer : value.consumers) {
-      if (!value.castable) {
-        implies[value.producer].push_back(consumer);
-        implies[consumer].push_back(value.producer);
+    const int source = sourceOf(value);
+    for (size_t i = 0; i < value.consumers.size(); ++i) {
+      const int consumer = value.consumers[i];
+      if (value.tie != Tie::kNone && value.access[i] == Access::kShares) {
+        agree(source, consumer);
       } else if (graph.nodes[consumer].category == OpCategory::kWidest) {
-        implies[value.producer].push_back(consumer);
+        implies[source].push_back(consumer);
       }
     }
   }
@@ -88,24 +114,45 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
       cut.addEdge(source, n, MinCut::kInfinite);
     }
   }
+  auto agree = [&](int a, int b) {
+    cut.addEdge(a, b, MinCut::kInfinite);
+    cut.addEdge(b, a, MinCut::kInfinite);
+  };
   for (const DataflowGraph::Value& value : graph.values) {
     const int producer = value.producer;
-    if (!value.castable) {
-      for (int consumer : value.consumers) {
-        cut.addEdge(producer, consumer, MinCut::kInfinite);
-        cut.addEdge(consumer, producer, MinCut::kInfinite);
-      }
+    if (value.consumers.empty()) {
       continue;
     }
     const int64_t cost = value.castBytes;
+    auto castBetween = [&](int a, int b) {
+      cut.addEdge(a, b, cost);
+      cut.addEdge(b, a, cost);
+    };
+    if (value.tie != Tie::kNone) {
+      const int anchor = DataflowGraph::tiedAnchor(value);
+      if (anchor != producer) {  // kReaders: one cast after the producer makes the shared copy, or none
+        castBetween(producer, anchor);
+      }
+      for (size_t i = 0; i < value.consumers.size(); ++i) {
+        const int consumer = value.consumers[i];
+        if (value.access[i] == Access::kShares) {
+          agree(anchor, consumer);
+        } else {
+          castBetween(anchor, consumer);  // its own cast, right before it
+          if (graph.nodes[consumer].category == OpCategory::kWidest) {
+            cut.addEdge(consumer, anchor, MinCut::kInfinite);
+          }
+        }
+      }
+      continue;
+    }
     for (int consumer : value.consumers) {
       if (graph.nodes[consumer].category == OpCategory::kWidest) {
         cut.addEdge(consumer, producer, MinCut::kInfinite);  // producer fp32 => consumer fp32
       }
     }
     if (value.consumers.size() == 1) {
-      cut.addEdge(producer, value.consumers[0], cost);
-      cut.addEdge(value.consumers[0], producer, cost);
+      castBetween(producer, value.consumers[0]);
       continue;
     }
     // Produced low and read in fp32 by any consumer: one cast, paid on the edge into `toFp32`.
@@ -226,6 +273,20 @@ CastCost castCost(const DataflowGraph& graph, const std::vector<Precision>& prec
   for (size_t v = 0; v < graph.values.size(); ++v) {
     const DataflowGraph::Value& value = graph.values[v];
     const Precision produced = producedPrecision(graph, precision, static_cast<int>(v));
+    if (value.tie != Tie::kNone) {
+      const int anchor = DataflowGraph::tiedAnchor(value);
+      const Precision copy = anchor == value.producer ? produced : precision[anchor];
+      const int shared = copy != produced ? 1 : 0;
+      cost.casts += shared;
+      cost.bytes += shared * value.castBytes;
+      for (size_t i = 0; i < value.consumers.size(); ++i) {
+        if (value.access[i] == Access::kReadsOnly && precision[value.consumers[i]] != copy) {
+          cost.casts += 1;
+          cost.bytes += value.castBytes;
+        }
+      }
+      continue;
+    }
     bool readInOther = false;
     for (int consumer : value.consumers) {
       readInOther = readInOther || precision[consumer] != produced;

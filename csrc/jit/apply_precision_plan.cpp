@@ -63,7 +63,7 @@ class PlanApplier {
       });
     }
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
-      forEachMember(n, [&](Node* member) { collectCasts(member, plan_.precision[n]); });
+      forEachMember(n, [&](Node* member) { collectCasts(member, static_cast<int>(n)); });
     }
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
       if (mapping_.unobserved[n]) {
@@ -77,6 +77,12 @@ class PlanApplier {
           reader->replaceInput(index, cast);
         }
       }
+    }
+    for (const ReaderCast& own : readerCasts_) {
+      torch::jit::WithInsertPoint guard(own.reader);
+      Value* cast = insertCast(*graph_, own.reader->input(own.index), own.dtype);
+      own.reader->replaceInput(own.index, cast);
+      inserted_.insert(cast->node());
     }
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
       if (plan_.precision[n] == Precision::kLow &&
@@ -93,6 +99,13 @@ class PlanApplier {
     Value* value;
     c10::ScalarType dtype;
     std::vector<std::pair<Node*, size_t>> uses;
+  };
+
+  // A reader's own cast of a tied tensor it only reads, made right before it so that it sees every write until then.
+  struct ReaderCast {
+    Node* reader;
+    size_t index;
+    c10::ScalarType dtype;
   };
 
   template <typename Visit>
@@ -119,8 +132,10 @@ class PlanApplier {
     }
   }
 
-  // Swaps in low-precision constants now; records the casts the node's other inputs need.
-  void collectCasts(Node* node, Precision wanted) {
+  // Swaps in low-precision constants now; records the casts the node's other inputs need. The node is a member of
+  // planner node `planned`.
+  void collectCasts(Node* node, int planned) {
+    const Precision wanted = plan_.precision[planned];
     for (size_t i = 0; i < node->inputs().size(); ++i) {
       Value* input = node->input(i);
       if (input->node()->kind() == c10::prim::Constant) {
@@ -136,11 +151,36 @@ class PlanApplier {
         continue;
       }
       const core::DataflowGraph::Value& value = mapping_.dataflow.values[it->second];
-      if (!value.castable || core::producedPrecision(mapping_.dataflow, plan_.precision, it->second) == wanted) {
+      const Precision produced = core::producedPrecision(mapping_.dataflow, plan_.precision, it->second);
+      const bool readsOnly = value.tie != core::Tie::kNone && accessOf(value, planned) == core::Access::kReadsOnly;
+      if (!readsOnly) {
+        if (value.tie != core::Tie::kAll && produced != wanted) {
+          requestCast(input, dtypeOf(wanted), node, i);
+        }
         continue;
       }
-      requestCast(input, wanted == Precision::kLow ? lowDtype_ : c10::ScalarType::Float, node, i);
+      const int anchor = core::DataflowGraph::tiedAnchor(value);
+      const Precision copy = anchor == value.producer ? produced : plan_.precision[anchor];
+      if (copy != produced) {
+        requestCast(input, dtypeOf(copy), node, i);  // the copy its sharing readers write
+      }
+      if (wanted != copy) {
+        readerCasts_.push_back({node, i, dtypeOf(wanted)});
+      }
     }
+  }
+
+  static core::Access accessOf(const core::DataflowGraph::Value& value, int consumer) {
+    for (size_t i = 0; i < value.consumers.size(); ++i) {
+      if (value.consumers[i] == consumer) {
+        return value.access[i];
+      }
+    }
+    return core::Access::kShares;
+  }
+
+  c10::ScalarType dtypeOf(Precision precision) const {
+    return precision == Precision::kLow ? lowDtype_ : c10::ScalarType::Float;
   }
 
   // A node the example inputs never reached reads its weights as low-precision copies cast back to fp32, so no
@@ -205,6 +245,10 @@ class PlanApplier {
   // one. A cast placed above both would run on every inference for readers that (on these inputs) never run, such
   // as the slow paths of nn.TransformerEncoderLayer beside its fast path.
   std::vector<CastRequest> splitOffUntakenBranches(const CastRequest& request) const {
+    auto planned = mapping_.values.find(request.value);
+    if (planned != mapping_.values.end() && mapping_.dataflow.values[planned->second].tie == core::Tie::kReaders) {
+      return {request};  // its readers write the copy they share
+    }
     std::vector<CastRequest> groups;
     std::map<const Block*, size_t> groupOfBranch;
     const Block* defining = request.value->node()->owningBlock();
@@ -316,6 +360,7 @@ class PlanApplier {
   const ObservedValues& observed_;
   c10::ScalarType lowDtype_;
   std::vector<CastRequest> requests_;
+  std::vector<ReaderCast> readerCasts_;
   std::unordered_map<const void*, at::Tensor> lowStorages_;  // fp32 storage -> its low-precision copy
   std::map<std::pair<Value*, c10::ScalarType>, size_t> requestIndex_;
   std::unordered_map<Value*, Value*> lowConstants_;

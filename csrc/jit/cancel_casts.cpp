@@ -1,5 +1,6 @@
 #include "jit/cancel_casts.h"
 
+#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -18,6 +19,8 @@ bool fp32HoldsExactly(c10::ScalarType dtype) {
 
 class CastCanceller {
  public:
+  explicit CastCanceller(const std::shared_ptr<torch::jit::Graph>& graph) : aliasDb_(graph) {}
+
   bool run(Block* block) {
     bool changed = false;
     for (auto it = block->nodes().begin(); it != block->nodes().end();) {
@@ -38,8 +41,9 @@ class CastCanceller {
   }
 
  private:
-  // The value this cast's output always equals, or nullptr.
-  static Value* sameValue(Node* cast) {
+  // The value this cast's output always equals, or nullptr. A round trip through a copy that is written in place
+  // (or from a tensor written after the copy) is not the original.
+  Value* sameValue(Node* cast) const {
     auto target = plainCastTarget(cast);
     if (!target) {
       return nullptr;
@@ -53,8 +57,13 @@ class CastCanceller {
       return nullptr;
     }
     Value* original = previous->input(0);
-    return recordedDtype(original) == *target ? original : nullptr;
+    if (recordedDtype(original) != *target || aliasDb_.hasWriters(source) || aliasDb_.hasWriters(original)) {
+      return nullptr;
+    }
+    return original;
   }
+
+  torch::jit::AliasDb aliasDb_;
 };
 
 } // namespace
@@ -76,7 +85,7 @@ std::optional<c10::ScalarType> plainCastTarget(const Node* node) {
 
 bool CancelCasts(const std::shared_ptr<torch::jit::Graph>& graph) {
   GRAPH_DUMP("Before CancelCasts", graph);
-  const bool changed = CastCanceller().run(graph->block());
+  const bool changed = CastCanceller(graph).run(graph->block());
   GRAPH_DUMP("After CancelCasts", graph);
   return changed;
 }

@@ -4,7 +4,9 @@
 
 #include <functional>
 #include <iomanip>
+#include <algorithm>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace torch_mp::jit {
@@ -61,6 +63,22 @@ void collectTensors(const c10::IValue& value, const std::function<void(const at:
   }
 }
 
+// Calls visit(constant node, tensor) for every tensor held by a constant of the block or its sub-blocks.
+void forEachConstantTensor(
+    const torch::jit::Block* block, const std::function<void(const torch::jit::Node*, const at::Tensor&)>& visit) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    for (const torch::jit::Block* sub : node->blocks()) {
+      forEachConstantTensor(sub, visit);
+    }
+    if (node->kind() != c10::prim::Constant || node->outputs().size() != 1) {
+      continue;
+    }
+    if (auto value = torch::jit::toIValue(node->output())) {
+      collectTensors(*value, [&](const at::Tensor& tensor) { visit(node, tensor); });
+    }
+  }
+}
+
 void sumConstantBytes(const torch::jit::Block* block, std::unordered_set<const void*>& seen, int64_t& total) {
   for (const torch::jit::Node* node : block->nodes()) {
     for (const torch::jit::Block* sub : node->blocks()) {
@@ -109,7 +127,8 @@ std::string ConversionReport::toJson() const {
     out << (i ? ", " : "") << quoted(phases[i].first) << ": " << phases[i].second;
   }
   out << "}, \"weight_bytes_before\": " << weightBytesBefore
-      << ", \"weight_bytes_after\": " << weightBytesAfter << ", \"cast_bytes\": " << castBytes
+      << ", \"weight_bytes_after\": " << weightBytesAfter << ", \"weight_bytes_kept_fp32\": " << weightBytesKeptFp32
+      << ", \"cast_bytes\": " << castBytes
       << ", \"fused_casts\": " << fusedCasts << ", \"fused_cast_bytes\": " << fusedCastBytes
       << ", \"fused_pointwise\": " << fusedPointwise
       << ", \"channels_last_convolutions\": " << channelsLastConvolutions
@@ -129,6 +148,16 @@ std::string ConversionReport::toJson() const {
         << ", \"amax\": " << (node.amax < 0 ? std::string("null") : number(node.amax))
         << ", \"flops\": " << node.flops << "}";
   }
+  out << "], \"weights_kept_fp32\": [";
+  for (size_t i = 0; i < weightsKeptFp32.size(); ++i) {
+    const KeptFp32Weight& weight = weightsKeptFp32[i];
+    out << (i ? ", " : "") << "{\"name\": " << quoted(weight.name) << ", \"bytes\": " << weight.bytes
+        << ", \"readers\": [";
+    for (size_t r = 0; r < weight.readers.size(); ++r) {
+      out << (r ? ", " : "") << quoted(weight.readers[r]);
+    }
+    out << "], \"rule\": " << quoted(weight.rule) << "}";
+  }
   out << "], \"casts\": [";
   for (size_t i = 0; i < casts.size(); ++i) {
     const CastRecord& cast = casts[i];
@@ -138,6 +167,44 @@ std::string ConversionReport::toJson() const {
   }
   out << "]}";
   return out.str();
+}
+
+void reportKeptFp32Weights(const torch::jit::Graph& graph, ConversionReport& report) {
+  std::unordered_map<std::string, const NodeDecision*> decisionOf;
+  for (const NodeDecision& decision : report.nodes) {
+    decisionOf.emplace(decision.output, &decision);
+  }
+  std::unordered_map<const void*, size_t> entryOf;  // storage -> index in `kept`
+  std::vector<KeptFp32Weight> kept;
+  forEachConstantTensor(graph.block(), [&](const torch::jit::Node* constant, const at::Tensor& tensor) {
+    if (!tensor.has_storage() || tensor.scalar_type() != c10::ScalarType::Float) {
+      return;
+    }
+    auto [slot, added] = entryOf.emplace(tensor.storage().unsafeGetStorageImpl(), kept.size());
+    if (added) {
+      kept.push_back({constant->output()->debugName(), static_cast<int64_t>(tensor.storage().nbytes()), {}, ""});
+    }
+    KeptFp32Weight& weight = kept[slot->second];
+    for (const torch::jit::Use& use : constant->output()->uses()) {
+      weight.readers.push_back(use.user->kind().toQualString());
+      if (weight.rule.empty() && !use.user->outputs().empty()) {
+        auto decided = decisionOf.find(use.user->output(0)->debugName());
+        if (decided != decisionOf.end()) {
+          weight.rule = decided->second->rule;
+        }
+      }
+    }
+  });
+  report.weightBytesKeptFp32 = 0;
+  report.weightsKeptFp32.clear();
+  for (KeptFp32Weight& weight : kept) {
+    report.weightBytesKeptFp32 += weight.bytes;
+    if (weight.bytes > kKeptFp32ListedBytes) {
+      report.weightsKeptFp32.push_back(std::move(weight));
+    }
+  }
+  std::stable_sort(report.weightsKeptFp32.begin(), report.weightsKeptFp32.end(),
+                   [](const KeptFp32Weight& a, const KeptFp32Weight& b) { return a.bytes > b.bytes; });
 }
 
 int64_t constantBytes(const torch::jit::Graph& graph) {

@@ -31,6 +31,14 @@ struct CastRecord {
   bool reached = true;  // whether the example inputs ran it (a cast on a path they skipped moves no bytes then)
 };
 
+// An fp32 tensor constant the converted graph still holds (each storage once).
+struct KeptFp32Weight {
+  std::string name;                  // debug name of the first constant holding it
+  int64_t bytes = 0;                 // its storage
+  std::vector<std::string> readers;  // the ops reading it
+  std::string rule;                  // the plan's rule for its first reader the plan decided ("" if none)
+};
+
 struct ConversionReport {
   std::string dtype;
   std::string policy;
@@ -45,6 +53,8 @@ struct ConversionReport {
   int fusedConvolutions = 0;         // cuDNN fused convolutions (conv +relu, conv +add +relu)
   int64_t weightBytesBefore = 0;
   int64_t weightBytesAfter = 0;
+  int64_t weightBytesKeptFp32 = 0;               // of weightBytesAfter, the fp32 tensors'
+  std::vector<KeptFp32Weight> weightsKeptFp32;   // those over kKeptFp32ListedBytes, largest first
   std::vector<std::string> unknownOps;
   int unobservedNodes = 0;
   // false for the load-time pass, whose dtypes come from the executor's profile: no magnitudes, so the observed range
@@ -63,5 +73,12 @@ struct ConversionReport {
 
 // Bytes held by the tensor constants of a graph (each storage counted once).
 int64_t constantBytes(const torch::jit::Graph& graph);
+
+// fp32 weights below this size are counted, not listed: norm scales, biases.
+constexpr int64_t kKeptFp32ListedBytes = 64 * 1024;
+
+// The fp32 tensor constants of a converted graph: fills the report's weightBytesKeptFp32 and weightsKeptFp32, the
+// rules coming from its nodes (matched by their first output's name).
+void reportKeptFp32Weights(const torch::jit::Graph& graph, ConversionReport& report);
 
 } // namespace torch_mp::jit

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <unordered_set>
 
 #include "jit/module_scope.h"
 
@@ -162,10 +163,19 @@ class DataflowBuilder {
       category = chosen->category;
       kind = std::move(chosen->kind);
       rule = std::string(core::toString(category)) + ": " + chosen->reason;
-    } else if (const core::PolicyEntry* entry = policy_.find(node->kind().toQualString())) {
+    } else if (const core::OpPolicy::Match match = policy_.match(node->kind().toQualString()); match.entry) {
       kind = "policy";
-      category = entry->category;
-      rule = std::string(core::toString(category)) + ": " + entry->reason;
+      category = match.entry->category;
+      rule = std::string(core::toString(category)) + ": " + match.entry->reason;
+      if (match.via != node->kind().toQualString()) {
+        rule += " [in place, as " + match.via + "]";
+      }
+      const char* lookup = core::tableLookupReason(node->kind().toQualString());
+      if (lookup && category == OpCategory::kFollow && readsConstantTable(node)) {
+        category = OpCategory::kLowPrecision;
+        rule = std::string("low: ") + lookup + " that is a constant: the table is stored once, in the low dtype, "
+            "and only what is read is cast";
+      }
     } else {
       kind = "unknown op";
       rule = "fp32: in no list (unknown op)";
@@ -318,12 +328,22 @@ class DataflowBuilder {
   }
 
   void addUses(const Node* consumer, int index) {
-    for (const Value* input : consumer->inputs()) {
-      auto it = mapping_.values.find(input);
+    for (size_t i = 0; i < consumer->inputs().size(); ++i) {
+      auto it = mapping_.values.find(consumer->input(i));
       if (it != mapping_.values.end()) {
-        mapping_.dataflow.addUse(it->second, index);
+        mapping_.dataflow.addUse(it->second, index, accessOf(consumer, i));
       }
     }
+  }
+
+  // A tensor argument the schema neither writes nor lets the result alias is only read: a cast of it made right
+  // before the node reads the same data. Anything else (containers, blocks, ops without a schema) shares it.
+  static core::Access accessOf(const Node* consumer, size_t offset) {
+    const c10::FunctionSchema* schema = consumer->maybeSchema();
+    const bool readsOnly = schema && consumer->blocks().empty() && offset < schema->arguments().size() &&
+        consumer->input(offset)->type()->kind() == c10::TypeKind::TensorType &&
+        !schema->arguments()[offset].alias_info();
+    return readsOnly ? core::Access::kReadsOnly : core::Access::kShares;
   }
 
   void addOutputs(const Node* producer, int index) {
@@ -332,15 +352,78 @@ class DataflowBuilder {
       if (kind != ValueKind::kFp32Tensor && kind != ValueKind::kContainer) {
         continue;
       }
-      const bool castable = kind == ValueKind::kFp32Tensor &&
-          output->type()->kind() == c10::TypeKind::TensorType && !aliasDb_.hasWriters(output);
       int64_t castBytes = 0;
       if (kind == ValueKind::kFp32Tensor) {
         const int64_t numel = std::max<int64_t>(observed_.at(output).numel, 1);
         castBytes = numel * static_cast<int64_t>(sizeof(float) + c10::elementSize(lowDtype_));
       }
-      mapping_.values.emplace(output, mapping_.dataflow.addValue(index, castBytes, castable));
+      mapping_.values.emplace(output, mapping_.dataflow.addValue(index, castBytes, tieOf(producer, output, kind)));
     }
+  }
+
+  core::Tie tieOf(const Node* producer, const Value* output, ValueKind kind) const {
+    if (kind != ValueKind::kFp32Tensor || output->type()->kind() != c10::TypeKind::TensorType) {
+      return core::Tie::kAll;  // a container or an Optional: one cast cannot convert what it holds
+    }
+    if (!aliasDb_.hasWriters(output) || neverWrittenThroughItsUses(output)) {
+      return core::Tie::kNone;
+    }
+    return returnsFresh(producer, output) ? core::Tie::kReaders : core::Tie::kAll;
+  }
+
+  static bool readsConstantTable(const Node* node) {
+    const Value* table = node->inputs().empty() ? nullptr : node->input(0);
+    return table && table->node()->kind() == c10::prim::Constant &&
+        table->type()->kind() == c10::TypeKind::TensorType;
+  }
+
+  // Whether following the value's uses, through the views and in-place results that alias it, reaches no write and
+  // nothing the walk cannot see through (containers, blocks, ops without a schema). AliasDb answers for graph inputs
+  // and list members through its wildcard set, so it finds writers of any tensor a list holds in every graph input;
+  // this walk is exact where it answers and says false where it cannot.
+  static bool neverWrittenThroughItsUses(const Value* value) {
+    std::vector<const Value*> work{value};
+    std::unordered_set<const Value*> reached{value};
+    while (!work.empty()) {
+      const Value* aliased = work.back();
+      work.pop_back();
+      for (const torch::jit::Use& use : aliased->uses()) {
+        const Node* user = use.user;
+        if (user == aliased->owningGraph()->return_node()) {
+          continue;  // handed to the caller, unwritten inside the graph
+        }
+        const c10::FunctionSchema* schema = user->maybeSchema();
+        if (!schema || !user->blocks().empty() || use.offset >= schema->arguments().size()) {
+          return false;
+        }
+        const c10::AliasInfo* argument = schema->arguments()[use.offset].alias_info();
+        if (!argument) {
+          continue;  // read only, nothing aliases it
+        }
+        if (argument->isWrite() || argument->isWildcardBefore()) {
+          return false;
+        }
+        for (size_t r = 0; r < schema->returns().size() && r < user->outputs().size(); ++r) {
+          const c10::AliasInfo* result = schema->returns()[r].alias_info();
+          if (result && result->beforeSets() == argument->beforeSets() && reached.insert(user->output(r)).second) {
+            work.push_back(user->output(r));
+          }
+        }
+      }
+    }
+    return true;
+  }
+
+  // Whether the output is a tensor its producer allocated (its schema gives it no alias set): then a copy made
+  // right after the producer, read by every use, is the same program. Block inputs and outputs, graph inputs and
+  // aliasing results (in-place ops, views, list reads) are not.
+  static bool returnsFresh(const Node* producer, const Value* output) {
+    const c10::FunctionSchema* schema = producer->maybeSchema();
+    if (!schema || !producer->blocks().empty()) {
+      return false;
+    }
+    return schema->returns().size() == producer->outputs().size() &&
+        !schema->returns()[output->offset()].alias_info();
   }
 
   // A product that sums nothing: einsum whose every input index reaches the output ("i,j->ij"), or matmul / mm /

@@ -12,8 +12,12 @@
 // Any other node asks the user's node rule first (module-path exclusions, per-node callables, the accuracy
 // fallback's choices), then the op policy.
 // Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
-// a planner value. Containers, Optional-typed tensors and tensors that are written in place (or alias a written
-// tensor) are not castable: their producer and consumers share one precision.
+// a planner value. Containers, Optional-typed tensors and written tensors that alias what their producer read
+// (in-place results, views) are tied to their producer and sharing readers; a written tensor its producer made
+// fresh (per the schema) ties only its sharing readers, which read one copy, cast after the producer where the plan
+// says so. A reader that only reads a tied tensor (per its schema: no write, no alias) is not tied: it may read its
+// own cast, made right before it. "Written" is AliasDb's answer, unless following the value's uses through its
+// aliases shows no write (AliasDb sees writers of any list member in every graph input).
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>

@@ -1,12 +1,18 @@
 #include "jit/pipeline.h"
 
+#include <torch/csrc/jit/passes/common_subexpression_elimination.h>
 #include <torch/csrc/jit/passes/constant_pooling.h>
+#include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/eliminate_no_ops.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
+#include <torch/csrc/jit/passes/lower_tuples.h>
+#include <torch/csrc/jit/passes/peephole.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <sstream>
@@ -17,6 +23,7 @@
 #include "jit/channels_last_convolutions.h"
 #include "jit/flop_estimate.h"
 #include "jit/fold_attribute_reads.h"
+#include "jit/fold_constant_casts.h"
 #include "jit/fuse_casts.h"
 #include "jit/fuse_cudnn_convolutions.h"
 #include "jit/fuse_pointwise.h"
@@ -105,10 +112,32 @@ bool lintIsCheap(const Graph& graph) {
   return nodes * blocks <= kLintBudget;
 }
 
+// Whether a node left as it is runs in `dtype`: its floating tensor outputs are in it or, when it writes none (a
+// size query), a tensor it reads is.
+bool runsIn(const Node* node, const ObservedValues& observed, c10::ScalarType dtype) {
+  auto floatingDtypes = [&](at::ArrayRef<const torch::jit::Value*> values) {
+    std::vector<c10::ScalarType> dtypes;
+    for (const torch::jit::Value* value : values) {
+      auto seen = observed.find(value);
+      if (seen != observed.end() && seen->second.isTensor && c10::isFloatingType(seen->second.dtype)) {
+        dtypes.push_back(seen->second.dtype);
+      }
+    }
+    return dtypes;
+  };
+  std::vector<c10::ScalarType> written = floatingDtypes(node->outputs());
+  if (!written.empty()) {
+    return std::all_of(written.begin(), written.end(), [&](c10::ScalarType d) { return d == dtype; });
+  }
+  const std::vector<c10::ScalarType> read = floatingDtypes(node->inputs());
+  return std::find(read.begin(), read.end(), dtype) != read.end();
+}
+
 std::vector<NodeDecision> decisionsOf(
     const DataflowMapping& mapping,
     const core::PrecisionPlan& plan,
-    const ObservedValues& observed) {
+    const ObservedValues& observed,
+    c10::ScalarType lowDtype) {
   std::vector<NodeDecision> decisions;
   for (size_t n = 0; n < mapping.nodes.size(); ++n) {
     const Node* node = mapping.nodes[n];
@@ -119,7 +148,10 @@ std::vector<NodeDecision> decisionsOf(
     decision.op = node->kind().toQualString();
     decision.output = node->outputs().empty() ? "" : node->output(0)->debugName();
     decision.scope = moduleScope(node);
-    const bool low = plan.precision[n] == core::Precision::kLow;
+    bool low = plan.precision[n] == core::Precision::kLow;
+    if (mapping.ruleKinds[n] == "not fp32") {  // left as it is: say what it runs in
+      low = runsIn(node, observed, lowDtype);
+    }
     decision.precision = low ? "low" : "fp32";
     decision.rule = mapping.rules[n];
     decision.ruleKind = mapping.ruleKinds[n];
@@ -233,12 +265,24 @@ ConversionReport emptyReport(const ConvertOptions& options) {
   return report;
 }
 
-// 1. fp32 clean-up, before any cast exists.
+// 1. fp32 clean-up, before any cast exists: PyTorch's frozen-graph folding, mutation removal, and freezing's own
+//    simplifications once more now that the mutation is gone (a list no longer appended to has a known length, a
+//    bias concatenated from constant parts becomes a constant, a branch on a known flag goes). Twice: what the
+//    simplifications expose (a convolution and its batch norm out of a removed branch) folds in the second round,
+//    so converting the result again finds nothing left to change.
 void cleanUp(std::shared_ptr<Graph>& graph, ConversionReport& report) {
-  torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
-  torch::jit::RemoveTensorMutation(graph);
-  torch::jit::RemoveListMutation(graph);
-  torch::jit::EliminateDeadCode(graph);
+  for (int round = 0; round < 2; ++round) {
+    torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
+    torch::jit::RemoveTensorMutation(graph);
+    torch::jit::RemoveListMutation(graph);
+    torch::jit::EliminateCommonSubexpression(graph);
+    torch::jit::PeepholeOptimize(graph);
+    torch::jit::ConstantPropagation(graph, /*ignore_custom_classes=*/true);
+    torch::jit::ConstantPooling(graph);
+    torch::jit::EliminateNoOps(graph);
+    torch::jit::LowerSimpleTuples(graph);
+    torch::jit::EliminateDeadCode(graph);
+  }
   report.weightBytesBefore = constantBytes(*graph);
 }
 
@@ -259,7 +303,7 @@ void convertObserved(
   // 3. Plan.
   DataflowMapping mapping = buildDataflow(graph, observed, options.policy, options.lowDtype, options.nodeRule);
   core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.planner);
-  report.nodes = decisionsOf(mapping, plan, observed);
+  report.nodes = decisionsOf(mapping, plan, observed, options.lowDtype);
   report.unknownOps = mapping.unknownOps;
   report.unobservedNodes = mapping.unobservedNodes;
   clock.end("plan");
@@ -276,6 +320,7 @@ void convertObserved(
     LowerGraphIO(graph, options.lowDtype, inserted);
   }
   CancelCasts(graph);
+  FoldConstantCasts(graph, inserted);
   {
     std::unordered_set<const Node*> live;
     keepLiveNodes(graph->block(), inserted, live);
@@ -306,7 +351,9 @@ void convertObserved(
     report.fusedPointwise = FusePointwise(graph, observed, countFusedCast);
   }
   torch::jit::EliminateDeadCode(graph);
+  // equal constants shared, then the equal casts of them (unreached readers of one weight's views) merged
   torch::jit::ConstantPooling(graph);
+  torch::jit::EliminateCommonSubexpression(graph);
   clock.end("kernels");
 
   // 7. Report (the outputs' dtypes are checked by the caller that can run the graph).
@@ -315,6 +362,7 @@ void convertObserved(
   }
   collectCasts(graph->block(), inserted, observed, report);
   report.weightBytesAfter = constantBytes(*graph);
+  reportKeptFp32Weights(*graph, report);
   clock.end("report");
 }
 
@@ -342,13 +390,22 @@ ConversionReport ConvertToMixedPrecision(
   cleanUp(graph, report);
   clock.end("cleanup");
 
-  Observation observation;
-  try {
-    observation = observeValues(graph, inputs, calibration);
-  } catch (const c10::Error& error) {
-    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what_without_backtrace());
-  } catch (const std::exception& error) {
-    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what());
+  auto observe = [&] {
+    try {
+      return observeValues(graph, inputs, calibration);
+    } catch (const c10::Error& error) {
+      TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what_without_backtrace());
+    } catch (const std::exception& error) {
+      TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what());
+    }
+  };
+  Observation observation = observe();
+  // Dtype queries answered from the observation make constant what compares them (nn.MultiheadAttention's
+  // fast-path checks); folded now, on a graph observed afresh, they leave nothing for a second conversion to fold.
+  if (SpecializeDtypeQueries(graph, observation.values) &&
+      torch::jit::ConstantPropagation(graph, /*ignore_custom_classes=*/true)) {
+    torch::jit::EliminateDeadCode(graph);
+    observation = observe();
   }
   convertObserved(graph, observation.values, options, report, clock);
 

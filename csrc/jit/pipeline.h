@@ -1,8 +1,8 @@
 // The conversion pipeline, in order. Each step is its own pass; this file only sequences them.
 //
 //   1. fp32 clean-up     tensor attributes freezing left become constants (fold_attribute_reads); PyTorch's
-//                        frozen-graph folding (conv+bn, conv+add/mul, linear+bn) and removal of in-place
-//                        mutation, while every constant is still fp32
+//                        frozen-graph folding (conv+bn, conv+add/mul, linear+bn), removal of in-place mutation and
+//                        freezing's simplifications, twice, while every constant is still fp32
 //   2. dtype knowledge   one observed run on the example inputs and one per calibration input (value_observer), or
 //                        the types the graph executor profiled (typed_observation, for the load-time pass);
 //                        completed statically for views in branches not reached; dtype queries answered from it
@@ -11,8 +11,9 @@
 //                        (core/precision_planner)
 //   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
 //   5. cancel casts      low-precision IO on request (low_precision_io); lossless round trips and no-op casts
-//      and fuse casts    (cancel_casts); casts fused into the ops that read them (fuse_casts: dtype= arguments,
-//                        mixed-dtype arithmetic, cast chains, out-dtype matmuls); dead code
+//      and fuse casts    (cancel_casts); the model's own casts of constants folded (fold_constant_casts); casts
+//                        fused into the ops that read them (fuse_casts: dtype= arguments, mixed-dtype arithmetic,
+//                        cast chains, out-dtype matmuls); dead code
 //   6. CUDA layout       CUDA convolutions channels_last (channels_last_convolutions); conv (+add) +relu as one cuDNN
 //      and kernels       call (fuse_cudnn_convolutions); with fused kernels, elementwise chains into
 //                        torch_mp::fused_pointwise calls (fuse_pointwise)

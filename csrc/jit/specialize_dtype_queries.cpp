@@ -10,7 +10,8 @@ using torch::jit::Node;
 
 bool specializeBlock(Block* block, torch::jit::Graph& graph, const ObservedValues& observed) {
   bool changed = false;
-  for (Node* node : block->nodes()) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end(); ++it) {
+    Node* node = *it;
     for (Block* sub : node->blocks()) {
       changed |= specializeBlock(sub, graph, observed);
     }
@@ -24,6 +25,7 @@ bool specializeBlock(Block* block, torch::jit::Graph& graph, const ObservedValue
     torch::jit::WithInsertPoint guard(node);
     node->output()->replaceAllUsesWith(graph.insertConstant(static_cast<int64_t>(seen->second.dtype)));
     GRAPH_UPDATE("Answered prim::dtype of ", node->input()->debugName(), " with ", seen->second.dtype);
+    it.destroyCurrent();  // left in place, the dead query would read its input in fp32 for the planner
     changed = true;
   }
   return changed;

@@ -1,6 +1,7 @@
 // Replaces dtype queries on observed tensors with constants.
 //
-//   %d : int = prim::dtype(%x)        where %x was observed as fp32   =>   uses of %d read the constant 6
+//   %d : int = prim::dtype(%x)        where %x was observed as fp32   =>   uses of %d read the constant 6, and the
+//                                                                         query is removed
 //
 // The converted graph is specialised to the dtypes of the example inputs anyway (its casts name fixed dtypes).
 // Answering the query from the observation keeps it meaning the original dtype after %x becomes low precision,

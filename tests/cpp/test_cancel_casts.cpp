@@ -50,10 +50,11 @@ TEST(CancelCastsTest, RemovesCastToOwnDtypeButNotCopy) {
       %fp32 : int = prim::Constant[value=6]()
       %false : bool = prim::Constant[value=0]()
       %true : bool = prim::Constant[value=1]()
+      %one : int = prim::Constant[value=1]()
       %none : NoneType = prim::Constant()
       %same : Float(4, strides=[1], device=cpu) = aten::to(%x, %fp32, %false, %false, %none)
       %copied : Float(4, strides=[1], device=cpu) = aten::to(%x, %fp32, %false, %true, %none)
-      %y : Float(4, strides=[1], device=cpu) = aten::add(%same, %copied, %true)
+      %y : Float(4, strides=[1], device=cpu) = aten::add(%same, %copied, %one)
       return (%y))IR");
   EXPECT_TRUE(CancelCasts(graph));
   graph->lint();

@@ -224,8 +224,9 @@ TEST(PipelineRulesTest, TupleOutputsKeepFp32) {
 }
 
 TEST(PipelineRulesTest, InPlaceWriteIsNeverSplitByACast) {
-  // frac_ writes %m through the view %v (so the mutation cannot be removed); a cast of %m would give its readers
-  // a copy the write never reaches. The whole alias set stays in one precision: fp32, as frac_ is unknown.
+  // sinh_ writes %m through the view %v (so the mutation cannot be removed); a cast of %m for only some readers would
+  // give them a copy the write never reaches. The mm still runs low: its result is cast once, right after it, and
+  // every reader (the view that frac_ writes through and the add) reads that one fp32 copy, as sinh_ is unknown.
   auto graph = parseGraph(R"IR(
     graph(%a : Tensor, %b : Tensor, %c : Tensor):
       %one : int = prim::Constant[value=1]()
@@ -233,11 +234,236 @@ TEST(PipelineRulesTest, InPlaceWriteIsNeverSplitByACast) {
       %shape : int[] = prim::ListConstruct(%minus)
       %m : Tensor = aten::mm(%a, %b)
       %v : Tensor = aten::view(%m, %shape)
-      %unused : Tensor = aten::frac_(%v)
+      %unused : Tensor = aten::sinh_(%v)
       %s : Tensor = aten::add(%m, %c, %one)
       return (%s))IR");
   auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5}), torch::randn({4, 5})});
-  FileCheck().check_not("aten::to")->run(*result.graph);
+  result.graph->lint();
+  FileCheck().check_count("aten::to", 3, /*exactly=*/true)->run(*result.graph);
+  FileCheck()
+      .check("HalfTensor = aten::mm")
+      ->check_next("FloatTensor = aten::to(")
+      ->run(*result.graph);
+  const torch::jit::Node* mm = nullptr;
+  for (const torch::jit::Node* node : result.graph->nodes()) {
+    if (node->kind() == c10::aten::mm) {
+      mm = node;
+    }
+  }
+  ASSERT_NE(mm, nullptr);
+  ASSERT_EQ(mm->output()->uses().size(), 1u);
+  std::vector<std::string> readersOfTheCopy;
+  for (const torch::jit::Use& use : mm->output()->uses()[0].user->output()->uses()) {
+    readersOfTheCopy.push_back(use.user->kind().toQualString());
+  }
+  EXPECT_EQ(readersOfTheCopy, (std::vector<std::string>{"aten::view", "aten::add"}));
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+// Two 3x3 convolutions of %x (1x3x8x8, padding 1) with weights %w1 and %w2 (4x3x3x3) as constants, then the body.
+std::shared_ptr<torch::jit::Graph> twoConvolutions(const std::string& body, const std::string& extraInputs = "") {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %w1 : Tensor, %w2 : Tensor)IR" + extraInputs + R"IR():
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %minus : int = prim::Constant[value=-1]()
+      %ones : int[] = prim::ListConstruct(%one, %one)
+      %flat : int[] = prim::ListConstruct(%minus)
+      %a : Tensor = aten::conv2d(%x, %w1, %none, %ones, %ones, %ones, %one)
+      %b : Tensor = aten::conv2d(%x, %w2, %none, %ones, %ones, %ones, %one)
+)IR" + body);
+  inlineInputAsConstant(*graph, 2, torch::randn({4, 3, 3, 3}));
+  inlineInputAsConstant(*graph, 1, torch::randn({4, 3, 3, 3}));
+  return graph;
+}
+
+// The ops a tie forced to fp32 against their category.
+std::vector<std::string> forcedToFp32(const ConversionReport& report) {
+  std::vector<std::string> ops;
+  for (const NodeDecision& node : report.nodes) {
+    if (node.rule.find("forced to fp32") != std::string::npos) {
+      ops.push_back(node.op);
+    }
+  }
+  return ops;
+}
+
+TEST(PipelineRulesTest, InPlaceAddOnAConvOutputKeepsTheConvLow) {
+  // %b is written in place by the add and read afterwards through a view taken before it (so the write stays): the
+  // add, the view and the relu, follow ops, take the convolutions' precision.
+  auto graph = twoConvolutions(R"IR(
+      %v : Tensor = aten::view(%b, %flat)
+      %sum : Tensor = aten::add_(%b, %a, %one)
+      %r : Tensor = aten::relu(%v)
+      return (%r))IR");
+  auto result = convert(graph, {torch::randn({1, 3, 8, 8})});
+  FileCheck()
+      .check_count("HalfTensor = aten::conv2d", 2, /*exactly=*/true)
+      ->check("HalfTensor = aten::view")
+      ->check("HalfTensor = aten::add_")
+      ->check("HalfTensor = aten::relu")
+      ->run(*result.graph);
+  FileCheck().check_count("aten::to", 2, /*exactly=*/true)->run(*result.graph);  // %x in, %r out
+  EXPECT_EQ(forcedToFp32(result.report), std::vector<std::string>{});
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, ConvOutputWrittenByAnFp32OpIsCastOnceAndReadLowAfterTheWrite) {
+  // pow_ (fp32) writes %a through a view, which no pass can undo: %a is cast once after its convolution for the
+  // view and pow_ to share; the reader (a third convolution of %a) only reads it and takes its own low
+  // cast, placed after the write so that it sees it. No convolution is pulled to fp32.
+  auto graph = twoConvolutions(R"IR(
+      %v : Tensor = aten::view(%a, %flat)
+      %two : int = prim::Constant[value=2]()
+      %written : Tensor = aten::pow_(%v, %two)
+      %c : Tensor = aten::conv2d(%a, %w3, %none, %ones, %ones, %ones, %one)
+      %s : Tensor = aten::add(%c, %b, %one)
+      return (%s))IR", ", %w3 : Tensor");
+  inlineInputAsConstant(*graph, 1, torch::randn({4, 4, 3, 3}));
+  auto result = convert(graph, {torch::randn({1, 3, 8, 8})});
+  FileCheck()
+      .check("HalfTensor = aten::conv2d")
+      ->check_next("FloatTensor = aten::to(")
+      ->check("FloatTensor = aten::view(")
+      ->check_next("FloatTensor = aten::pow_(")
+      ->check("HalfTensor = aten::to(")
+      ->check_next("HalfTensor = aten::conv2d(")
+      ->run(*result.graph);
+  FileCheck().check_count("HalfTensor = aten::conv2d", 3, /*exactly=*/true)->run(*result.graph);
+  EXPECT_EQ(forcedToFp32(result.report), std::vector<std::string>{"aten::view"});  // shares pow_'s copy
+  expectCloseOutputs(result.before, result.after, 2e-2);
+}
+
+TEST(PipelineRulesTest, ListOfConvOutputsWithAnFp32MemberCastsEachMemberWhereItEntersTheList) {
+  // The list and cat cannot be split by a cast, but each member can be cast where it enters the list: the cheapest
+  // plan here casts the two convolution outputs (256 elements each) to fp32 rather than the softmax (192) to low
+  // and the concatenation (704) back to fp32 for the output. The convolutions stay low.
+  auto graph = twoConvolutions(R"IR(
+      %soft : Tensor = aten::softmax(%x, %one, %none)
+      %members : Tensor[] = prim::ListConstruct(%a, %b, %soft)
+      %joined : Tensor = aten::cat(%members, %one)
+      return (%joined))IR");
+  auto result = convert(graph, {torch::randn({1, 3, 8, 8})});
+  FileCheck().check_count("HalfTensor = aten::conv2d", 2, /*exactly=*/true)->run(*result.graph);
+  FileCheck().check_count("FloatTensor = aten::to(", 2, /*exactly=*/true)->run(*result.graph);
+  FileCheck().check_count("aten::to", 3, /*exactly=*/true)->run(*result.graph);  // and %x once, for both
+  FileCheck().check("Tensor[] = prim::ListConstruct(")->check_next("FloatTensor = aten::cat(")->run(*result.graph);
+  EXPECT_EQ(forcedToFp32(result.report), std::vector<std::string>{});
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, GraphInputWrittenInPlaceIsReadLowOnlyAfterTheWrite) {
+  // relu_ writes the caller's %a (not undoable, the caller sees it): relu_ stays on the fp32 input itself, and the
+  // matmul's low copy is made after it. Non-firing half: nothing casts %a before the write.
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %r : Tensor = aten::relu_(%a)
+      %m : Tensor = aten::mm(%a, %b)
+      return (%m))IR");
+  const at::Tensor a = torch::randn({4, 6});
+  auto result = convert(graph, {a, torch::randn({6, 5})});
+  FileCheck()
+      .check_not("aten::to(%a")
+      ->check("FloatTensor = aten::relu_(%a)")
+      ->check("HalfTensor = aten::to(%a")
+      ->check("HalfTensor = aten::mm(")
+      ->run(*result.graph);
+  EXPECT_EQ(forcedToFp32(result.report), std::vector<std::string>{"aten::relu_"});  // shares the caller's fp32 %a
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, GraphInputOnlyReadIsCastOnceEvenWhereAListMemberIsWritten) {
+  // AliasDb counts %x among the writers' possible targets (graph inputs and list members share its wildcard set);
+  // following %x's own uses shows only reads, so both convolutions read one shared cast.
+  auto graph = twoConvolutions(R"IR(
+      %r : Tensor = aten::relu_(%b)
+      %members : Tensor[] = prim::ListConstruct(%a, %r)
+      %more : Tensor[] = aten::add(%members, %members)
+      %joined : Tensor = aten::cat(%more, %one)
+      return (%joined))IR");
+  auto result = convert(graph, {torch::randn({1, 3, 8, 8})});
+  FileCheck().check_count("aten::to(%x", 1, /*exactly=*/true)->run(*result.graph);
+  FileCheck().check_count("HalfTensor = aten::conv2d", 2, /*exactly=*/true)->run(*result.graph);
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+// An embedding table %table (16 x 8) as a constant, looked up at %ids (2 x 3), then the body.
+std::shared_ptr<torch::jit::Graph> embeddingLookup(const std::string& body, const at::Tensor& table,
+                                                   const std::string& extraInputs = "") {
+  auto graph = parseGraph(R"IR(
+    graph(%ids : Tensor, %table : Tensor)IR" + extraInputs + R"IR():
+      %none : NoneType = prim::Constant()
+      %false : bool = prim::Constant[value=0]()
+      %minus : int = prim::Constant[value=-1]()
+      %one : int = prim::Constant[value=1]()
+      %eps : float = prim::Constant[value=1.0000000000000001e-05]()
+      %width : int[] = prim::Constant[value=[8]]()
+      %e : Tensor = aten::embedding(%table, %ids, %minus, %false, %false)
+)IR" + body);
+  inlineInputAsConstant(*graph, 1, table);
+  return graph;
+}
+
+// Bytes of fp32 and of low-precision tensor constants in the graph (each constant node counted).
+std::pair<int64_t, int64_t> constantBytesByPrecision(const torch::jit::Graph& graph) {
+  std::pair<int64_t, int64_t> bytes{0, 0};
+  for (const torch::jit::Node* node : graph.nodes()) {
+    if (node->kind() == c10::prim::Constant && node->output()->type()->kind() == c10::TypeKind::TensorType) {
+      const at::Tensor tensor = torch::jit::toIValue(node->output())->toTensor();
+      (tensor.scalar_type() == at::kFloat ? bytes.first : bytes.second) += tensor.nbytes();
+    }
+  }
+  return bytes;
+}
+
+TEST(PipelineRulesTest, EmbeddingOfAConstantTableRunsLowAndCastsOnlyTheRowsItReads) {
+  // Read by an fp32 op (layer_norm) and a low one (mm): the lookup runs on the low table, its 6 rows are cast for
+  // the layer_norm, the mm reads them as they are; the table is stored once, low.
+  const at::Tensor table = torch::randn({16, 8});
+  auto graph = embeddingLookup(R"IR(
+      %normed : Tensor = aten::layer_norm(%e, %width, %none, %none, %eps, %false)
+      %products : Tensor = aten::matmul(%e, %w)
+      return (%normed, %products))IR", table, ", %w : Tensor");
+  auto result = convert(graph, {torch::randint(0, 16, {2, 3}), torch::randn({8, 4})}, at::kHalf);
+  FileCheck()
+      .check("HalfTensor = aten::embedding(")
+      ->check("FloatTensor = aten::to(")
+      ->check("FloatTensor = aten::layer_norm(")
+      ->run(*result.graph);
+  FileCheck().check("HalfTensor = aten::matmul(")->run(*result.graph);
+  EXPECT_EQ(constantBytesByPrecision(*result.graph), std::make_pair(int64_t{0}, int64_t{16 * 8 * 2}));
+  EXPECT_EQ(result.report.weightBytesKeptFp32, 0);
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, TiedTableReadByEmbeddingAndMatmulIsStoredOnceLow) {
+  // The output head reads the embedding table transposed (a tied LM head): both read one low copy.
+  const at::Tensor table = torch::randn({16, 8});
+  auto graph = embeddingLookup(R"IR(
+      %normed : Tensor = aten::layer_norm(%e, %width, %none, %none, %eps, %false)
+      %logits : Tensor = aten::linear(%normed, %table, %none)
+      return (%logits))IR", table);
+  auto result = convert(graph, {torch::randint(0, 16, {2, 3})}, at::kHalf);
+  FileCheck().check("HalfTensor = aten::embedding(")->check("HalfTensor = aten::linear(")->run(*result.graph);
+  EXPECT_EQ(constantBytesByPrecision(*result.graph), std::make_pair(int64_t{0}, int64_t{16 * 8 * 2}));
+  EXPECT_EQ(result.report.weightBytesAfter * 2, result.report.weightBytesBefore);
+  expectCloseOutputs(result.before, result.after, 1e-2);
+}
+
+TEST(PipelineRulesTest, EmbeddingOfATableComputedAtRunTimeFollows) {
+  // Non-firing: the table is an input, not a constant; the lookup follows its fp32 reader and nothing is cast.
+  auto graph = parseGraph(R"IR(
+    graph(%ids : Tensor, %table : Tensor):
+      %none : NoneType = prim::Constant()
+      %false : bool = prim::Constant[value=0]()
+      %minus : int = prim::Constant[value=-1]()
+      %eps : float = prim::Constant[value=1.0000000000000001e-05]()
+      %width : int[] = prim::Constant[value=[8]]()
+      %e : Tensor = aten::embedding(%table, %ids, %minus, %false, %false)
+      %normed : Tensor = aten::layer_norm(%e, %width, %none, %none, %eps, %false)
+      return (%normed))IR");
+  auto result = convert(graph, {torch::randint(0, 16, {2, 3}), torch::randn({16, 8})}, at::kHalf);
+  FileCheck().check_not("aten::to")->check("FloatTensor = aten::embedding(")->run(*result.graph);
   expectSameOutputs(result.before, result.after);
 }
 

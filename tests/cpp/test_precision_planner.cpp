@@ -20,10 +20,24 @@ bool writesFp32(const DataflowGraph& graph, int node) {
   return graph.nodes[node].category == OpCategory::kLowFp32Output;
 }
 
+// The precision the copy of a value that its consumers read (before any cast of their own) is in: the producer's
+// written precision, or for a value tied to its readers whose readers share it, its first sharing reader's.
+Precision copyPrecision(const DataflowGraph& graph, const DataflowGraph::Value& value, const std::vector<Precision>& p) {
+  const int anchor = value.tie == Tie::kNone ? value.producer : DataflowGraph::tiedAnchor(value);
+  if (anchor != value.producer) {
+    return p[anchor];
+  }
+  return writesFp32(graph, value.producer) ? kFp32 : p[value.producer];
+}
+
+bool shares(const DataflowGraph::Value& value, size_t i) {
+  return value.tie != Tie::kNone && value.access[i] == Access::kShares;
+}
+
 // The nodes that must be fp32, computed as precision_planner.h states it, independently of the planner: fp32
-// nodes; every member of a non-castable value one of whose members is fp32 (a value written in fp32 by a
-// low_fp32_output node counts as an fp32 member); a widest node that reads a castable value written in fp32.
-// Iterated to a fixed point.
+// nodes; every sharing member of a tied value one of whose sharing members is fp32 (the producer is a member of a
+// value tied to all; a value written in fp32 by a low_fp32_output node counts as an fp32 member); a widest node that
+// reads, without sharing it, a copy written in fp32. Iterated to a fixed point.
 std::vector<bool> expectedFixedFp32(const DataflowGraph& graph) {
   std::vector<bool> fixed(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
@@ -40,24 +54,25 @@ std::vector<bool> expectedFixedFp32(const DataflowGraph& graph) {
     };
     for (const DataflowGraph::Value& value : graph.values) {
       const bool writtenFp32 = fixed[value.producer] || writesFp32(graph, value.producer);
-      if (!value.castable) {
-        bool anyFixed = writtenFp32;
-        for (int consumer : value.consumers) {
-          anyFixed = anyFixed || fixed[consumer];
+      bool groupFp32 = value.tie == Tie::kAll && writtenFp32;
+      for (size_t i = 0; i < value.consumers.size(); ++i) {
+        groupFp32 = groupFp32 || (shares(value, i) && fixed[value.consumers[i]]);
+      }
+      if (groupFp32) {
+        if (value.tie == Tie::kAll && !writesFp32(graph, value.producer)) {
+          fix(value.producer);
         }
-        if (anyFixed) {
-          if (!writesFp32(graph, value.producer)) {
-            fix(value.producer);
-          }
-          for (int consumer : value.consumers) {
-            fix(consumer);
+        for (size_t i = 0; i < value.consumers.size(); ++i) {
+          if (shares(value, i)) {
+            fix(value.consumers[i]);
           }
         }
-      } else if (writtenFp32) {
-        for (int consumer : value.consumers) {
-          if (graph.nodes[consumer].category == OpCategory::kWidest) {
-            fix(consumer);
-          }
+      }
+      const int anchor = value.tie == Tie::kNone ? value.producer : DataflowGraph::tiedAnchor(value);
+      const bool copyFp32 = anchor == value.producer ? writtenFp32 : fixed[anchor];
+      for (size_t i = 0; i < value.consumers.size(); ++i) {
+        if (!shares(value, i) && copyFp32 && graph.nodes[value.consumers[i]].category == OpCategory::kWidest) {
+          fix(value.consumers[i]);
         }
       }
     }
@@ -80,12 +95,13 @@ std::string violation(const DataflowGraph& graph, const std::vector<bool>& fixed
   }
   for (size_t v = 0; v < graph.values.size(); ++v) {
     const DataflowGraph::Value& value = graph.values[v];
-    const Precision written = writesFp32(graph, value.producer) ? kFp32 : p[value.producer];
-    for (int consumer : value.consumers) {
-      if (!value.castable && p[consumer] != written) {
-        why << "tied value " << v << " is cast; ";
+    const Precision copy = copyPrecision(graph, value, p);
+    for (size_t i = 0; i < value.consumers.size(); ++i) {
+      const int consumer = value.consumers[i];
+      if (shares(value, i) && p[consumer] != copy) {
+        why << "sharing reader " << consumer << " of value " << v << " reads another copy; ";
       }
-      if (value.castable && graph.nodes[consumer].category == OpCategory::kWidest && written == kFp32 &&
+      if (!shares(value, i) && graph.nodes[consumer].category == OpCategory::kWidest && copy == kFp32 &&
           p[consumer] == kLow) {
         why << "widest node " << consumer << " reads fp32 value " << v << " in low precision; ";
       }
@@ -142,11 +158,13 @@ DataflowGraph randomGraph(std::mt19937& rng) {
   const int numValues = uniform(1, 2 * numNodes);
   for (int v = 0; v < numValues; ++v) {
     const int producer = uniform(0, numNodes - 2);
-    const bool castable = uniform(0, 4) != 0;  // one in five is tied
-    const int value = graph.addValue(producer, uniform(1, 1000), castable);
+    const int draw = uniform(0, 9);  // one in five tied to all, one in ten to its readers
+    const Tie tie = draw < 2 ? Tie::kAll : draw < 3 ? Tie::kReaders : Tie::kNone;
+    const int value = graph.addValue(producer, uniform(1, 1000), tie);
     const int numConsumers = std::min(uniform(1, 3), numNodes - 1 - producer);
     for (int c = 0; c < numConsumers; ++c) {
-      graph.addUse(value, uniform(producer + 1, numNodes - 1));  // addUse keeps consumers distinct
+      const Access access = uniform(0, 1) ? Access::kShares : Access::kReadsOnly;
+      graph.addUse(value, uniform(producer + 1, numNodes - 1), access);  // addUse keeps consumers distinct
     }
   }
   return graph;
@@ -161,9 +179,9 @@ std::string describe(const DataflowGraph& graph, const std::vector<Precision>& p
   for (size_t v = 0; v < graph.values.size(); ++v) {
     const DataflowGraph::Value& value = graph.values[v];
     out << "value " << v << " from " << value.producer << " bytes " << value.castBytes
-        << (value.castable ? "" : " tied") << " to";
-    for (int consumer : value.consumers) {
-      out << " " << consumer;
+        << (value.tie == Tie::kAll ? " tied" : value.tie == Tie::kReaders ? " readers tied" : "") << " to";
+    for (size_t i = 0; i < value.consumers.size(); ++i) {
+      out << " " << value.consumers[i] << (shares(value, i) ? "(shares)" : "");
     }
     out << "\n";
   }
@@ -218,11 +236,11 @@ TEST(PrecisionPlannerTest, DiamondBetweenLowNodesStaysLow) {
   const int a = graph.addNode(OpCategory::kFollow);
   const int b = graph.addNode(OpCategory::kFollow);
   const int bottom = graph.addNode(OpCategory::kLowPrecision);
-  const int split = graph.addValue(top, 100, true);
+  const int split = graph.addValue(top, 100);
   graph.addUse(split, a);
   graph.addUse(split, b);
-  graph.addUse(graph.addValue(a, 100, true), bottom);
-  graph.addUse(graph.addValue(b, 100, true), bottom);
+  graph.addUse(graph.addValue(a, 100), bottom);
+  graph.addUse(graph.addValue(b, 100), bottom);
   const PrecisionPlan plan = planPrecision(graph);
   EXPECT_EQ(plan.precision, std::vector<Precision>(4, kLow));
   EXPECT_EQ(castCost(graph, plan.precision).casts, 0);
@@ -235,11 +253,11 @@ TEST(PrecisionPlannerTest, DiamondIntoFp32CastsOnce) {
   const int a = graph.addNode(OpCategory::kFollow);
   const int b = graph.addNode(OpCategory::kFollow);
   const int bottom = graph.addNode(OpCategory::kFp32);
-  const int split = graph.addValue(top, 100, true);
+  const int split = graph.addValue(top, 100);
   graph.addUse(split, a);
   graph.addUse(split, b);
-  graph.addUse(graph.addValue(a, 100, true), bottom);
-  graph.addUse(graph.addValue(b, 100, true), bottom);
+  graph.addUse(graph.addValue(a, 100), bottom);
+  graph.addUse(graph.addValue(b, 100), bottom);
   const PrecisionPlan plan = planPrecision(graph);
   // Cutting the shared input costs 100 (one cast for both readers); cutting the two branches costs 200.
   EXPECT_EQ(plan.precision, (std::vector<Precision>{kLow, kFp32, kFp32, kFp32}));
@@ -253,8 +271,8 @@ TEST(PrecisionPlannerTest, FanOutPaysOneCastForAllReaders) {
   DataflowGraph graph;
   const int low = graph.addNode(OpCategory::kLowPrecision);
   const int follow = graph.addNode(OpCategory::kFollow);
-  graph.addUse(graph.addValue(low, 200, true), follow);
-  const int fanned = graph.addValue(follow, 100, true);
+  graph.addUse(graph.addValue(low, 200), follow);
+  const int fanned = graph.addValue(follow, 100);
   for (int i = 0; i < 3; ++i) {
     graph.addUse(fanned, graph.addNode(OpCategory::kFp32));
   }
@@ -275,8 +293,8 @@ TEST(PrecisionPlannerTest, ValueReadInBothPrecisions) {
   const int follow = graph.addNode(OpCategory::kFollow);
   const int lowReader = graph.addNode(OpCategory::kLowPrecision);
   const int fp32Reader = graph.addNode(OpCategory::kFp32);
-  graph.addUse(graph.addValue(input, 100, true), follow);
-  const int both = graph.addValue(follow, 100, true);
+  graph.addUse(graph.addValue(input, 100), follow);
+  const int both = graph.addValue(follow, 100);
   graph.addUse(both, lowReader);
   graph.addUse(both, fp32Reader);
   const PrecisionPlan plan = planPrecision(graph);
@@ -293,8 +311,8 @@ TEST(PrecisionPlannerTest, ChainCastsTheSmallerValue) {
     const int input = graph.addNode(OpCategory::kFp32);
     const int follow = graph.addNode(OpCategory::kFollow);
     const int low = graph.addNode(OpCategory::kLowPrecision);
-    graph.addUse(graph.addValue(input, bigFirst ? 1000 : 10, true), follow);
-    graph.addUse(graph.addValue(follow, bigFirst ? 10 : 1000, true), low);
+    graph.addUse(graph.addValue(input, bigFirst ? 1000 : 10), follow);
+    graph.addUse(graph.addValue(follow, bigFirst ? 10 : 1000), low);
     const PrecisionPlan plan = planPrecision(graph);
     // Big value first: cast the small output, so the follow node stays fp32. Small first: cast it, follow is low.
     EXPECT_EQ(plan.precision[follow], bigFirst ? kFp32 : kLow) << "bigFirst=" << bigFirst;
@@ -310,8 +328,8 @@ TEST(PrecisionPlannerTest, TieBetweenEqualCutsPrefersLow) {
   const int low = graph.addNode(OpCategory::kLowPrecision);
   const int follow = graph.addNode(OpCategory::kFollow);
   const int fp32 = graph.addNode(OpCategory::kFp32);
-  graph.addUse(graph.addValue(low, 100, true), follow);
-  graph.addUse(graph.addValue(follow, 100, true), fp32);
+  graph.addUse(graph.addValue(low, 100), follow);
+  graph.addUse(graph.addValue(follow, 100), fp32);
   EXPECT_EQ(planPrecision(graph).precision[follow], kLow);
 }
 
@@ -322,9 +340,9 @@ TEST(PrecisionPlannerTest, WidestFedByFp32IsFp32) {
   const int low = graph.addNode(OpCategory::kLowPrecision);
   const int widest = graph.addNode(OpCategory::kWidest);
   const int next = graph.addNode(OpCategory::kLowPrecision);
-  graph.addUse(graph.addValue(input, 1, true), widest);
-  graph.addUse(graph.addValue(low, 1000, true), widest);
-  graph.addUse(graph.addValue(widest, 1000, true), next);
+  graph.addUse(graph.addValue(input, 1), widest);
+  graph.addUse(graph.addValue(low, 1000), widest);
+  graph.addUse(graph.addValue(widest, 1000), next);
   const PrecisionPlan plan = planPrecision(graph);
   EXPECT_EQ(plan.precision[widest], kFp32);
   EXPECT_TRUE(plan.forcedToFp32[widest]);
@@ -341,10 +359,10 @@ TEST(PrecisionPlannerTest, WidestFedByLowIsLow) {
   const int follow = graph.addNode(OpCategory::kFollow);
   const int widest = graph.addNode(OpCategory::kWidest);
   const int next = graph.addNode(OpCategory::kLowPrecision);
-  graph.addUse(graph.addValue(low, 100, true), follow);
-  graph.addUse(graph.addValue(low, 100, true), widest);
-  graph.addUse(graph.addValue(follow, 100, true), widest);
-  graph.addUse(graph.addValue(widest, 100, true), next);
+  graph.addUse(graph.addValue(low, 100), follow);
+  graph.addUse(graph.addValue(low, 100), widest);
+  graph.addUse(graph.addValue(follow, 100), widest);
+  graph.addUse(graph.addValue(widest, 100), next);
   const PrecisionPlan plan = planPrecision(graph);
   EXPECT_EQ(plan.precision, std::vector<Precision>(4, kLow));
   EXPECT_FALSE(plan.forcedToFp32[widest]);
@@ -359,10 +377,10 @@ TEST(PrecisionPlannerTest, WidestFollowsPlannedFp32Producer) {
   const int low = graph.addNode(OpCategory::kLowPrecision);
   const int widest = graph.addNode(OpCategory::kWidest);
   const int next = graph.addNode(OpCategory::kLowPrecision);
-  graph.addUse(graph.addValue(input, 1000, true), follow);  // keeps `follow` in fp32
-  graph.addUse(graph.addValue(follow, 1000, true), widest);
-  graph.addUse(graph.addValue(low, 10, true), widest);
-  graph.addUse(graph.addValue(widest, 10, true), next);
+  graph.addUse(graph.addValue(input, 1000), follow);  // keeps `follow` in fp32
+  graph.addUse(graph.addValue(follow, 1000), widest);
+  graph.addUse(graph.addValue(low, 10), widest);
+  graph.addUse(graph.addValue(widest, 10), next);
   const PrecisionPlan plan = planPrecision(graph);
   EXPECT_EQ(plan.precision[follow], kFp32);
   EXPECT_EQ(plan.precision[widest], kFp32);
@@ -370,15 +388,15 @@ TEST(PrecisionPlannerTest, WidestFollowsPlannedFp32Producer) {
   EXPECT_EQ(castCost(graph, plan.precision).bytes, 20);
 }
 
-// A low node tied (non-castable value) to an fp32 node becomes fp32; the same value castable is simply cast.
+// A low node tied (value tied to all) to an fp32 node becomes fp32; the same value castable is simply cast.
 TEST(PrecisionPlannerTest, TieBetweenLowAndFp32ForcesFp32) {
   for (const bool castable : {false, true}) {
     DataflowGraph graph;
     const int low = graph.addNode(OpCategory::kLowPrecision);
     const int follow = graph.addNode(OpCategory::kFollow);
     const int fp32 = graph.addNode(OpCategory::kFp32);
-    graph.addUse(graph.addValue(low, 100, true), follow);
-    graph.addUse(graph.addValue(follow, 100, castable), fp32);
+    graph.addUse(graph.addValue(low, 100), follow);
+    graph.addUse(graph.addValue(follow, 100, castable ? Tie::kNone : Tie::kAll), fp32);
     const PrecisionPlan plan = planPrecision(graph);
     if (castable) {
       EXPECT_EQ(plan.precision, (std::vector<Precision>{kLow, kLow, kFp32}));
@@ -399,12 +417,65 @@ TEST(PrecisionPlannerTest, TiedLowNodeIsForcedToFp32) {
   DataflowGraph graph;
   const int low = graph.addNode(OpCategory::kLowPrecision);
   const int fp32 = graph.addNode(OpCategory::kFp32);
-  const int tied = graph.addValue(low, 100, false);
+  const int tied = graph.addValue(low, 100, Tie::kAll);
   graph.addUse(tied, fp32);
   const PrecisionPlan plan = planPrecision(graph);
   EXPECT_EQ(plan.precision, (std::vector<Precision>{kFp32, kFp32}));
   EXPECT_TRUE(plan.forcedToFp32[low]);
   EXPECT_EQ(castCost(graph, plan.precision).casts, 0);
+}
+
+// A conv output written in place by an fp32 op and read by a follow op: the conv stays low and one cast after it
+// feeds both readers in fp32; a value tied to all would have made the conv fp32.
+// A tensor written in place by an fp32 op (a view of it shares it) and only read by a low op: the low op reads its
+// own cast of the written copy, so it stays low and nothing else moves.
+TEST(PrecisionPlannerTest, LowReaderOfAWrittenTensorReadsItsOwnCast) {
+  DataflowGraph graph;
+  const int producer = graph.addNode(OpCategory::kFollow);
+  const int writer = graph.addNode(OpCategory::kFp32);
+  const int matmul = graph.addNode(OpCategory::kLowPrecision);
+  for (Tie tie : {Tie::kReaders, Tie::kAll}) {
+    DataflowGraph tied = graph;
+    const int written = tied.addValue(producer, 100, tie);
+    tied.addUse(written, writer, Access::kShares);
+    tied.addUse(written, matmul, Access::kReadsOnly);
+    const PrecisionPlan plan = planPrecision(tied);
+    EXPECT_EQ(plan.precision[matmul], kLow);
+    EXPECT_FALSE(plan.forcedToFp32[matmul]);
+    EXPECT_EQ(plan.precision[writer], kFp32);
+    const CastCost cost = castCost(tied, plan.precision);
+    EXPECT_EQ(cost.casts, 1);
+    EXPECT_EQ(cost.bytes, 100);
+  }
+}
+
+// The same consumer reading and sharing a value shares it.
+TEST(PrecisionPlannerTest, SharingWinsOverReadingForOneConsumer) {
+  DataflowGraph graph;
+  const int producer = graph.addNode(OpCategory::kFp32);
+  const int follow = graph.addNode(OpCategory::kFollow);
+  const int value = graph.addValue(producer, 10, Tie::kAll);
+  graph.addUse(value, follow, Access::kReadsOnly);
+  graph.addUse(value, follow, Access::kShares);
+  EXPECT_EQ(graph.values[value].access, (std::vector<Access>{Access::kShares}));
+  EXPECT_TRUE(planPrecision(graph).forcedToFp32[follow]);
+}
+
+TEST(PrecisionPlannerTest, ReadersTieLeavesTheProducerFree) {
+  DataflowGraph graph;
+  const int conv = graph.addNode(OpCategory::kLowPrecision);
+  const int writer = graph.addNode(OpCategory::kFp32);
+  const int reader = graph.addNode(OpCategory::kFollow);
+  const int written = graph.addValue(conv, 100, Tie::kReaders);
+  graph.addUse(written, writer);
+  graph.addUse(written, reader);
+  const PrecisionPlan plan = planPrecision(graph);
+  EXPECT_EQ(plan.precision, (std::vector<Precision>{kLow, kFp32, kFp32}));
+  EXPECT_FALSE(plan.forcedToFp32[conv]);
+  EXPECT_TRUE(plan.forcedToFp32[reader]);
+  const CastCost cost = castCost(graph, plan.precision);
+  EXPECT_EQ(cost.casts, 1);
+  EXPECT_EQ(cost.bytes, 100);
 }
 
 // Greedy painting keeps a follow node with one fp32 input in fp32 and pays twice for the big values around it;
@@ -415,9 +486,9 @@ TEST(PrecisionPlannerTest, MinCutBeatsGreedyPainting) {
   const int fp32In = graph.addNode(OpCategory::kFp32);
   const int follow = graph.addNode(OpCategory::kFollow);
   const int lowOut = graph.addNode(OpCategory::kLowPrecision);
-  graph.addUse(graph.addValue(lowIn, 1000, true), follow);
-  graph.addUse(graph.addValue(fp32In, 10, true), follow);
-  graph.addUse(graph.addValue(follow, 1000, true), lowOut);
+  graph.addUse(graph.addValue(lowIn, 1000), follow);
+  graph.addUse(graph.addValue(fp32In, 10), follow);
+  graph.addUse(graph.addValue(follow, 1000), lowOut);
   const PrecisionPlan minCut = planPrecision(graph, PlanMethod::kMinCut);
   const PrecisionPlan greedy = planPrecision(graph, PlanMethod::kGreedy);
   EXPECT_EQ(minCut.precision[follow], kLow);
@@ -434,7 +505,7 @@ TEST(PrecisionPlannerTest, CastCostCountsOneCastPerValue) {
   const int low = graph.addNode(OpCategory::kLowPrecision);
   const int a = graph.addNode(OpCategory::kFp32);
   const int b = graph.addNode(OpCategory::kFp32);
-  const int value = graph.addValue(low, 42, true);
+  const int value = graph.addValue(low, 42);
   graph.addUse(value, a);
   graph.addUse(value, b);
   graph.addUse(value, a);  // a repeated use is one consumer
@@ -466,7 +537,7 @@ TEST(PrecisionPlannerTest, LongChainCutsAtCheapestValue) {
   }
   graph.addNode(OpCategory::kFp32);
   for (int i = 0; i + 1 < kNodes; ++i) {
-    graph.addUse(graph.addValue(i, i == kCheap ? 3 : 100, true), i + 1);
+    graph.addUse(graph.addValue(i, i == kCheap ? 3 : 100), i + 1);
   }
   for (const PlanMethod method : {PlanMethod::kMinCut, PlanMethod::kGreedy}) {
     const PrecisionPlan plan = planPrecision(graph, method);
@@ -488,8 +559,8 @@ TEST(PrecisionPlannerTest, Fp32OutputFeedingFp32NeedsNoCast) {
   const int input = graph.addNode(OpCategory::kFp32);
   const int matmul = graph.addNode(OpCategory::kLowFp32Output);
   const int norm = graph.addNode(OpCategory::kFp32);
-  graph.addUse(graph.addValue(input, 100, true), matmul);
-  graph.addUse(graph.addValue(matmul, 1000, true), norm);
+  graph.addUse(graph.addValue(input, 100), matmul);
+  graph.addUse(graph.addValue(matmul, 1000), norm);
   const PrecisionPlan plan = planPrecision(graph);
   EXPECT_EQ(plan.precision[matmul], kLow);
   EXPECT_EQ(producedPrecision(graph, plan.precision, 1), kFp32);
@@ -505,8 +576,8 @@ TEST(PrecisionPlannerTest, Fp32OutputDrawsItsFollowersToFp32) {
   const int matmul = graph.addNode(OpCategory::kLowFp32Output);
   const int follow = graph.addNode(OpCategory::kFollow);
   const int norm = graph.addNode(OpCategory::kFp32);
-  graph.addUse(graph.addValue(matmul, 1000, true), follow);
-  graph.addUse(graph.addValue(follow, 1000, true), norm);
+  graph.addUse(graph.addValue(matmul, 1000), follow);
+  graph.addUse(graph.addValue(follow, 1000), norm);
   const PrecisionPlan plan = planPrecision(graph);
   EXPECT_EQ(plan.precision[follow], kFp32);
   EXPECT_EQ(castCost(graph, plan.precision).casts, 0);
@@ -517,7 +588,7 @@ TEST(PrecisionPlannerTest, Fp32OutputTiedToItsReadersMakesThemFp32) {
   DataflowGraph graph;
   const int matmul = graph.addNode(OpCategory::kLowFp32Output);
   const int reader = graph.addNode(OpCategory::kLowPrecision);
-  graph.addUse(graph.addValue(matmul, 1000, /*castable=*/false), reader);
+  graph.addUse(graph.addValue(matmul, 1000, Tie::kAll), reader);
   const PrecisionPlan plan = planPrecision(graph);
   EXPECT_EQ(plan.precision[matmul], kLow);
   EXPECT_EQ(plan.precision[reader], kFp32);
