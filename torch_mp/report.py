@@ -40,6 +40,12 @@ class Report:
         return self.data["weight_bytes_after"] / before if before else 1.0
 
     @property
+    def weights_kept_fp32(self):
+        """The fp32 tensor weights over 64 KB the converted model holds: name, bytes, readers and the rule that
+        kept them, largest first."""
+        return self.data.get("weights_kept_fp32", [])
+
+    @property
     def cast_bytes(self) -> int:
         return self.data["cast_bytes"]
 
@@ -95,8 +101,14 @@ class Report:
             + (f"; {skipped} on paths the example inputs did not take" if skipped else "")
             + (f"; {d['fused_pointwise']} fused pointwise kernels" if d.get("fused_pointwise") else ""),
             f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
-            f"({self.weight_ratio:.2f}x)",
+            f"({self.weight_ratio:.2f}x)"
+            + (f"; {d['weight_bytes_kept_fp32'] / 1e6:.2f} MB of them fp32" if "weight_bytes_kept_fp32" in d else ""),
         ]
+        for weight in self.weights_kept_fp32[:3]:
+            lines.append(f"    kept fp32: {weight['name']} ({weight['bytes'] / 1e6:.2f} MB, read by "
+                         f"{', '.join(sorted(set(weight['readers'])))}): {weight['rule'] or 'no planned reader'}")
+        if len(self.weights_kept_fp32) > 3:
+            lines.append(f"    ... {len(self.weights_kept_fp32) - 3} more fp32 weights over 64 KB (weights_kept_fp32)")
         if d.get("channels_last_convolutions") or d.get("fused_convolutions"):
             lines.append(f"  CUDA convolutions: {d['channels_last_convolutions']} channels_last, "
                          f"{d['fused_convolutions']} fused with their relu (and residual add) into cuDNN calls")

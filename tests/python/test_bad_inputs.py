@@ -28,7 +28,8 @@ def test_already_fp16_model_is_left_as_it_is():
     model = ConvBnNet().eval().half()
     x = torch.randn(2, 3, 16, 16).half()
     converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
-    assert report.casts == [] and report.low_precision_ops() == {}
+    assert report.casts == [] and report.fp32_ops() == {}  # reported as what they run in: fp16, left as it is
+    assert {n["rule_kind"] for n in report.nodes} == {"not fp32"} and report.low_precision_flop_fraction == 1.0
     out = converted(x)
     assert out.dtype == torch.float16
     torch.testing.assert_close(out, model(x), rtol=0, atol=1e-3)  # only conv+bn folding differs
@@ -47,7 +48,7 @@ def test_partly_fp16_model_keeps_its_fp16_part_and_converts_the_rest():
     model = Partly().eval()
     x = torch.randn(4, 8)
     converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
-    assert report.low_precision_ops()["aten::linear"] == 1  # the fp32 linear; the fp16 one was already low
+    assert report.low_precision_ops()["aten::linear"] == 2  # the fp32 linear, converted; the fp16 one, as it was
     assert all(t.dtype == torch.float16 for t in constants_of(converted))
     out = converted(x)
     assert out.dtype == torch.float32

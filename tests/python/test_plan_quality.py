@@ -1,0 +1,135 @@
+"""Plan quality outside the zoo: heavy ops stay low through in-place writes and containers, weights are stored once
+in the low dtype (tables a lookup reads included), what stays fp32 is reported, and one model gives one graph in
+every process."""
+import os
+import subprocess
+import sys
+import textwrap
+from typing import List
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_mp
+
+
+class TreeBlock(nn.Module):
+    """DLA / Res2Net style: convolutions whose outputs are written in place (residual add_, relu_), gathered in a
+    list with an fp32 member (a softmax over channels) and concatenated."""
+
+    def __init__(self, channels: int = 8):
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1)
+        self.left = nn.Conv2d(channels, channels, 3, padding=1)
+        self.right = nn.Conv2d(channels, channels, 3, padding=1)
+        self.root = nn.Conv2d(3 * channels, channels, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        stem = F.relu(self.stem(x), inplace=True)
+        left = self.left(stem)
+        left += stem
+        right = F.relu(self.right(left), inplace=True)
+        children: List[torch.Tensor] = []
+        children.append(left)
+        children.append(right)
+        children.append(torch.softmax(stem, dim=1))
+        return self.root(torch.cat(children, 1))
+
+
+def test_in_place_writes_and_lists_leave_every_convolution_low():
+    torch.manual_seed(0)
+    model = TreeBlock().eval()
+    x = torch.randn(2, 3, 16, 16)
+    for capture in (torch.jit.script(model), model):  # scripted keeps the list and the writes; traced unrolls them
+        converted, report = torch_mp.convert(capture, (x,), torch.bfloat16, return_report=True)
+        assert report.low_precision_flop_fraction == 1.0
+        convolutions = [n for n in report.nodes if n["op"] == "aten::conv2d"]
+        assert len(convolutions) == 4 and all(n["precision"] == "low" for n in convolutions)
+        assert not any("forced to fp32" in n["rule"] for n in convolutions)
+        assert report.unknown_ops == []
+        reference = model(x)
+        assert torch.nn.functional.cosine_similarity(converted(x).flatten(), reference.flatten(), dim=0) > 0.999
+
+
+class TiedLanguageModel(nn.Module):
+    """An embedding whose table is also the output head (h @ table.T), with fp32-bound ops (layer_norm) between."""
+
+    def __init__(self, vocab: int = 4000, width: int = 64):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, width)
+        self.positions = nn.Embedding(64, width)
+        self.mix = nn.Linear(width, width)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        h = self.norm(self.tokens(ids) + self.positions(positions))
+        h = self.norm(h + F.gelu(self.mix(h)))
+        return h @ self.tokens.weight.t()
+
+
+def test_tied_embedding_table_is_stored_once_low(tmp_path):
+    torch.manual_seed(0)
+    model = TiedLanguageModel().eval()
+    ids = torch.randint(0, 4000, (2, 16))
+    converted, report = torch_mp.convert(model, (ids,), torch.float16, return_report=True)
+    frozen = torch.jit.freeze(torch.jit.trace(model, (ids,)))
+    torch.jit.save(frozen, tmp_path / "fp32.pt")
+    torch.jit.save(converted, tmp_path / "fp16.pt")
+    ratio = os.path.getsize(tmp_path / "fp16.pt") / os.path.getsize(tmp_path / "fp32.pt")
+    assert ratio <= 0.52, ratio
+    assert report.weight_ratio <= 0.51
+    lookups = [n for n in report.nodes if n["op"] == "aten::embedding"]
+    assert len(lookups) == 2 and all(n["precision"] == "low" and "constant" in n["rule"] for n in lookups)
+    assert report.weights_kept_fp32 == []
+    assert report.data["weight_bytes_kept_fp32"] < 4096  # the norm's scale and shift, the linear's bias
+    expected = model(ids)
+    assert torch.nn.functional.cosine_similarity(converted(ids).flatten(), expected.flatten(), dim=0) > 0.999
+
+
+def test_fp32_weights_over_64_kb_are_listed_with_their_readers_and_rule():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 20000), nn.LayerNorm(20000)).eval()
+    _, report = torch_mp.convert(model, (torch.randn(4, 32),), torch.bfloat16, return_report=True)
+    kept = report.weights_kept_fp32
+    assert [w["bytes"] for w in kept] == [80000, 80000]  # the norm's weight and bias (the linear's are bf16)
+    assert all(w["readers"] == ["aten::layer_norm"] and w["rule"].startswith("fp32: normalization") for w in kept)
+    assert report.data["weight_bytes_kept_fp32"] == 160000
+    assert "0.16 MB of them fp32" in report.summary() and "kept fp32:" in report.summary()
+
+
+# Prints a digest of the converted graph and of the report's decisions (the timings left out). Unnamed values are
+# numbered by a per-graph counter that freezing advances by an amount that varies between processes; numbers are
+# renamed in order of first appearance, names and structure must match exactly.
+_CONVERT_IN_A_PROCESS = textwrap.dedent(
+    """
+    import hashlib, json, re, sys, torch, torch_mp
+    sys.path.insert(0, {tests!r})
+    from test_plan_quality import TreeBlock
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    models = ((encoder, torch.randn(2, 10, 32)), (torch.jit.script(TreeBlock().eval()), torch.randn(2, 3, 16, 16)))
+    for model, x in models:
+        converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+        decisions = {{k: v for k, v in report.data.items() if k not in ("seconds", "phases")}}
+        text = str(converted.graph) + json.dumps(decisions, sort_keys=True)
+        numbers = {{}}
+        text = re.sub(r'(?<=[%"])[0-9]+(?=[^0-9a-zA-Z_]|$)', lambda m: numbers.setdefault(m.group(0), f"n{{len(numbers)}}"), text)
+        print(hashlib.sha256(text.encode()).hexdigest())
+    """
+)
+
+
+def test_one_model_gives_one_graph_in_every_process(tmp_path):
+    script = _CONVERT_IN_A_PROCESS.format(tests=os.path.dirname(__file__))
+    outputs = set()
+    for seed in range(10):  # hash seeds change Python's set order; each process lays out memory differently
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+        env["PYTHONHASHSEED"] = str(seed)
+        result = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True,
+                                cwd=tmp_path, env=env)
+        assert result.returncode == 0, result.stderr
+        outputs.add(result.stdout)
+    assert len(outputs) == 1, outputs

@@ -1,0 +1,47 @@
+"""The zoo's plan-quality suite: converting a converted model changes nothing (no node, no cast), and every op a zoo
+model uses has a policy entry."""
+import warnings
+
+import pytest
+import torch
+
+import torch_mp
+from torch_mp.accuracy import flatten_tensors
+from registry import build_model, load_zoo
+
+ZOO = load_zoo()
+
+
+def node_kinds(graph):
+    """The graph's nodes, constants left out (pooling may order them differently), with their nesting depth."""
+    kinds = []
+
+    def walk(block, depth):
+        for node in block.nodes():
+            if node.kind() != "prim::Constant":
+                kinds.append((depth, node.kind()))
+            for inner in node.blocks():
+                walk(inner, depth + 1)
+
+    walk(graph, 0)
+    return kinds
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_converting_the_converted_model_changes_nothing(name):
+    entry = ZOO[name]
+    model = build_model(entry)
+    example = entry.inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        once, first = torch_mp.convert(model, example, torch.bfloat16, return_report=True)
+        twice, second = torch_mp.convert(once, example, torch.bfloat16, return_report=True)
+    assert first.unknown_ops == [] and second.unknown_ops == []
+    assert node_kinds(twice.graph) == node_kinds(once.graph)
+    # the casts of the first conversion are the model's own now; the second adds none where the inputs ran
+    assert second.reached_casts == 0, second.cast_table()
+    assert second.low_precision_flop_fraction == pytest.approx(first.low_precision_flop_fraction)
+    assert second.weight_ratio == pytest.approx(1.0, abs=0.01)
+    with torch.no_grad():
+        for a, b in zip(flatten_tensors(once(*example)), flatten_tensors(twice(*example))):
+            assert torch.equal(a, b)
