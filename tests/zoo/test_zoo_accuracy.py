@@ -33,6 +33,13 @@ WIDER = {
     ("timm.levit_128s", F16, "weight_ratio"): (
         0.7, "random-init attention logits beyond fp16's range: the range guard keeps 69 nodes fp32, their weights too"),
     ("timm.levit_128s", F16, "low_flop_fraction"): (0.85, "the range guard of the weight_ratio row"),
+    ("timm.levit_128s", BF16, "weight_ratio"): (
+        0.53, "its attention-bias cache: each layer's gathered biases (1.8 MB) are written into a dict the module "
+              "keeps, which stays fp32"),
+    ("hf.t5-small-encoder", F16, "low_flop_fraction"): (
+        0.985, "the additive attention mask holds float32's minimum: the range guard keeps the six attention calls "
+               "fp32"),
+    ("hf.t5-small-encoder", BF16, "low_flop_fraction"): (0.985, "the same range guard (beyond bfloat16's max too)"),
 }
 
 
