@@ -268,14 +268,22 @@ Precision producedPrecision(const DataflowGraph& graph, const std::vector<Precis
   return writesFp32(graph, producer) ? Precision::kFp32 : precision[producer];
 }
 
+Precision copyPrecision(const DataflowGraph& graph, const std::vector<Precision>& precision, int value) {
+  const DataflowGraph::Value& read = graph.values[value];
+  if (read.tie == Tie::kNone) {
+    return producedPrecision(graph, precision, value);
+  }
+  const int anchor = DataflowGraph::tiedAnchor(read);
+  return anchor == read.producer ? producedPrecision(graph, precision, value) : precision[anchor];
+}
+
 CastCost castCost(const DataflowGraph& graph, const std::vector<Precision>& precision) {
   CastCost cost;
   for (size_t v = 0; v < graph.values.size(); ++v) {
     const DataflowGraph::Value& value = graph.values[v];
     const Precision produced = producedPrecision(graph, precision, static_cast<int>(v));
     if (value.tie != Tie::kNone) {
-      const int anchor = DataflowGraph::tiedAnchor(value);
-      const Precision copy = anchor == value.producer ? produced : precision[anchor];
+      const Precision copy = copyPrecision(graph, precision, static_cast<int>(v));
       const int shared = copy != produced ? 1 : 0;
       cost.casts += shared;
       cost.bytes += shared * value.castBytes;

@@ -83,6 +83,10 @@ PrecisionPlan planPrecision(const DataflowGraph& graph, PlanMethod method = Plan
 // The precision a value is written in: its producer's, or fp32 for the outputs of a low_fp32_output node.
 Precision producedPrecision(const DataflowGraph& graph, const std::vector<Precision>& precision, int value);
 
+// The precision of the copy of a value its consumers read before any cast of their own: the produced one, or for a
+// value tied to its readers whose readers share it, its anchor's (the copy cast once after the producer).
+Precision copyPrecision(const DataflowGraph& graph, const std::vector<Precision>& precision, int value);
+
 struct CastCost {
   int casts = 0;
   int64_t bytes = 0;

@@ -159,8 +159,7 @@ class PlanApplier {
         }
         continue;
       }
-      const int anchor = core::DataflowGraph::tiedAnchor(value);
-      const Precision copy = anchor == value.producer ? produced : plan_.precision[anchor];
+      const Precision copy = core::copyPrecision(mapping_.dataflow, plan_.precision, it->second);
       if (copy != produced) {
         requestCast(input, dtypeOf(copy), node, i);  // the copy its sharing readers write
       }

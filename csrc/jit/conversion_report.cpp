@@ -2,9 +2,9 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 
+#include <algorithm>
 #include <functional>
 #include <iomanip>
-#include <algorithm>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -76,26 +76,6 @@ void forEachConstantTensor(
     if (auto value = torch::jit::toIValue(node->output())) {
       collectTensors(*value, [&](const at::Tensor& tensor) { visit(node, tensor); });
     }
-  }
-}
-
-void sumConstantBytes(const torch::jit::Block* block, std::unordered_set<const void*>& seen, int64_t& total) {
-  for (const torch::jit::Node* node : block->nodes()) {
-    for (const torch::jit::Block* sub : node->blocks()) {
-      sumConstantBytes(sub, seen, total);
-    }
-    if (node->kind() != c10::prim::Constant || node->outputs().size() != 1) {
-      continue;
-    }
-    auto value = torch::jit::toIValue(node->output());
-    if (!value) {
-      continue;
-    }
-    collectTensors(*value, [&](const at::Tensor& tensor) {
-      if (tensor.has_storage() && seen.insert(tensor.storage().unsafeGetStorageImpl()).second) {
-        total += static_cast<int64_t>(tensor.storage().nbytes());
-      }
-    });
   }
 }
 
@@ -210,7 +190,11 @@ void reportKeptFp32Weights(const torch::jit::Graph& graph, ConversionReport& rep
 int64_t constantBytes(const torch::jit::Graph& graph) {
   std::unordered_set<const void*> seen;
   int64_t total = 0;
-  sumConstantBytes(graph.block(), seen, total);
+  forEachConstantTensor(graph.block(), [&](const torch::jit::Node* /*constant*/, const at::Tensor& tensor) {
+    if (tensor.has_storage() && seen.insert(tensor.storage().unsafeGetStorageImpl()).second) {
+      total += static_cast<int64_t>(tensor.storage().nbytes());
+    }
+  });
   return total;
 }
 
