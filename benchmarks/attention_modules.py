@@ -23,6 +23,9 @@ import sys
 import torch
 from torch import nn
 
+# plan as on a CPU with fast fp16 and bf16 kernels (the plan a GPU conversion makes), whichever CPU runs this
+os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
+
 import torch_mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))

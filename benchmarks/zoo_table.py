@@ -12,6 +12,9 @@ import warnings
 
 import torch
 
+# plan as on a CPU with fast fp16 and bf16 kernels (the plan a GPU conversion makes), whichever CPU runs this
+os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
 

@@ -9,7 +9,7 @@ from ._convert import ConversionError, InputSpec, convert
 from ._torchscript import TorchScriptDeprecationWarning
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphModule, cuda_graphs
 from .jit_pass import jit_pass
-from .policy import CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, target_for
+from .policy import CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, cpu_features, target_for
 from .report import Report
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Report",
     "TorchScriptDeprecationWarning",
     "convert",
+    "cpu_features",
     "cuda_graphs",
     "jit_pass",
     "target_for",

@@ -135,6 +135,8 @@ def convert(
         capture = "trace"
         module, report = run(scripted)
     report.data["capture"] = capture
+    if policy.slow_kernels:
+        report.data["slow_kernels"] = policy.slow_kernels
     return (module, report) if return_report else module
 
 

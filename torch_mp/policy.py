@@ -62,6 +62,12 @@ class Exclusion(NamedTuple):
 Rule = Callable[[NodeInfo], Union[None, str, Tuple[str, str]]]
 
 
+def cpu_features() -> List[str]:
+    """The CPU features that decide which low-precision kernels are fast: this CPU's, or those the environment
+    variable TORCH_MP_CPU_FEATURES names ("all", "none", "avx512_bf16,amx_bf16")."""
+    return _C.cpu_features()
+
+
 def target_for(device: torch.device, dtype: torch.dtype) -> str:
     """The default policy's name for a device and low-precision dtype."""
     half = dtype == torch.float16
@@ -78,18 +84,29 @@ class OpPolicy:
         self._entries: Dict[str, PolicyEntry] = dict(entries or {})
         self._exclusions: List[Exclusion] = []
         self._rules: List[Tuple[Rule, str]] = []
+        # why a default CPU policy keeps its heavy ops fp32 (no fast kernels for the low dtype there), else None
+        self.slow_kernels: Optional[str] = None
 
     @classmethod
-    def default(cls, target: str) -> "OpPolicy":
+    def default(cls, target: str, cpu_features: Union[None, str, Iterable[str]] = None) -> "OpPolicy":
+        """The default policy for `target`. On a CPU target, the heavy ops (low, low_fp32_output) stay fp32 where the
+        CPU has no fast kernels for the low dtype: fp16 needs avx512_fp16, amx_fp16 or asimdhp; bf16 needs
+        avx512_bf16, amx_bf16 or bf16. `cpu_features` names the CPU planned for: None (this one, or the
+        TORCH_MP_CPU_FEATURES environment variable), "all", "none", or feature names."""
         if target not in TARGETS:
             raise ValueError(f"unknown policy target {target!r}; expected one of {', '.join(TARGETS)}")
-        rows = _C.default_policy(target)
-        return cls({op: PolicyEntry(category, reason) for op, category, reason in rows}, name=target)
+        if cpu_features is not None and not isinstance(cpu_features, str):
+            cpu_features = ",".join(cpu_features)
+        rows = _C.default_policy(target, cpu_features)
+        policy = cls({op: PolicyEntry(category, reason) for op, category, reason in rows}, name=target)
+        policy.slow_kernels = _C.slow_low_precision_kernels(target, cpu_features)
+        return policy
 
     def copy(self) -> "OpPolicy":
         other = OpPolicy(copy.deepcopy(self._entries), name=self.name)
         other._exclusions = list(self._exclusions)
         other._rules = list(self._rules)
+        other.slow_kernels = self.slow_kernels
         return other
 
     def exclude(self, *patterns: str, ops: Optional[Iterable[str]] = None, reason: Optional[str] = None) -> "OpPolicy":

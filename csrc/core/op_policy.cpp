@@ -1,5 +1,7 @@
 #include "core/op_policy.h"
 
+#include "core/fast_kernels.h"
+
 #include <utility>
 
 namespace torch_mp::core {
@@ -377,10 +379,16 @@ const char* tableLookupReason(const std::string& op) {
   return nullptr;
 }
 
-OpPolicy OpPolicy::defaults(Target /*target*/) {
+OpPolicy OpPolicy::defaults(Target target, const CpuFeatures& cpu) {
+  const std::optional<std::string> slow = slowLowPrecisionKernels(target, cpu);
   OpPolicy policy;
   for (const DefaultEntry& entry : kDefaultEntries) {
-    policy.set(entry.op, entry.category, entry.reason);
+    const bool heavy = entry.category == OpCategory::kLowPrecision || entry.category == OpCategory::kLowFp32Output;
+    if (heavy && slow) {
+      policy.set(entry.op, OpCategory::kFp32, std::string(entry.reason) + "; " + *slow);
+    } else {
+      policy.set(entry.op, entry.category, entry.reason);
+    }
   }
   return policy;
 }

@@ -21,10 +21,11 @@ enum class OpCategory {
   kFp32,          // numerically sensitive (or unknown): always fp32
 };
 
-// The hardware and dtype a default policy is named for. Today all four share one table: we have measured no
-// op whose best category differs between them (cpu_fp16 in particular mirrors cuda_fp16, so a CPU conversion
-// predicts the GPU model's numerics). Differences found by measurement go here, per entry.
+// The hardware and dtype a default policy is named for. All four share one table of categories; a CPU without
+// fast kernels for the low dtype keeps the heavy ops fp32 (core/fast_kernels).
 enum class Target { kCudaFloat16, kCudaBFloat16, kCpuBFloat16, kCpuFloat16 };
+
+class CpuFeatures;
 
 struct PolicyEntry {
   OpCategory category;
@@ -33,7 +34,9 @@ struct PolicyEntry {
 
 class OpPolicy {
  public:
-  static OpPolicy defaults(Target target);
+  // The default table for a target. For a CPU target whose low dtype has no fast kernels on a CPU with `cpu`
+  // (core/fast_kernels), the low and low_fp32_output ops are fp32 instead, their reasons saying why.
+  static OpPolicy defaults(Target target, const CpuFeatures& cpu);
 
   // The entry for a qualified op name, or nullptr when the op is in no list (and therefore fp32).
   const PolicyEntry* find(const std::string& op) const;

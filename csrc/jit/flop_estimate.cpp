@@ -73,18 +73,25 @@ int64_t attention(const Node* node, const ObservedValues& observed) {
   return 2 * product(*q) * keys + 2 * product(*out) * keys;
 }
 
-// Every 2-D weight of the flat parameter list is applied once per time step and batch row.
+// Every 2-D weight of the flat parameter list (built by a prim::ListConstruct, or one constant list where the
+// weights stay as frozen) is applied once per time step and batch row.
 int64_t recurrent(const Node* node, const ObservedValues& observed) {
   auto input = sizesOf(node->input(0), observed);
-  const Node* params = node->input(node->kind() == c10::aten::lstm ? 2 : 1)->node();
-  if (!input || input->empty() || params->kind() != c10::prim::ListConstruct) {
+  const Value* params = node->input(node->kind() == c10::aten::lstm ? 2 : 1);
+  if (!input || input->empty()) {
     return 0;
   }
   const int64_t rows = product(*input) / std::max<int64_t>(input->back(), 1);
   int64_t weights = 0;
-  for (const Value* param : params->inputs()) {
-    if (auto sizes = sizesOf(param, observed); sizes && sizes->size() == 2) {
-      weights += product(*sizes);
+  if (params->node()->kind() == c10::prim::ListConstruct) {
+    for (const Value* param : params->node()->inputs()) {
+      if (auto sizes = sizesOf(param, observed); sizes && sizes->size() == 2) {
+        weights += product(*sizes);
+      }
+    }
+  } else if (auto constant = torch::jit::toIValue(params); constant && constant->isTensorList()) {
+    for (const at::Tensor& param : constant->toTensorVector()) {
+      weights += param.dim() == 2 ? param.numel() : 0;
     }
   }
   return 2 * rows * weights;

@@ -218,7 +218,7 @@ void collectCasts(
 
 } // namespace
 
-ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype) {
+ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype, const core::CpuFeatures& cpu) {
   TORCH_CHECK(
       lowDtype == c10::ScalarType::Half || lowDtype == c10::ScalarType::BFloat16,
       "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", lowDtype);
@@ -228,7 +228,7 @@ ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype) 
                                    : (half ? core::Target::kCpuFloat16 : core::Target::kCpuBFloat16);
   ConvertOptions options;
   options.lowDtype = lowDtype;
-  options.policy = core::OpPolicy::defaults(target);
+  options.policy = core::OpPolicy::defaults(target, cpu);
   options.policyName = core::toString(target);
   return options;
 }

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fast_kernels.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "jit/conversion_report.h"
@@ -64,8 +65,12 @@ struct ConvertOptions {
   bool fuseConvolutions = false;
 };
 
-// The default options for the device the model runs on and the low-precision dtype.
-ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype);
+// The default options for the device the model runs on and the low-precision dtype; on a CPU, `cpu` says which
+// heavy ops have fast low-precision kernels there (core/fast_kernels).
+ConvertOptions defaultOptions(
+    c10::DeviceType device,
+    c10::ScalarType lowDtype,
+    const core::CpuFeatures& cpu = core::CpuFeatures::host());
 
 // Converts a frozen graph in place. `inputs` are the graph's inputs in order (the module first for a method);
 // `calibration` holds more input stacks of the same form, observed for value ranges only.

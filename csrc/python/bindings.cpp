@@ -4,10 +4,12 @@
 #include <torch/extension.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "core/fast_kernels.h"
 #include "core/op_policy.h"
 #include "jit/pipeline.h"
 #include "jit/value_probe.h"
@@ -36,11 +38,38 @@ c10::ScalarType parseDtype(const std::string& name) {
   TORCH_CHECK_VALUE(false, "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", name);
 }
 
-PolicyRows defaultPolicy(const std::string& targetName) {
-  auto target = core::targetFromString(targetName);
-  TORCH_CHECK_VALUE(target, "torch_mp: unknown policy target '", targetName,
+// The host's CPU features, or those `declared` names ("all", "none", "avx512_bf16,amx_bf16").
+core::CpuFeatures cpuFeatures(const std::optional<std::string>& declared) {
+  if (!declared) {
+    return core::CpuFeatures::host();
+  }
+  std::optional<core::CpuFeatures> features = core::CpuFeatures::parse(*declared);
+  TORCH_CHECK_VALUE(features, "torch_mp: unknown CPU feature in '", *declared,
+                    "'; use 'all', 'none' or names from avx512_fp16, amx_fp16, avx512_bf16, amx_bf16, asimdhp, bf16");
+  return *features;
+}
+
+std::vector<std::string> cpuFeatureNames(const std::optional<std::string>& declared) {
+  std::vector<std::string> names;
+  for (core::CpuFeature feature : cpuFeatures(declared).list()) {
+    names.emplace_back(core::toString(feature));
+  }
+  return names;
+}
+
+core::Target targetNamed(const std::string& name) {
+  auto target = core::targetFromString(name);
+  TORCH_CHECK_VALUE(target, "torch_mp: unknown policy target '", name,
                     "' (expected cuda_fp16, cuda_bf16, cpu_bf16 or cpu_fp16)");
-  const core::OpPolicy policy = core::OpPolicy::defaults(*target);
+  return *target;
+}
+
+std::optional<std::string> slowKernels(const std::string& targetName, const std::optional<std::string>& cpu) {
+  return core::slowLowPrecisionKernels(targetNamed(targetName), cpuFeatures(cpu));
+}
+
+PolicyRows defaultPolicy(const std::string& targetName, const std::optional<std::string>& cpu) {
+  const core::OpPolicy policy = core::OpPolicy::defaults(targetNamed(targetName), cpuFeatures(cpu));
   PolicyRows rows;
   for (const auto& [op, entry] : policy.entries()) {
     rows.emplace_back(op, core::toString(entry.category), entry.reason);
@@ -225,8 +254,15 @@ std::vector<at::Tensor> probeValues(
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
   m.attr("MODEL_RUN_FAILED") = torch_mp::jit::kModelRunFailed;
-  m.def("default_policy", &torch_mp::defaultPolicy, py::arg("target"),
-        "The default op policy for a target as (op, category, reason) rows.");
+  m.def("default_policy", &torch_mp::defaultPolicy, py::arg("target"), py::arg("cpu_features") = py::none(),
+        "The default op policy for a target as (op, category, reason) rows, for the CPU features named (default: "
+        "this CPU's, or TORCH_MP_CPU_FEATURES).");
+  m.def("slow_low_precision_kernels", &torch_mp::slowKernels, py::arg("target"),
+        py::arg("cpu_features") = py::none(),
+        "Why the target's heavy ops would run slower in low precision than in fp32 on that CPU, or None.");
+  m.def("cpu_features", &torch_mp::cpuFeatureNames, py::arg("declared") = py::none(),
+        "The CPU features that decide fast low-precision kernels: this CPU's (or TORCH_MP_CPU_FEATURES), or those "
+        "`declared` names.");
   m.def("convert_module", &torch_mp::convertModule, py::arg("module"), py::arg("example_inputs"), py::arg("dtype"),
         py::arg("policy_name"), py::arg("policy"), py::arg("planner"), py::arg("verify_outputs"),
         py::arg("node_rule"), py::arg("calibration_inputs"), py::arg("low_precision_io"), py::arg("fuse_casts"),

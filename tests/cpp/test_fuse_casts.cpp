@@ -555,7 +555,7 @@ TEST(FuseCastsTest, PipelineFoldsConstantsAndReportsFusedCasts) {
     auto graph = parseGraph(kConvReluSoftmax);
     inlineInputAsConstant(*graph, 1, w);
     auto before = runGraph(graph, {x});
-    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kHalf);
+    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kHalf, core::CpuFeatures::all());
     options.fuseCasts = fuseCasts;
     ConversionReport report = ConvertToMixedPrecision(graph, {x}, options);
     graph->lint();

@@ -395,7 +395,7 @@ TEST(FusePointwiseTest, PipelineFusesOnlyWhenAsked) {
   auto expected = runGraph(graph, inputs);
   auto convertWith = [&](bool fusedKernels) {
     auto converted = graph->copy();
-    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kBFloat16);
+    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kBFloat16, core::CpuFeatures::all());
     options.fusedKernels = fusedKernels;
     ConversionReport report = ConvertToMixedPrecision(converted, inputs, options);
     converted->lint();

@@ -42,10 +42,16 @@ void profileTypedValues(const std::shared_ptr<torch::jit::Graph>& graph) {
   torch::jit::ClearProfilingInformation(graph);
 }
 
+// The pass picks the default policy for the CPU it runs on; these tests plan for a CPU with fast kernels in both
+// low dtypes, whichever CPU runs them (JitPassTest.SlowKernelsKeepTheGraph plans for one without).
 class JitPassTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    setenv("TORCH_MP_CPU_FEATURES", "all", 1);
+  }
   void TearDown() override {
     disableMixedPrecisionPass();
+    unsetenv("TORCH_MP_CPU_FEATURES");
   }
 };
 
@@ -115,6 +121,30 @@ TEST_F(JitPassTest, IntegerGraphIsLeftAsItWas) {
   runMixedPrecisionPass(graph);
   EXPECT_EQ(graph->toString(), before);
   EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNothingToLower);
+}
+
+TEST_F(JitPassTest, SlowKernelsKeepTheGraph) {
+  // a CPU without float16 arithmetic: the default policy keeps the convolution fp32, so nothing is lowered
+  setenv("TORCH_MP_CPU_FEATURES", "avx512_bf16", 1);
+  auto graph = profiledConvReluSoftmax();
+  const std::string before = graph->toString();
+  enableMixedPrecisionPass({.dtype = at::kHalf});
+  runMixedPrecisionPass(graph);
+  EXPECT_EQ(graph->toString(), before);
+  const PassActivity activity = mixedPrecisionPassActivity();
+  EXPECT_EQ(activity.lastOutcome, SkipReason::kNothingToLower);
+  ASSERT_TRUE(activity.lastReport);
+  const auto& nodes = activity.lastReport->nodes;
+  auto conv = std::find_if(nodes.begin(), nodes.end(), [](const NodeDecision& n) { return n.op == "aten::conv2d"; });
+  ASSERT_NE(conv, nodes.end());
+  EXPECT_EQ(conv->precision, "fp32");
+  EXPECT_NE(conv->rule.find("none of avx512_fp16, amx_fp16, asimdhp"), std::string::npos) << conv->rule;
+
+  // the same CPU converts to bfloat16
+  auto again = profiledConvReluSoftmax();
+  enableMixedPrecisionPass({.dtype = at::kBFloat16});
+  runMixedPrecisionPass(again);
+  FileCheck().check("prim::TypeCheck")->check("BFloat16(4, 3, 3, 3")->check("aten::conv2d")->run(*again);
 }
 
 TEST_F(JitPassTest, GraphWithoutProfileIsLeftAsItWas) {

@@ -28,7 +28,8 @@ Converted convert(const std::shared_ptr<torch::jit::Graph>& original, const std:
   Converted result;
   result.before = runGraph(original, inputs);
   result.graph = original->copy();
-  ConvertOptions options = defaultOptions(c10::DeviceType::CPU, low);
+  // planned for a CPU with fast kernels in both low dtypes, whichever CPU runs the test
+  ConvertOptions options = defaultOptions(c10::DeviceType::CPU, low, core::CpuFeatures::all());
   if (edit) {
     edit(options);
   }
