@@ -335,6 +335,9 @@ void convertObserved(
   if (options.fuseCasts) {
     FuseCasts(graph, observed, countFusedCast);
   }
+  // Mutation removal once more: the fp32 clean-up keeps some in-place writes (timm DLA-34's residual add_ and
+  // relu_) that it removes from the converted graph, so a second conversion would make them out of place.
+  torch::jit::RemoveTensorMutation(graph);
   torch::jit::EliminateDeadCode(graph);
   clock.end("cancel");
 

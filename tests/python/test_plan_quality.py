@@ -133,3 +133,28 @@ def test_one_model_gives_one_graph_in_every_process(tmp_path):
         assert result.returncode == 0, result.stderr
         outputs.add(result.stdout)
     assert len(outputs) == 1, outputs
+
+
+def test_dla34_converted_again_changes_no_node():
+    """timm's DLA-34 (tree blocks with in-place residual writes): its first conversion already drops the in-place
+    writes a second one would drop (before: 4 add_ / relu_ turned out of place), so converting again changes no
+    node."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "zoo"))
+    from torchvision_shim import import_torchvision
+
+    import_torchvision()
+    import timm
+
+    torch.manual_seed(0)
+    model = timm.create_model("dla34", pretrained=False).eval()
+    x = torch.randn(1, 3, 64, 64)
+    once, report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    twice = torch_mp.convert(once, (x,), torch.bfloat16)
+
+    def kinds(module):
+        return sorted(node.kind() for node in module.graph.nodes())
+
+    assert report.low_precision_flop_fraction == 1.0
+    assert not [kind for kind in kinds(once) if kind in ("aten::add_", "aten::relu_")]
+    assert kinds(twice) == kinds(once)
+    torch.testing.assert_close(twice(x), once(x), rtol=0, atol=0)
