@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import torch_mp
-from test_range_guard import MaskedScores
+from small_models import MaskedScores
 from torch_mp.models import ConvBnNet
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from test_fused_kernels import ConvResidual
+from small_models import ConvResidual
 from torch_mp import __main__
 from torch_mp.models import ConvBnNet
 

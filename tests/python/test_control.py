@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 import torch_mp
+from small_models import ScoresThenNorm
 from torch_mp.models import ConvBnNet
 
 
@@ -241,18 +242,6 @@ def test_default_io_keeps_dtypes():
     model, x = TupleOut().eval(), torch.randn(2, 3, 32, 32)
     y, (index, probabilities) = torch_mp.convert(model, (x,), torch.float16)(x)
     assert (y.dtype, index.dtype, probabilities.dtype) == (torch.float32, torch.int64, torch.float32)
-
-
-class ScoresThenNorm(nn.Module):
-    """A batched matmul whose result goes through a relu into a layer norm: the case for an fp32 matmul output."""
-
-    def __init__(self):
-        super().__init__()
-        self.keys = nn.Parameter(torch.randn(4, 32, 16))
-        self.norm = nn.LayerNorm(16)
-
-    def forward(self, x):
-        return self.norm(torch.relu(torch.matmul(x, self.keys)))
 
 
 def kinds_after(graph, op):

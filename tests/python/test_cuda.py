@@ -11,7 +11,7 @@ from torch import nn
 import torch_mp
 from torch_mp.accuracy import compare
 from torch_mp.models import ConvBnNet, ResNetIBN
-from test_control import ScoresThenNorm
+from small_models import ScoresThenNorm
 
 pytestmark = pytest.mark.cuda
 

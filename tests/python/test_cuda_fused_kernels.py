@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import torch_mp
-from test_fused_kernels import ConvInexactNumbers, MlpBlock, fused_calls
+from small_models import ConvInexactNumbers, MlpBlock, fused_calls
 
 # kernels/fused_pointwise.h
 INPUT, SCALAR, ROUND, RELU, NEG = 0, 1, 2, 10, 11

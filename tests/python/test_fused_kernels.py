@@ -7,38 +7,9 @@ import textwrap
 
 import pytest
 import torch
-from torch import nn
 
 import torch_mp
-
-
-class MlpBlock(nn.Module):
-    """linear -> gelu -> residual add -> layer norm, twice: the transformer MLP pattern."""
-
-    def __init__(self, width: int = 64):
-        super().__init__()
-        self.fc = nn.ModuleList([nn.Linear(width, width) for _ in range(2)])
-        self.norm = nn.ModuleList([nn.LayerNorm(width) for _ in range(2)])
-
-    def forward(self, x):
-        for fc, norm in zip(self.fc, self.norm):
-            x = norm(torch.nn.functional.gelu(fc(x)) * 0.5 + x)
-        return x
-
-
-class ConvResidual(nn.Module):
-    """conv -> residual add -> relu -> scale: one fusible chain (add, relu, mul and the casts around them)."""
-
-    def __init__(self, channels: int = 3):
-        super().__init__()
-        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
-
-    def forward(self, x):
-        return torch.relu(self.conv(x) + x) * 0.5
-
-
-def fused_calls(module) -> int:
-    return sum(1 for n in module.graph.nodes() if n.kind() == "torch_mp::fused_pointwise")
+from small_models import ConvInexactNumbers, ConvResidual, MlpBlock, fused_calls
 
 
 @pytest.fixture
@@ -70,19 +41,6 @@ def test_fp16_conv_residual_chain_is_bit_exact():
     assert fused_calls(fused) == 1
     with torch.no_grad():
         assert torch.equal(portable(x), fused(x))
-
-
-class ConvInexactNumbers(nn.Module):
-    """conv, then arithmetic with numbers fp16 / bf16 do not hold: ATen's CPU add and sub round such a number to the
-    tensor's dtype first, its mul and div do not; the fused program must do the same."""
-
-    def __init__(self, channels: int = 8):
-        super().__init__()
-        self.conv = nn.Conv2d(channels, channels, 3, padding=1)
-
-    def forward(self, x):
-        y = self.conv(x)
-        return torch.relu(y + 0.1) / 3.0 - (y - 1 / 3) * 0.1
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import torch_mp
+from small_models import MaskedScores
 from torch_mp.accuracy import compare
 from torch_mp.models import ConvBnNet
 
@@ -22,19 +23,6 @@ class Scaled(nn.Module):
 
     def forward(self, x):
         return self.outer(self.inner(x * self.scale) / self.scale)
-
-
-class MaskedScores(nn.Module):
-    """Attention-like scores with masked entries filled with `fill`, then a softmax."""
-
-    def __init__(self, fill: float):
-        super().__init__()
-        self.fill = fill
-        self.q = nn.Linear(16, 16)
-
-    def forward(self, x, mask):
-        scores = self.q(x) @ x.transpose(-1, -2)
-        return scores.masked_fill(mask, self.fill).softmax(-1)
 
 
 def guarded_ops(report):
@@ -86,7 +74,6 @@ def test_float32_min_masks_keep_fp32_in_bf16_too():
     out = converted(x, mask)
     assert (out[mask] == 0).all()
     torch.testing.assert_close(out, model(x, mask), rtol=0, atol=2e-2)
-
 
 
 class CoordinateFeatures(nn.Module):

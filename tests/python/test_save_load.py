@@ -11,7 +11,7 @@ import torch_mp
 from torch_mp.models import ConvBnNet, NestedOutputNet
 
 from fresh_process import assert_runs_without_torch_mp
-from test_fused_kernels import ConvResidual
+from small_models import ConvResidual
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
