@@ -50,16 +50,19 @@ def test_fallback_within_tolerance_keeps_nothing(model):
 def test_fallback_with_a_metric_callable(model):
     calibration = batches(2)
 
-    def top1_disagreement(reference, output):
-        return (reference.argmax(-1) != output.argmax(-1)).float().mean().item()
+    def max_relative_error(reference, output):
+        return ((reference - output).abs().max() / reference.abs().max()).item()
 
     converted, report = torch_mp.convert(
-        model, calibration[0], torch.float16, calibration_inputs=calibration, tolerance=0.0,
-        metric=top1_disagreement, return_report=True, progress=False,
+        model, calibration[0], torch.float16, calibration_inputs=calibration, tolerance=5e-3,
+        metric=max_relative_error, return_report=True, progress=False,
     )
-    assert len(report.data["fallback"]["kept_fp32"]) <= 3
-    for inputs in calibration:
-        assert top1_disagreement(model(*inputs), converted(*inputs)) == 0.0
+    fallback = report.data["fallback"]
+    assert fallback["error_before"] > 5e-3  # the plain plan misses the tolerance: the search has work to do
+    assert 1 <= len(fallback["kept_fp32"]) <= 3, fallback["kept_fp32"]
+    with torch.no_grad():
+        for inputs in calibration:
+            assert max_relative_error(model(*inputs), converted(*inputs)) <= 5e-3
 
 
 def test_bisection_baseline_reaches_the_tolerance_too(model):
