@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
 
 from evaluate import evaluate  # noqa: E402
-from registry import UNCAPTURED, load_zoo  # noqa: E402
+from registry import load_zoo  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -63,9 +63,6 @@ def main() -> int:
                       f"{str(error).strip().splitlines()[0][:160]} |"
             lines.append(row)
             print(row, flush=True)
-    if UNCAPTURED:
-        lines += ["", "Not in the zoo because TorchScript cannot capture them:", ""]
-        lines += [f"- {name}: {reason}" for name, reason in UNCAPTURED.items()]
     with open(os.path.join(ROOT, "benchmarks", f"ZOO_{args.device}.md"), "w") as out:
         out.write("\n".join(lines) + "\n")
     return 1 if failures else 0

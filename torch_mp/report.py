@@ -41,8 +41,8 @@ class Report:
 
     @property
     def weights_kept_fp32(self):
-        """The fp32 tensor weights over 64 KB the converted model holds: name, bytes, readers and the rule that
-        kept them, largest first."""
+        """The fp32 tensor weights over 64 KB the converted model holds: name, bytes, readers and the rule (with its
+        rule_kind) that kept them, largest first."""
         return self.data.get("weights_kept_fp32", [])
 
     @property

@@ -136,7 +136,7 @@ std::string ConversionReport::toJson() const {
     for (size_t r = 0; r < weight.readers.size(); ++r) {
       out << (r ? ", " : "") << quoted(weight.readers[r]);
     }
-    out << "], \"rule\": " << quoted(weight.rule) << "}";
+    out << "], \"rule\": " << quoted(weight.rule) << ", \"rule_kind\": " << quoted(weight.ruleKind) << "}";
   }
   out << "], \"casts\": [";
   for (size_t i = 0; i < casts.size(); ++i) {
@@ -162,7 +162,7 @@ void reportKeptFp32Weights(const torch::jit::Graph& graph, ConversionReport& rep
     }
     auto [slot, added] = entryOf.emplace(tensor.storage().unsafeGetStorageImpl(), kept.size());
     if (added) {
-      kept.push_back({constant->output()->debugName(), static_cast<int64_t>(tensor.storage().nbytes()), {}, ""});
+      kept.push_back({constant->output()->debugName(), static_cast<int64_t>(tensor.storage().nbytes()), {}, "", ""});
     }
     KeptFp32Weight& weight = kept[slot->second];
     for (const torch::jit::Use& use : constant->output()->uses()) {
@@ -171,6 +171,7 @@ void reportKeptFp32Weights(const torch::jit::Graph& graph, ConversionReport& rep
         auto decided = decisionOf.find(use.user->output(0)->debugName());
         if (decided != decisionOf.end()) {
           weight.rule = decided->second->rule;
+          weight.ruleKind = decided->second->ruleKind;
         }
       }
     }

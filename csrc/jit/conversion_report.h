@@ -37,6 +37,7 @@ struct KeptFp32Weight {
   int64_t bytes = 0;                 // its storage
   std::vector<std::string> readers;  // the ops reading it
   std::string rule;                  // the plan's rule for its first reader the plan decided ("" if none)
+  std::string ruleKind;              // and that rule's kind (NodeDecision::ruleKind)
 };
 
 struct ConversionReport {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import List, NamedTuple
+from typing import List, NamedTuple, Tuple
 
 import torch
 
@@ -28,6 +28,8 @@ class Result(NamedTuple):
     cast_bytes: int
     low_flop_fraction: float
     seconds: float  # torch_mp.convert, capture included
+    # per fp32 weight over 64 KB the result keeps: the kind of rule that kept it and the ops reading it
+    fp32_weights: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
 
 
 def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "cpu") -> Result:
@@ -56,7 +58,8 @@ def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "
         agree += round(agreement.top1 * batch_rows)
         rows += batch_rows
     return Result(report.capture, min(cosines), max(errors), agree / rows, finite, dtypes_kept, report.weight_ratio,
-                  report.reached_casts, report.cast_bytes, report.low_precision_flop_fraction, seconds)
+                  report.reached_casts, report.cast_bytes, report.low_precision_flop_fraction, seconds,
+                  tuple((w["rule_kind"], tuple(sorted(set(w["readers"])))) for w in report.weights_kept_fp32))
 
 
 

@@ -161,8 +161,6 @@ def build_model(entry: Entry) -> nn.Module:
 
 LIBRARIES = {"torchvision": torchvision_models, "timm": timm_models, "transformers": transformers_models}
 
-UNCAPTURED: Dict[str, str] = {}
-
 
 def load_zoo() -> Dict[str, Entry]:
     zoo = dict(own_models())

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from evaluate import evaluate
-from registry import UNCAPTURED, load_zoo
+from registry import load_zoo
 
 F16, BF16 = torch.float16, torch.bfloat16
 ZOO = load_zoo()
@@ -42,6 +42,12 @@ WIDER = {
     ("hf.t5-small-encoder", BF16, "low_flop_fraction"): (0.985, "the same range guard (beyond bfloat16's max too)"),
 }
 
+# Where a row's weight_ratio is wider, every fp32 weight over 64 KB must be one the range guard keeps, or one of the
+# model's named here as (rule kind, readers): the wider tolerance holds for those reasons and no other.
+FP32_WEIGHTS_BESIDES_THE_GUARD = {
+    "timm.levit_128s": {("", ("aten::_set_item",)): "the attention-bias cache of the bf16 weight_ratio row"},
+}
+
 
 def tolerance(metric, name, dtype):
     if (name, dtype, metric) in WIDER:
@@ -62,14 +68,13 @@ def test_zoo_model_against_fp32(name, dtype):
     if entry.classifier:
         assert result.top1 >= tolerance("top1", name, dtype), result
     assert result.weight_ratio <= tolerance("weight_ratio", name, dtype), result
+    if tolerance("weight_ratio", name, dtype) > TOLERANCES["weight_ratio"][dtype]:
+        named = FP32_WEIGHTS_BESIDES_THE_GUARD.get(name, {})
+        unexplained = [w for w in result.fp32_weights if w[0] != "range guard" and w not in named]
+        assert result.fp32_weights and not unexplained, result.fp32_weights
     assert result.low_flop_fraction >= tolerance("low_flop_fraction", name, dtype), result
 
 
 def test_zoo_is_large_enough():
     assert len(ZOO) >= 20
     assert {entry.source for entry in ZOO.values()} >= {"torchvision", "timm", "transformers"}
-
-
-def test_uncaptured_models_say_why():
-    for name, reason in UNCAPTURED.items():
-        assert name not in ZOO and len(reason) > 20
