@@ -157,9 +157,7 @@ const char* toString(SkipReason reason) {
 }
 
 void enableMixedPrecisionPass(const JitPassOptions& options) {
-  TORCH_CHECK_VALUE(
-      options.dtype == c10::ScalarType::Half || options.dtype == c10::ScalarType::BFloat16,
-      "torch_mp: the mixed-precision pass needs dtype float16 or bfloat16, got ", options.dtype);
+  checkLowDtype(options.dtype);
   PassState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.registered) {

@@ -218,10 +218,14 @@ void collectCasts(
 
 } // namespace
 
-ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype, const core::CpuFeatures& cpu) {
-  TORCH_CHECK(
+void checkLowDtype(c10::ScalarType lowDtype) {
+  TORCH_CHECK_VALUE(
       lowDtype == c10::ScalarType::Half || lowDtype == c10::ScalarType::BFloat16,
       "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", lowDtype);
+}
+
+ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype, const core::CpuFeatures& cpu) {
+  checkLowDtype(lowDtype);
   const bool cuda = device == c10::DeviceType::CUDA;
   const bool half = lowDtype == c10::ScalarType::Half;
   const core::Target target = cuda ? (half ? core::Target::kCudaFloat16 : core::Target::kCudaBFloat16)
@@ -255,9 +259,7 @@ class PhaseClock {
 };
 
 ConversionReport emptyReport(const ConvertOptions& options) {
-  TORCH_CHECK(
-      options.lowDtype == c10::ScalarType::Half || options.lowDtype == c10::ScalarType::BFloat16,
-      "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", options.lowDtype);
+  checkLowDtype(options.lowDtype);
   ConversionReport report;
   report.dtype = c10::toString(options.lowDtype);
   report.policy = options.policyName;

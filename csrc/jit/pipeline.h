@@ -65,6 +65,9 @@ struct ConvertOptions {
   bool fuseConvolutions = false;
 };
 
+// Throws c10::ValueError unless the dtype is float16 or bfloat16.
+void checkLowDtype(c10::ScalarType lowDtype);
+
 // The default options for the device the model runs on and the low-precision dtype; on a CPU, `cpu` says which
 // heavy ops have fast low-precision kernels there (core/fast_kernels).
 ConvertOptions defaultOptions(
