@@ -26,8 +26,8 @@ from . import _C
 # "low_fp32_output": computed in the low dtype (accumulating in fp32), result written in fp32, e.g. a matmul that
 # feeds a norm. On CUDA, mm / bmm / 2-d and 3-d matmul do it in one kernel (aten::mm.dtype); elsewhere the low
 # result is cast once, and a softmax / sum / mean reader folds that cast into its own kernel.
-CATEGORIES = ("low", "low_fp32_output", "follow", "widest", "fp32")
-TARGETS = ("cuda_fp16", "cuda_bf16", "cpu_bf16", "cpu_fp16")
+CATEGORIES = _C.CATEGORIES  # ("low", "low_fp32_output", "follow", "widest", "fp32"), from csrc/core/op_policy.h
+TARGETS = _C.TARGETS  # ("cuda_fp16", "cuda_bf16", "cpu_bf16", "cpu_fp16")
 
 
 class PolicyEntry(NamedTuple):
@@ -70,10 +70,7 @@ def cpu_features() -> List[str]:
 
 def target_for(device: torch.device, dtype: torch.dtype) -> str:
     """The default policy's name for a device and low-precision dtype."""
-    half = dtype == torch.float16
-    if torch.device(device).type == "cuda":
-        return "cuda_fp16" if half else "cuda_bf16"
-    return "cpu_fp16" if half else "cpu_bf16"
+    return _C.target_for(torch.device(device).type == "cuda", dtype == torch.float16)
 
 
 class OpPolicy:

@@ -444,14 +444,19 @@ const char* toString(OpCategory category) {
 }
 
 std::optional<OpCategory> categoryFromString(const std::string& name) {
-  for (OpCategory category :
-       {OpCategory::kLowPrecision, OpCategory::kLowFp32Output, OpCategory::kFollow, OpCategory::kWidest,
-        OpCategory::kFp32}) {
+  for (OpCategory category : kAllCategories) {
     if (name == toString(category)) {
       return category;
     }
   }
   return std::nullopt;
+}
+
+Target targetFor(bool cuda, bool float16) {
+  if (cuda) {
+    return float16 ? Target::kCudaFloat16 : Target::kCudaBFloat16;
+  }
+  return float16 ? Target::kCpuFloat16 : Target::kCpuBFloat16;
 }
 
 const char* toString(Target target) {
@@ -469,7 +474,7 @@ const char* toString(Target target) {
 }
 
 std::optional<Target> targetFromString(const std::string& name) {
-  for (Target target : {Target::kCudaFloat16, Target::kCudaBFloat16, Target::kCpuBFloat16, Target::kCpuFloat16}) {
+  for (Target target : kAllTargets) {
     if (name == toString(target)) {
       return target;
     }

@@ -69,6 +69,15 @@ class OpPolicy {
 // other op.
 const char* tableLookupReason(const std::string& op);
 
+inline constexpr OpCategory kAllCategories[] = {
+    OpCategory::kLowPrecision, OpCategory::kLowFp32Output, OpCategory::kFollow, OpCategory::kWidest,
+    OpCategory::kFp32};
+inline constexpr Target kAllTargets[] = {
+    Target::kCudaFloat16, Target::kCudaBFloat16, Target::kCpuBFloat16, Target::kCpuFloat16};
+
+// The default target for a model that runs on CUDA (else the CPU) in float16 (else bfloat16).
+Target targetFor(bool cuda, bool float16);
+
 const char* toString(OpCategory category);
 std::optional<OpCategory> categoryFromString(const std::string& name);
 const char* toString(Target target);

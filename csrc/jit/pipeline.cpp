@@ -226,10 +226,8 @@ void checkLowDtype(c10::ScalarType lowDtype) {
 
 ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype, const core::CpuFeatures& cpu) {
   checkLowDtype(lowDtype);
-  const bool cuda = device == c10::DeviceType::CUDA;
-  const bool half = lowDtype == c10::ScalarType::Half;
-  const core::Target target = cuda ? (half ? core::Target::kCudaFloat16 : core::Target::kCudaBFloat16)
-                                   : (half ? core::Target::kCpuFloat16 : core::Target::kCpuBFloat16);
+  const core::Target target =
+      core::targetFor(device == c10::DeviceType::CUDA, lowDtype == c10::ScalarType::Half);
   ConvertOptions options;
   options.lowDtype = lowDtype;
   options.policy = core::OpPolicy::defaults(target, cpu);

@@ -3,6 +3,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -254,6 +255,20 @@ std::vector<at::Tensor> probeValues(
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
   m.attr("MODEL_RUN_FAILED") = torch_mp::jit::kModelRunFailed;
+  py::tuple categories(std::size(torch_mp::core::kAllCategories));
+  for (size_t i = 0; i < categories.size(); ++i) {
+    categories[i] = torch_mp::core::toString(torch_mp::core::kAllCategories[i]);
+  }
+  m.attr("CATEGORIES") = categories;
+  py::tuple targets(std::size(torch_mp::core::kAllTargets));
+  for (size_t i = 0; i < targets.size(); ++i) {
+    targets[i] = torch_mp::core::toString(torch_mp::core::kAllTargets[i]);
+  }
+  m.attr("TARGETS") = targets;
+  m.def(
+      "target_for",
+      [](bool cuda, bool float16) { return torch_mp::core::toString(torch_mp::core::targetFor(cuda, float16)); },
+      py::arg("cuda"), py::arg("float16"), "The default policy target's name for the device kind and low dtype.");
   m.def("default_policy", &torch_mp::defaultPolicy, py::arg("target"), py::arg("cpu_features") = py::none(),
         "The default op policy for a target as (op, category, reason) rows, for the CPU features named (default: "
         "this CPU's, or TORCH_MP_CPU_FEATURES).");
