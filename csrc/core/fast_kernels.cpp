@@ -122,10 +122,8 @@ CpuFeatures CpuFeatures::host() {
     if (std::optional<CpuFeatures> features = parse(declared)) {
       return *features;
     }
-    throw std::invalid_argument(
-        std::string("torch_mp: TORCH_MP_CPU_FEATURES='") + declared +
-        "' names an unknown CPU feature; use 'all', 'none' or names from avx512_fp16, amx_fp16, avx512_bf16, "
-        "amx_bf16, asimdhp, bf16 separated by commas");
+    throw std::invalid_argument(std::string("torch_mp: TORCH_MP_CPU_FEATURES='") + declared +
+                                "' names an unknown CPU feature; use " + cpuFeaturesSyntax());
   }
   static const CpuFeatures detected = detect();
   return detected;
@@ -190,6 +188,15 @@ const char* toString(CpuFeature feature) {
       return "bf16";
   }
   return "?";
+}
+
+std::string cpuFeaturesSyntax() {
+  std::string names;
+  for (CpuFeature feature : kAllFeatures) {
+    names += names.empty() ? "" : ", ";
+    names += toString(feature);
+  }
+  return "'all', 'none' or names from " + names + " separated by commas";
 }
 
 std::optional<CpuFeature> cpuFeatureFromString(const std::string& name) {

@@ -58,6 +58,8 @@ class CpuFeatures {
 };
 
 const char* toString(CpuFeature feature);  // "avx512_fp16", as /proc/cpuinfo spells it
+// How a set of features is written: "'all', 'none' or names from avx512_fp16, ..., separated by commas".
+std::string cpuFeaturesSyntax();
 std::optional<CpuFeature> cpuFeatureFromString(const std::string& name);
 
 // Why the target's heavy ops would run slower in its low dtype than in fp32 on a CPU with these features, or nullopt

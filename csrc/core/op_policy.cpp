@@ -383,8 +383,7 @@ OpPolicy OpPolicy::defaults(Target target, const CpuFeatures& cpu) {
   const std::optional<std::string> slow = slowLowPrecisionKernels(target, cpu);
   OpPolicy policy;
   for (const DefaultEntry& entry : kDefaultEntries) {
-    const bool heavy = entry.category == OpCategory::kLowPrecision || entry.category == OpCategory::kLowFp32Output;
-    if (heavy && slow) {
+    if (computesLow(entry.category) && slow) {
       policy.set(entry.op, OpCategory::kFp32, std::string(entry.reason) + "; " + *slow);
     } else {
       policy.set(entry.op, entry.category, entry.reason);
@@ -408,7 +407,7 @@ OpPolicy::Match OpPolicy::match(const std::string& op) const {
   }
   std::string outOfPlace = op.substr(0, op.size() - 1);
   const PolicyEntry* entry = find(outOfPlace);
-  if (!entry || entry->category == OpCategory::kLowPrecision || entry->category == OpCategory::kLowFp32Output) {
+  if (!entry || computesLow(entry->category)) {
     return {};
   }
   return {entry, std::move(outOfPlace)};

@@ -21,6 +21,11 @@ enum class OpCategory {
   kFp32,          // numerically sensitive (or unknown): always fp32
 };
 
+// Whether an op of the category computes in the low dtype (low and low_fp32_output: the heavy ops).
+inline bool computesLow(OpCategory category) {
+  return category == OpCategory::kLowPrecision || category == OpCategory::kLowFp32Output;
+}
+
 // The hardware and dtype a default policy is named for. All four share one table of categories; a CPU without
 // fast kernels for the low dtype keeps the heavy ops fp32 (core/fast_kernels).
 enum class Target { kCudaFloat16, kCudaBFloat16, kCpuBFloat16, kCpuFloat16 };

@@ -489,8 +489,7 @@ class DataflowBuilder {
         category = OpCategory::kFp32;
         rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
       }
-      if ((category == OpCategory::kLowPrecision || category == OpCategory::kLowFp32Output) &&
-          sumsNothing(node)) {
+      if (core::computesLow(category) && sumsNothing(node)) {
         category = OpCategory::kFollow;
         rule += " [follow instead: nothing to sum (an outer product), so low precision would only round its "
                 "inputs, say positions or timesteps]";

@@ -3,7 +3,6 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,8 +44,7 @@ core::CpuFeatures cpuFeatures(const std::optional<std::string>& declared) {
     return core::CpuFeatures::host();
   }
   std::optional<core::CpuFeatures> features = core::CpuFeatures::parse(*declared);
-  TORCH_CHECK_VALUE(features, "torch_mp: unknown CPU feature in '", *declared,
-                    "'; use 'all', 'none' or names from avx512_fp16, amx_fp16, avx512_bf16, amx_bf16, asimdhp, bf16");
+  TORCH_CHECK_VALUE(features, "torch_mp: unknown CPU feature in '", *declared, "'; use ", core::cpuFeaturesSyntax());
   return *features;
 }
 
@@ -54,6 +52,16 @@ std::vector<std::string> cpuFeatureNames(const std::optional<std::string>& decla
   std::vector<std::string> names;
   for (core::CpuFeature feature : cpuFeatures(declared).list()) {
     names.emplace_back(core::toString(feature));
+  }
+  return names;
+}
+
+// The names of an enum's values, in the order of `values`.
+template <typename Enum, size_t N>
+py::tuple namesOf(const Enum (&values)[N]) {
+  py::tuple names(N);
+  for (size_t i = 0; i < N; ++i) {
+    names[i] = core::toString(values[i]);
   }
   return names;
 }
@@ -255,16 +263,8 @@ std::vector<at::Tensor> probeValues(
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
   m.attr("MODEL_RUN_FAILED") = torch_mp::jit::kModelRunFailed;
-  py::tuple categories(std::size(torch_mp::core::kAllCategories));
-  for (size_t i = 0; i < categories.size(); ++i) {
-    categories[i] = torch_mp::core::toString(torch_mp::core::kAllCategories[i]);
-  }
-  m.attr("CATEGORIES") = categories;
-  py::tuple targets(std::size(torch_mp::core::kAllTargets));
-  for (size_t i = 0; i < targets.size(); ++i) {
-    targets[i] = torch_mp::core::toString(torch_mp::core::kAllTargets[i]);
-  }
-  m.attr("TARGETS") = targets;
+  m.attr("CATEGORIES") = torch_mp::namesOf(torch_mp::core::kAllCategories);
+  m.attr("TARGETS") = torch_mp::namesOf(torch_mp::core::kAllTargets);
   m.def(
       "target_for",
       [](bool cuda, bool float16) { return torch_mp::core::toString(torch_mp::core::targetFor(cuda, float16)); },
