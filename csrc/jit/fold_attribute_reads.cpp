@@ -29,22 +29,6 @@ bool assignsAttributes(const Block* block) {
   return false;
 }
 
-// What a chain of prim::GetAttr from the graph's first input reads, or nothing when the value is not such a chain.
-std::optional<c10::IValue> attributeValue(const Value* value, const Value* selfInput, const c10::IValue& self) {
-  if (value == selfInput) {
-    return self;
-  }
-  const Node* node = value->node();
-  if (node->kind() != c10::prim::GetAttr) {
-    return std::nullopt;
-  }
-  std::optional<c10::IValue> owner = attributeValue(node->input(), selfInput, self);
-  if (!owner || !owner->isObject()) {
-    return std::nullopt;
-  }
-  return owner->toObjectRef().getAttr(node->s(c10::attr::name));
-}
-
 void foldBlock(Block* block, torch::jit::Graph& graph, const c10::IValue& self, const torch::jit::AliasDb& aliasDb,
                int& folded) {
   for (Node* node : block->nodes()) {
@@ -81,18 +65,45 @@ void collectSelfReads(const Block* block, const Value* selfInput, std::unordered
   }
 }
 
-void cloneTensorSlots(const c10::intrusive_ptr<c10::ivalue::Object>& object) {
+// Gives the object, and the objects it holds, their own copy of every slot `select` picks; slots that shared a
+// value share its copy.
+template <typename Select>
+void copySlots(
+    const c10::intrusive_ptr<c10::ivalue::Object>& object,
+    const Select& select,
+    c10::IValue::HashIdentityIValueMap& copies) {
   for (size_t i = 0; i < object->slots().size(); ++i) {
     const c10::IValue value = object->getSlot(i);
-    if (value.isTensor() && value.toTensor().defined()) {
-      object->setSlot(i, value.toTensor().clone());
-    } else if (value.isObject()) {
-      cloneTensorSlots(value.toObject());
+    if (value.isObject()) {
+      copySlots(value.toObject(), select, copies);
+    } else if (select(value)) {
+      object->setSlot(i, value.deepcopy(copies));
     }
   }
 }
 
+template <typename Select>
+void copySlots(torch::jit::Module& module, const Select& select) {
+  c10::IValue::HashIdentityIValueMap copies;
+  copySlots(module._ivalue(), select, copies);
+}
+
 } // namespace
+
+std::optional<c10::IValue> attributeValue(const Value* value, const Value* selfInput, const c10::IValue& self) {
+  if (value == selfInput) {
+    return self;
+  }
+  const Node* node = value->node();
+  if (node->kind() != c10::prim::GetAttr) {
+    return std::nullopt;
+  }
+  std::optional<c10::IValue> owner = attributeValue(node->input(), selfInput, self);
+  if (!owner || !owner->isObject()) {
+    return std::nullopt;
+  }
+  return owner->toObjectRef().getAttr(node->s(c10::attr::name));
+}
 
 int FoldAttributeReads(const std::shared_ptr<torch::jit::Graph>& graph, const c10::IValue& self) {
   if (graph->inputs().empty() || !self.isObject() || assignsAttributes(graph->block())) {
@@ -105,7 +116,11 @@ int FoldAttributeReads(const std::shared_ptr<torch::jit::Graph>& graph, const c1
 }
 
 void ownAttributeTensors(torch::jit::Module& module) {
-  cloneTensorSlots(module._ivalue());
+  copySlots(module, [](const c10::IValue& value) { return value.isTensor() && value.toTensor().defined(); });
+}
+
+void ownAttributeContainers(torch::jit::Module& module) {
+  copySlots(module, [](const c10::IValue& value) { return value.isGenericDict() || value.isList(); });
 }
 
 void dropUnreadAttributes(torch::jit::Module& module) {

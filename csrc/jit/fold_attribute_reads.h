@@ -16,8 +16,16 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <memory>
+#include <optional>
 
 namespace torch_mp::jit {
+
+// What a chain of prim::GetAttr from `selfInput` (the graph's first input, holding `self`) reads, or nothing when
+// the value is not such a chain.
+std::optional<c10::IValue> attributeValue(
+    const torch::jit::Value* value,
+    const torch::jit::Value* selfInput,
+    const c10::IValue& self);
 
 // `self` is the object the graph's first input holds (a module); returns how many reads became constants.
 int FoldAttributeReads(const std::shared_ptr<torch::jit::Graph>& graph, const c10::IValue& self);
@@ -30,5 +38,10 @@ void dropUnreadAttributes(torch::jit::Module& module);
 // writes): freezing shares tensors with the module it froze, so running the converted model would otherwise write
 // into the user's module.
 void ownAttributeTensors(torch::jit::Module& module);
+
+// Gives the module its own copy of every dict and list attribute: freezing shares them with the module it froze,
+// so the conversion's casts of their contents (state_containers) and runs of the converted model would otherwise
+// reach the user's module.
+void ownAttributeContainers(torch::jit::Module& module);
 
 } // namespace torch_mp::jit

@@ -38,22 +38,41 @@ class DataflowBuilder {
       const ObservedValues& observed,
       const core::OpPolicy& policy,
       c10::ScalarType lowDtype,
-      const NodeRule& nodeRule)
+      const NodeRule& nodeRule,
+      const StateContainers* state)
       : graph_(graph),
         observed_(observed),
         policy_(policy),
         nodeRule_(nodeRule),
+        state_(state),
         aliasDb_(graph),
-        lowDtype_(lowDtype) {}
+        lowDtype_(lowDtype) {
+    if (state_) {
+      for (const Node* read : state_->reads) {
+        stateReads_.insert(read->output());
+      }
+    }
+  }
 
   DataflowMapping run() {
     visitGraph();
+    if (state_) {
+      tieStateContainerReads();
+    }
     return std::move(mapping_);
   }
 
  private:
   ValueKind kindOf(const Value* value) const {
     const c10::TypePtr& type = value->type();
+    if (state_) {
+      if (stateReads_.count(value)) {
+        return ValueKind::kContainer;  // what it holds is known, reached or not
+      }
+      if (const c10::ClassTypePtr object = type->cast<c10::ClassType>(); object && object->is_module()) {
+        return ValueKind::kIrrelevant;  // its containers are planned where they are read
+      }
+    }
     if (mayHoldTensor(type)) {
       auto it = observed_.find(value);
       if (it == observed_.end()) {
@@ -535,10 +554,36 @@ class DataflowBuilder {
     addNode(graph_->block()->return_node());
   }
 
+  // Every read of one state container shares the precision of its first read: one tied value, which no cast can
+  // convert, from that read to the others.
+  void tieStateContainerReads() {
+    std::unordered_map<const Node*, int> plannerNode;
+    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
+      plannerNode.emplace(mapping_.nodes[n], static_cast<int>(n));
+    }
+    std::vector<int> tie(state_->containers.size(), -1);
+    mapping_.stateContainerNodes.assign(state_->containers.size(), -1);
+    for (size_t r = 0; r < state_->reads.size(); ++r) {
+      auto read = plannerNode.find(state_->reads[r]);
+      if (read == plannerNode.end()) {
+        continue;
+      }
+      const size_t container = state_->containerOf[r];
+      if (mapping_.stateContainerNodes[container] < 0) {
+        mapping_.stateContainerNodes[container] = read->second;
+        tie[container] = mapping_.dataflow.addValue(read->second, 0, core::Tie::kAll);
+      } else {
+        mapping_.dataflow.addUse(tie[container], read->second);
+      }
+    }
+  }
+
   const std::shared_ptr<Graph>& graph_;
   const ObservedValues& observed_;
   const core::OpPolicy& policy_;
   const NodeRule& nodeRule_;
+  const StateContainers* state_;
+  std::unordered_set<const Value*> stateReads_;
   torch::jit::AliasDb aliasDb_;
   c10::ScalarType lowDtype_;
   DataflowMapping mapping_;
@@ -565,8 +610,9 @@ DataflowMapping buildDataflow(
     const ObservedValues& observed,
     const core::OpPolicy& policy,
     c10::ScalarType lowDtype,
-    const NodeRule& nodeRule) {
-  return DataflowBuilder(graph, observed, policy, lowDtype, nodeRule).run();
+    const NodeRule& nodeRule,
+    const StateContainers* state) {
+  return DataflowBuilder(graph, observed, policy, lowDtype, nodeRule, state).run();
 }
 
 } // namespace torch_mp::jit

@@ -9,6 +9,8 @@
 //   - a node reading or writing a floating tensor that is not fp32 (fp16, bf16, fp64): fp32, i.e. untouched;
 //   - a node reading a floating constant (tensor or scalar) that fp16 cannot hold, |x| > 65504: fp32 (range
 //     guard: a mask of -1e9 or a large weight is never clamped to inf silently).
+// Module objects are not values when the module's state containers are given (their reads are planned instead);
+// without them, the module input ties everything read from module state to its dtype.
 // Any other node asks the user's node rule first (module-path exclusions, per-node callables, the accuracy
 // fallback's choices), then the op policy.
 // Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
@@ -56,6 +58,14 @@ struct NodeOverride {
 // Nothing: the node is left to the op policy.
 using NodeRule = std::function<std::optional<NodeOverride>(const NodeDescription&)>;
 
+// Containers of tensors the module keeps as attributes (jit/state_containers finds them): every read of one
+// container shares one precision, and they are containers even where a read was not reached.
+struct StateContainers {
+  std::vector<const torch::jit::Node*> reads;  // the prim::GetAttr nodes reading a container, in graph order
+  std::vector<size_t> containerOf;             // per read: its container, an index into `containers`
+  std::vector<c10::IValue> containers;         // in the order of their first read
+};
+
 struct DataflowMapping {
   core::DataflowGraph dataflow;
   std::vector<torch::jit::Node*> nodes;  // planner node -> TorchScript node (prim::Param for graph inputs)
@@ -67,6 +77,7 @@ struct DataflowMapping {
   std::vector<std::string> unknownOps;   // ops in no policy list, each once
   std::vector<bool> unobserved;          // planner node -> left alone because its dtypes are unknown
   int unobservedNodes = 0;               // how many of those
+  std::vector<int> stateContainerNodes;  // per state container: the planner node whose precision it has, or -1
 };
 
 DataflowMapping buildDataflow(
@@ -74,7 +85,8 @@ DataflowMapping buildDataflow(
     const ObservedValues& observed,
     const core::OpPolicy& policy,
     c10::ScalarType lowDtype,
-    const NodeRule& nodeRule = {});
+    const NodeRule& nodeRule = {},
+    const StateContainers* state = nullptr);
 
 // The largest finite value of the low dtype (fp16: 65504; bf16: 3.39e38, a little below fp32's 3.40e38).
 double largestFinite(c10::ScalarType lowDtype);

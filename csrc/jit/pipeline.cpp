@@ -31,6 +31,7 @@
 #include "jit/low_precision_io.h"
 #include "jit/module_scope.h"
 #include "jit/specialize_dtype_queries.h"
+#include "jit/state_containers.h"
 #include "jit/typed_observation.h"
 #include "jit/value_observer.h"
 
@@ -291,6 +292,7 @@ void cleanUp(std::shared_ptr<Graph>& graph, ConversionReport& report) {
 void convertObserved(
     std::shared_ptr<Graph>& graph,
     ObservedValues& observed,
+    const StateContainers* state,
     const ConvertOptions& options,
     ConversionReport& report,
     PhaseClock& clock) {
@@ -301,7 +303,8 @@ void convertObserved(
   clock.end("observe");
 
   // 3. Plan.
-  DataflowMapping mapping = buildDataflow(graph, observed, options.policy, options.lowDtype, options.nodeRule);
+  DataflowMapping mapping =
+      buildDataflow(graph, observed, options.policy, options.lowDtype, options.nodeRule, state);
   core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.planner);
   report.nodes = decisionsOf(mapping, plan, observed, options.lowDtype);
   report.unknownOps = mapping.unknownOps;
@@ -310,6 +313,9 @@ void convertObserved(
 
   // 4. Apply.
   std::unordered_set<const Node*> inserted = applyPrecisionPlan(graph, mapping, plan, observed, options.lowDtype);
+  if (state) {
+    castStateContainers(*state, mapping, plan, options.lowDtype);
+  }
   clock.end("apply");
 
   // 5. Cancel casts that change nothing (low-precision IO first: its casts meet the plan's head to head), fuse
@@ -410,10 +416,15 @@ ConversionReport ConvertToMixedPrecision(
     torch::jit::EliminateDeadCode(graph);
     observation = observe();
   }
-  convertObserved(graph, observation.values, options, report, clock);
+  const std::optional<StateContainers> state =
+      inputs.empty() ? std::nullopt : findStateContainers(*graph, inputs[0]);
+  convertObserved(graph, observation.values, state ? &*state : nullptr, options, report, clock);
 
   if (options.verifyOutputs) {
     Stack verifyInputs = inputs;
+    if (!verifyInputs.empty()) {
+      verifyInputs[0] = inputs[0].deepcopy();  // the converted model's state stays as the conversion found it
+    }
     std::optional<c10::ScalarType> lowAsFloat;
     if (options.lowPrecisionIO) {
       lowAsFloat = options.lowDtype;
@@ -441,7 +452,7 @@ ConversionReport ConvertTypedGraph(std::shared_ptr<Graph>& graph, const ConvertO
   cleanUp(graph, report);
   clock.end("cleanup");
   ObservedValues observed = observeTypes(graph);
-  convertObserved(graph, observed, options, report, clock);
+  convertObserved(graph, observed, /*state=*/nullptr, options, report, clock);
   clock.finish();
   return report;
 }
@@ -455,6 +466,7 @@ ConvertedModule convertModule(
       !module.hasattr("training") || !module.is_training(),
       "torch_mp: the module is in training mode; call .eval() before converting");
   torch::jit::Module frozen = torch::jit::freeze_module(module);
+  ownAttributeContainers(frozen);
   std::shared_ptr<Graph> graph = frozen.get_method("forward").graph();
   Stack inputs;
   inputs.push_back(frozen._ivalue());

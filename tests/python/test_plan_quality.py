@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from typing import List
+from typing import Dict, List
 
 import torch
 import torch.nn as nn
@@ -97,6 +97,49 @@ def test_fp32_weights_over_64_kb_are_listed_with_their_readers_and_rule():
     assert all(w["readers"] == ["aten::layer_norm"] and w["rule"].startswith("fp32: normalization") for w in kept)
     assert report.data["weight_bytes_kept_fp32"] == 160000
     assert "0.16 MB of them fp32" in report.summary() and "kept fp32:" in report.summary()
+
+
+class CachedAttentionBias(nn.Module):
+    """timm LeViT's attention: the bias gathered from a small table is cached per device in a dict the module keeps,
+    filled on the first call."""
+
+    attention_bias_cache: Dict[str, torch.Tensor]
+
+    def __init__(self, heads: int = 4, tokens: int = 128, width: int = 64):
+        super().__init__()
+        self.qkv = nn.Linear(width, 3 * width)
+        self.heads = heads
+        self.biases = nn.Parameter(torch.randn(heads, tokens))
+        self.register_buffer("bias_idxs", torch.randint(0, tokens, (tokens, tokens)), persistent=False)
+        self.attention_bias_cache = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        key = str(x.device)
+        if key not in self.attention_bias_cache:
+            self.attention_bias_cache[key] = self.biases[:, self.bias_idxs]
+        b, n, c = x.shape
+        qkv = self.qkv(x).view(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attention = (q @ k.transpose(-2, -1) + self.attention_bias_cache[key]).softmax(-1)
+        return (attention @ v).transpose(1, 2).reshape(b, n, c)
+
+
+def test_bias_a_module_caches_in_a_dict_is_stored_low_and_read_without_a_cast(tmp_path):
+    torch.manual_seed(0)
+    model = CachedAttentionBias().eval()
+    x = torch.randn(2, 128, 64)
+    expected = model(x)  # the user's model has cached its fp32 bias (4 x 128 x 128: 256 KB) before converting
+    converted, report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    assert report.weight_ratio <= 0.51 and report.weights_kept_fp32 == []
+    cache_reads = [n for n in report.nodes if n["op"] in ("aten::_set_item", "aten::__getitem__")]
+    assert len(cache_reads) == 2 and all(n["precision"] == "low" for n in cache_reads)
+    assert converted.attention_bias_cache["cpu"].dtype == torch.bfloat16
+    assert model.attention_bias_cache["cpu"].dtype == torch.float32  # the user's cache is left alone
+    torch.jit.save(converted, tmp_path / "cached.pt")
+    loaded = torch.jit.load(tmp_path / "cached.pt")
+    for result in (converted(x), loaded(x)):
+        assert result.dtype == torch.float32
+        assert torch.nn.functional.cosine_similarity(result.flatten(), expected.flatten(), dim=0) > 0.999
 
 
 # Prints a digest of the converted graph and of the report's decisions (the timings left out). Unnamed values are
