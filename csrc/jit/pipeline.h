@@ -7,9 +7,10 @@
 //                        the types the graph executor profiled (typed_observation, for the load-time pass);
 //                        completed statically for views in branches not reached; dtype queries answered from it
 //                        (specialize_dtype_queries)
-//   3. plan              graph -> dataflow (graph_to_dataflow, asking the user's node rule), min-cut precision plan
-//                        (core/precision_planner)
-//   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan)
+//   3. plan              graph -> dataflow (graph_to_dataflow, asking the user's node rule; the module's state
+//                        containers from state_containers), min-cut precision plan (core/precision_planner)
+//   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan); what the state
+//                        containers hold cast with them (state_containers)
 //   5. cancel casts      low-precision IO on request (low_precision_io); lossless round trips and no-op casts
 //      and fuse casts    (cancel_casts); the model's own casts of constants folded (fold_constant_casts); casts
 //                        fused into the ops that read them (fuse_casts: dtype= arguments, mixed-dtype arithmetic,
