@@ -109,7 +109,9 @@ def convert(
     calibration = _normalize_calibration(calibration_inputs)
     scripted, capture = _capture(model, inputs)
     if policy is None:
-        policy = OpPolicy.default(target_for(_device_of(inputs, model), dtype))
+        device = _device_of(inputs, model)
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        policy = OpPolicy.default(target_for(device, dtype), cuda_capability=capability)
 
     def run(captured):
         job = Conversion(captured, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes,

@@ -68,6 +68,14 @@ def cpu_features() -> List[str]:
     return _C.cpu_features()
 
 
+def _capability(value: Any) -> Tuple[int, int]:
+    if (not isinstance(value, (tuple, list)) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)):
+        raise ValueError(f"cuda_capability must be a (major, minor) pair of ints such as (8, 0), as "
+                         f"torch.cuda.get_device_capability() gives it; got {value!r}")
+    return (value[0], value[1])
+
+
 def target_for(device: torch.device, dtype: torch.dtype) -> str:
     """The default policy's name for a device and low-precision dtype."""
     return _C.target_for(torch.device(device).type == "cuda", dtype == torch.float16)
@@ -85,18 +93,29 @@ class OpPolicy:
         self.slow_kernels: Optional[str] = None
 
     @classmethod
-    def default(cls, target: str, cpu_features: Union[None, str, Iterable[str]] = None) -> "OpPolicy":
-        """The default policy for `target`. On a CPU target, the heavy ops (low, low_fp32_output) stay fp32 where the
-        CPU has no fast kernels for the low dtype: fp16 needs avx512_fp16, amx_fp16 or asimdhp; bf16 needs
-        avx512_bf16, amx_bf16 or bf16. `cpu_features` names the CPU planned for: None (this one, or the
-        TORCH_MP_CPU_FEATURES environment variable), "all", "none", or feature names."""
+    def default(
+        cls,
+        target: str,
+        cpu_features: Union[None, str, Iterable[str]] = None,
+        cuda_capability: Optional[Tuple[int, int]] = None,
+    ) -> "OpPolicy":
+        """The default policy for `target`. The heavy ops (low, low_fp32_output) stay fp32 where the device has no
+        fast kernels for the low dtype. On a CPU, fp16 needs avx512_fp16, amx_fp16 or asimdhp and bf16 needs
+        avx512_bf16, amx_bf16 or bf16; `cpu_features` names the CPU planned for: None (this one, or the
+        TORCH_MP_CPU_FEATURES environment variable), "all", "none", or feature names. On a GPU, fp16 needs compute
+        capability 7.0 and bf16 8.0 (their tensor cores); `cuda_capability` is the (major, minor) of the GPU planned
+        for: None takes the current CUDA device's where CUDA is available, and otherwise assumes the kernels fast."""
         if target not in TARGETS:
             raise ValueError(f"unknown policy target {target!r}; expected one of {', '.join(TARGETS)}")
         if cpu_features is not None and not isinstance(cpu_features, str):
             cpu_features = ",".join(cpu_features)
-        rows = _C.default_policy(target, cpu_features)
+        if cuda_capability is None and target.startswith("cuda") and torch.cuda.is_available():
+            cuda_capability = torch.cuda.get_device_capability()
+        if cuda_capability is not None:
+            cuda_capability = _capability(cuda_capability)
+        rows = _C.default_policy(target, cpu_features, cuda_capability)
         policy = cls({op: PolicyEntry(category, reason) for op, category, reason in rows}, name=target)
-        policy.slow_kernels = _C.slow_low_precision_kernels(target, cpu_features)
+        policy.slow_kernels = _C.slow_low_precision_kernels(target, cpu_features, cuda_capability)
         return policy
 
     def copy(self) -> "OpPolicy":

@@ -37,6 +37,22 @@ const FastKernelRequirement kFastKernelRequirements[] = {
      "oneDNN emulates bfloat16 arithmetic in fp32 registers (measured on an Intel Xeon without AMX: matrix products "
      "at 0.56x the speed of fp32)"},
 };
+
+// The compute capability from which a CUDA target's heavy ops have tensor-core kernels in its low dtype.
+struct GpuKernelRequirement {
+  Target target;
+  CudaCapability since;
+  const char* without;  // what happens on older GPUs
+};
+
+const GpuKernelRequirement kGpuKernelRequirements[] = {
+    {Target::kCudaFloat16, {7, 0},
+     "float16 tensor cores came with Volta (sm_70): cuBLAS and cuDNN compute float16 on older GPUs without them "
+     "(Pascal's GeForce cards at 1/64 of their fp32 rate)"},
+    {Target::kCudaBFloat16, {8, 0},
+     "bfloat16 tensor cores came with Ampere (sm_80): on older GPUs (a T4 is 7.5) PyTorch emulates bfloat16 matrix "
+     "products and convolutions in fp32 units, no faster than fp32 and less precise"},
+};
 // clang-format on
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -208,7 +224,19 @@ std::optional<CpuFeature> cpuFeatureFromString(const std::string& name) {
   return std::nullopt;
 }
 
-std::optional<std::string> slowLowPrecisionKernels(Target target, const CpuFeatures& features) {
+std::optional<std::string> slowLowPrecisionKernels(
+    Target target,
+    const CpuFeatures& features,
+    std::optional<CudaCapability> gpu) {
+  for (const GpuKernelRequirement& requirement : kGpuKernelRequirements) {
+    if (requirement.target != target || !gpu || !(*gpu < requirement.since)) {
+      continue;
+    }
+    return "kept fp32: this GPU's compute capability " + std::to_string(gpu->major) + "." +
+        std::to_string(gpu->minor) + " is below " + std::to_string(requirement.since.major) + "." +
+        std::to_string(requirement.since.minor) + ", and " + requirement.without +
+        "; set the op 'low' in the policy to force it";
+  }
   for (const FastKernelRequirement& requirement : kFastKernelRequirements) {
     if (requirement.target != target) {
       continue;

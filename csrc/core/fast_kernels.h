@@ -1,8 +1,8 @@
-// Where a low dtype has fast kernels, as data: the CPU instruction sets that give a target's heavy ops (the
-// policy's low and low_fp32_output ops) kernels at least as fast as fp32. Without one of them ATen still computes
-// those ops in the low dtype, only slower than in fp32 (fp16 convolutions through reference loops, bf16 through
-// oneDNN's emulation), so the default policy keeps them fp32 and says why (OpPolicy::defaults). CUDA targets need
-// nothing here: every GPU torch 2.11+ supports has fp16 and bf16 tensor-core or native kernels for them.
+// Where a low dtype has fast kernels, as data: the CPU instruction sets, and the CUDA compute capability, that give
+// a target's heavy ops (the policy's low and low_fp32_output ops) kernels at least as fast as fp32. Without them
+// ATen still computes those ops in the low dtype, only slower than in fp32 (on a CPU fp16 convolutions through
+// reference loops, bf16 through oneDNN's emulation; on a GPU without the dtype's tensor cores, through fp32 units),
+// so the default policy keeps them fp32 and says why (OpPolicy::defaults).
 // Knows nothing about TorchScript.
 #pragma once
 
@@ -62,8 +62,12 @@ const char* toString(CpuFeature feature);  // "avx512_fp16", as /proc/cpuinfo sp
 std::string cpuFeaturesSyntax();
 std::optional<CpuFeature> cpuFeatureFromString(const std::string& name);
 
-// Why the target's heavy ops would run slower in its low dtype than in fp32 on a CPU with these features, or nullopt
-// where the CPU has fast kernels for them (and for every CUDA target).
-std::optional<std::string> slowLowPrecisionKernels(Target target, const CpuFeatures& features);
+// Why the target's heavy ops would run slower in its low dtype than in fp32: a CPU target on a CPU with these
+// features, a CUDA target on a GPU of this capability (nullopt: not known, taken as fast). Nullopt where the device
+// has fast kernels for them.
+std::optional<std::string> slowLowPrecisionKernels(
+    Target target,
+    const CpuFeatures& features,
+    std::optional<CudaCapability> gpu = std::nullopt);
 
 } // namespace torch_mp::core

@@ -379,8 +379,8 @@ const char* tableLookupReason(const std::string& op) {
   return nullptr;
 }
 
-OpPolicy OpPolicy::defaults(Target target, const CpuFeatures& cpu) {
-  const std::optional<std::string> slow = slowLowPrecisionKernels(target, cpu);
+OpPolicy OpPolicy::defaults(Target target, const CpuFeatures& cpu, std::optional<CudaCapability> gpu) {
+  const std::optional<std::string> slow = slowLowPrecisionKernels(target, cpu, gpu);
   OpPolicy policy;
   for (const DefaultEntry& entry : kDefaultEntries) {
     if (computesLow(entry.category) && slow) {

@@ -26,9 +26,18 @@ inline bool computesLow(OpCategory category) {
   return category == OpCategory::kLowPrecision || category == OpCategory::kLowFp32Output;
 }
 
-// The hardware and dtype a default policy is named for. All four share one table of categories; a CPU without
-// fast kernels for the low dtype keeps the heavy ops fp32 (core/fast_kernels).
+// The hardware and dtype a default policy is named for. All four share one table of categories; a CPU or GPU
+// without fast kernels for the low dtype keeps the heavy ops fp32 (core/fast_kernels).
 enum class Target { kCudaFloat16, kCudaBFloat16, kCpuBFloat16, kCpuFloat16 };
+
+// A GPU, by its CUDA compute capability (an H100 is 9.0, a T4 7.5).
+struct CudaCapability {
+  int major = 0;
+  int minor = 0;
+  bool operator<(const CudaCapability& other) const {
+    return major != other.major ? major < other.major : minor < other.minor;
+  }
+};
 
 class CpuFeatures;
 
@@ -39,9 +48,10 @@ struct PolicyEntry {
 
 class OpPolicy {
  public:
-  // The default table for a target. For a CPU target whose low dtype has no fast kernels on a CPU with `cpu`
-  // (core/fast_kernels), the low and low_fp32_output ops are fp32 instead, their reasons saying why.
-  static OpPolicy defaults(Target target, const CpuFeatures& cpu);
+  // The default table for a target. Where the target's low dtype has no fast kernels (core/fast_kernels) on a CPU
+  // with `cpu`, or for a CUDA target on a GPU of capability `gpu` (nullopt: not known, taken as fast), the low and
+  // low_fp32_output ops are fp32 instead, their reasons saying why.
+  static OpPolicy defaults(Target target, const CpuFeatures& cpu, std::optional<CudaCapability> gpu = std::nullopt);
 
   // The entry for a qualified op name, or nullptr when the op is in no list (and therefore fp32).
   const PolicyEntry* find(const std::string& op) const;

@@ -225,13 +225,17 @@ void checkLowDtype(c10::ScalarType lowDtype) {
       "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", lowDtype);
 }
 
-ConvertOptions defaultOptions(c10::DeviceType device, c10::ScalarType lowDtype, const core::CpuFeatures& cpu) {
+ConvertOptions defaultOptions(
+    c10::DeviceType device,
+    c10::ScalarType lowDtype,
+    const core::CpuFeatures& cpu,
+    std::optional<core::CudaCapability> gpu) {
   checkLowDtype(lowDtype);
   const core::Target target =
       core::targetFor(device == c10::DeviceType::CUDA, lowDtype == c10::ScalarType::Half);
   ConvertOptions options;
   options.lowDtype = lowDtype;
-  options.policy = core::OpPolicy::defaults(target, cpu);
+  options.policy = core::OpPolicy::defaults(target, cpu, gpu);
   options.policyName = core::toString(target);
   return options;
 }

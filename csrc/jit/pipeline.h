@@ -69,12 +69,14 @@ struct ConvertOptions {
 // Throws c10::ValueError unless the dtype is float16 or bfloat16.
 void checkLowDtype(c10::ScalarType lowDtype);
 
-// The default options for the device the model runs on and the low-precision dtype; on a CPU, `cpu` says which
-// heavy ops have fast low-precision kernels there (core/fast_kernels).
+// The default options for the device the model runs on and the low-precision dtype; `cpu` on a CPU, and the
+// capability of the GPU on CUDA (nullopt: not known, taken as fast), say whether the heavy ops have fast
+// low-precision kernels there (core/fast_kernels).
 ConvertOptions defaultOptions(
     c10::DeviceType device,
     c10::ScalarType lowDtype,
-    const core::CpuFeatures& cpu = core::CpuFeatures::host());
+    const core::CpuFeatures& cpu = core::CpuFeatures::host(),
+    std::optional<core::CudaCapability> gpu = std::nullopt);
 
 // Converts a frozen graph in place. `inputs` are the graph's inputs in order (the module first for a method);
 // `calibration` holds more input stacks of the same form, observed for value ranges only.

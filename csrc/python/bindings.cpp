@@ -73,12 +73,24 @@ core::Target targetNamed(const std::string& name) {
   return *target;
 }
 
-std::optional<std::string> slowKernels(const std::string& targetName, const std::optional<std::string>& cpu) {
-  return core::slowLowPrecisionKernels(targetNamed(targetName), cpuFeatures(cpu));
+using Capability = std::optional<std::pair<int, int>>;  // (major, minor)
+
+std::optional<core::CudaCapability> cudaCapability(const Capability& capability) {
+  if (!capability) {
+    return std::nullopt;
+  }
+  return core::CudaCapability{capability->first, capability->second};
 }
 
-PolicyRows defaultPolicy(const std::string& targetName, const std::optional<std::string>& cpu) {
-  const core::OpPolicy policy = core::OpPolicy::defaults(targetNamed(targetName), cpuFeatures(cpu));
+std::optional<std::string> slowKernels(
+    const std::string& targetName,
+    const std::optional<std::string>& cpu,
+    const Capability& gpu) {
+  return core::slowLowPrecisionKernels(targetNamed(targetName), cpuFeatures(cpu), cudaCapability(gpu));
+}
+
+PolicyRows defaultPolicy(const std::string& targetName, const std::optional<std::string>& cpu, const Capability& gpu) {
+  const core::OpPolicy policy = core::OpPolicy::defaults(targetNamed(targetName), cpuFeatures(cpu), cudaCapability(gpu));
   PolicyRows rows;
   for (const auto& [op, entry] : policy.entries()) {
     rows.emplace_back(op, core::toString(entry.category), entry.reason);
@@ -270,11 +282,12 @@ PYBIND11_MODULE(_C, m) {
       [](bool cuda, bool float16) { return torch_mp::core::toString(torch_mp::core::targetFor(cuda, float16)); },
       py::arg("cuda"), py::arg("float16"), "The default policy target's name for the device kind and low dtype.");
   m.def("default_policy", &torch_mp::defaultPolicy, py::arg("target"), py::arg("cpu_features") = py::none(),
+        py::arg("cuda_capability") = py::none(),
         "The default op policy for a target as (op, category, reason) rows, for the CPU features named (default: "
-        "this CPU's, or TORCH_MP_CPU_FEATURES).");
+        "this CPU's, or TORCH_MP_CPU_FEATURES) and the GPU's (major, minor) compute capability (default: unknown).");
   m.def("slow_low_precision_kernels", &torch_mp::slowKernels, py::arg("target"),
-        py::arg("cpu_features") = py::none(),
-        "Why the target's heavy ops would run slower in low precision than in fp32 on that CPU, or None.");
+        py::arg("cpu_features") = py::none(), py::arg("cuda_capability") = py::none(),
+        "Why the target's heavy ops would run slower in low precision than in fp32 on that CPU or GPU, or None.");
   m.def("cpu_features", &torch_mp::cpuFeatureNames, py::arg("declared") = py::none(),
         "The CPU features that decide fast low-precision kernels: this CPU's (or TORCH_MP_CPU_FEATURES), or those "
         "`declared` names.");

@@ -56,10 +56,39 @@ TEST(FastKernels, InstructionSetsOrCudaKeepHeavyOpsLow) {
             OpCategory::kLowPrecision);
   EXPECT_EQ(OpPolicy::defaults(Target::kCpuBFloat16, featuresOf("avx512_fp16")).categoryOf("aten::conv2d"),
             OpCategory::kFp32);
+  // a CUDA target ignores the CPU; an unknown GPU is taken as fast, as are an A100 (8.0) and an H100 (9.0)
   for (Target cuda : {Target::kCudaFloat16, Target::kCudaBFloat16}) {
-    EXPECT_FALSE(slowLowPrecisionKernels(cuda, CpuFeatures::none()));
-    EXPECT_EQ(OpPolicy::defaults(cuda, CpuFeatures::none()).categoryOf("aten::conv2d"), OpCategory::kLowPrecision);
+    for (std::optional<CudaCapability> gpu :
+         {std::optional<CudaCapability>(), std::make_optional(CudaCapability{8, 0}),
+          std::make_optional(CudaCapability{9, 0})}) {
+      EXPECT_FALSE(slowLowPrecisionKernels(cuda, CpuFeatures::none(), gpu));
+      EXPECT_EQ(OpPolicy::defaults(cuda, CpuFeatures::none(), gpu).categoryOf("aten::conv2d"),
+                OpCategory::kLowPrecision);
+    }
   }
+}
+
+// A T4 (7.5) has fp16 tensor cores but none for bf16; a GeForce GTX 1080 (6.1) has neither.
+TEST(FastKernels, GpuWithoutTensorCoresForTheLowDtypeKeepsHeavyOpsFp32) {
+  const CudaCapability t4{7, 5};
+  const CudaCapability pascal{6, 1};
+  EXPECT_EQ(OpPolicy::defaults(Target::kCudaFloat16, CpuFeatures::none(), t4).categoryOf("aten::conv2d"),
+            OpCategory::kLowPrecision);
+  const OpPolicy bf16OnT4 = OpPolicy::defaults(Target::kCudaBFloat16, CpuFeatures::all(), t4);
+  for (const char* op : {"aten::conv2d", "aten::linear", "aten::lstm", "aten::scaled_dot_product_attention"}) {
+    EXPECT_EQ(bf16OnT4.categoryOf(op), OpCategory::kFp32) << op;
+    EXPECT_NE(bf16OnT4.find(op)->reason.find("kept fp32: this GPU's compute capability 7.5 is below 8.0"),
+              std::string::npos)
+        << bf16OnT4.find(op)->reason;
+  }
+  EXPECT_EQ(bf16OnT4.categoryOf("aten::softmax"), OpCategory::kFp32);
+  EXPECT_EQ(bf16OnT4.categoryOf("aten::relu"), OpCategory::kFollow);
+  EXPECT_EQ(OpPolicy::defaults(Target::kCudaFloat16, CpuFeatures::all(), pascal).categoryOf("aten::mm"),
+            OpCategory::kFp32);
+  EXPECT_TRUE(slowLowPrecisionKernels(Target::kCudaBFloat16, CpuFeatures::all(), CudaCapability{7, 5}));
+  EXPECT_FALSE(slowLowPrecisionKernels(Target::kCudaBFloat16, CpuFeatures::all(), CudaCapability{8, 6}));
+  // a CPU target ignores the GPU
+  EXPECT_FALSE(slowLowPrecisionKernels(Target::kCpuBFloat16, CpuFeatures::all(), pascal));
 }
 
 TEST(FastKernels, EnvironmentNamesTheCpuPlannedFor) {

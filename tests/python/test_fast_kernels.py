@@ -1,6 +1,7 @@
-"""Low precision only where the CPU has fast kernels for it: on a CPU without fp16 (or bf16) arithmetic the default
-policy keeps convolutions, matrix products and RNNs fp32 and the report says why; the user can still force them.
-conftest.py plans the rest of the suite for a CPU with every fast kernel; these tests name the CPU planned for."""
+"""Low precision only where the device has fast kernels for it: on a CPU without fp16 (or bf16) arithmetic, or a GPU
+without tensor cores for the low dtype, the default policy keeps convolutions, matrix products and RNNs fp32 and the
+report says why; the user can still force them. conftest.py plans the rest of the suite for a CPU with every fast
+kernel; these tests name the CPU or GPU planned for."""
 import os
 
 import pytest
@@ -88,8 +89,34 @@ def test_bf16_needs_bf16_arithmetic(monkeypatch, model_and_input):
 
 def test_cuda_policies_need_no_cpu_feature():
     for target in ("cuda_fp16", "cuda_bf16"):
-        policy = torch_mp.OpPolicy.default(target, cpu_features="none")
+        policy = torch_mp.OpPolicy.default(target, cpu_features="none", cuda_capability=(9, 0))
         assert policy.category("aten::conv2d") == "low" and policy.slow_kernels is None
+
+
+def test_bf16_on_a_gpu_without_bf16_tensor_cores_keeps_heavy_ops_fp32(model_and_input):
+    t4 = (7, 5)
+    assert torch_mp.OpPolicy.default("cuda_fp16", cuda_capability=t4).slow_kernels is None
+    policy = torch_mp.OpPolicy.default("cuda_bf16", cuda_capability=t4)
+    assert "this GPU's compute capability 7.5 is below 8.0" in policy.slow_kernels
+    for op in HEAVY:
+        assert policy.category(op) == "fp32" and "bfloat16 tensor cores came with Ampere" in policy.reason(op)
+    # the policy is data: planned here, on the CPU, it gives the plan the T4 would get
+    model, x = model_and_input
+    converted, report = torch_mp.convert(model, (x,), torch.bfloat16, policy=policy, return_report=True)
+    assert all(n["precision"] == "fp32" for n in heavy_nodes(report)) and report.casts == []
+    assert "3 heavy ops kept fp32: this GPU's compute capability 7.5" in report.summary()
+    with pytest.raises(ValueError, match=r"cuda_capability must be a \(major, minor\) pair of ints"):
+        torch_mp.OpPolicy.default("cuda_bf16", cuda_capability="7.5")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_conversion_plans_for_the_gpu_the_inputs_are_on():
+    capability = torch.cuda.get_device_capability()
+    layer = nn.Linear(64, 64).cuda().eval()
+    _, report = torch_mp.convert(layer, (torch.randn(8, 64, device="cuda"),), torch.bfloat16, return_report=True)
+    expected = "low" if capability >= (8, 0) else "fp32"
+    assert [n["precision"] for n in report.nodes if n["op"] == "aten::linear"] == [expected]
 
 
 def test_detected_features_match_the_kernel_flags(monkeypatch):
