@@ -98,8 +98,8 @@ class StateFinder {
 
   bool addRead(const Node* read) {
     std::optional<c10::IValue> container = attributeValue(read->output(), selfInput_, module_);
-    if (!container) {
-      return false;
+    if (!container || read->output()->type()->cast<c10::InterfaceType>()) {
+      return false;  // an interface's methods, called elsewhere, may read the containers unseen
     }
     if (!containsTensor(read->output()->type())) {
       return true;  // a number or a string: nothing to plan

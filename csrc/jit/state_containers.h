@@ -8,8 +8,9 @@
 // into a container and what it finds there agree.
 //
 // Only a state seen whole is planned: every module in the graph comes from the module input through prim::GetAttr
-// and is used only by prim::GetAttr; no attribute is assigned (prim::SetAttr); every other attribute the graph reads
-// is a Dict[_, Tensor] or List[Tensor] that holds only fp32 tensors. Otherwise there is nothing to plan and module
+// and is used only by prim::GetAttr; no attribute is assigned (prim::SetAttr) or holds a module interface (whose
+// methods may read the containers unseen); every other attribute the graph reads that holds tensors is a
+// Dict[_, Tensor] or List[Tensor] that holds only fp32 tensors. Otherwise there is nothing to plan and module
 // state keeps its dtype (the planner ties it to the module input, which keeps its dtype).
 #pragma once
 
