@@ -451,6 +451,24 @@ std::optional<OpCategory> categoryFromString(const std::string& name) {
   return std::nullopt;
 }
 
+const char* toString(RuleKind kind) {
+  for (const RuleKindName& entry : kRuleKindNames) {
+    if (entry.kind == kind) {
+      return entry.name;
+    }
+  }
+  return "?";
+}
+
+std::optional<RuleKind> ruleKindFromString(const std::string& name) {
+  for (const RuleKindName& entry : kRuleKindNames) {
+    if (name == entry.name) {
+      return entry.kind;
+    }
+  }
+  return std::nullopt;
+}
+
 Target targetFor(bool cuda, bool float16) {
   if (cuda) {
     return float16 ? Target::kCudaFloat16 : Target::kCudaBFloat16;

@@ -6,6 +6,7 @@
 // copy (set/remove) before converting. This file knows nothing about TorchScript, so other fronts can reuse it.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -89,6 +90,38 @@ inline constexpr OpCategory kAllCategories[] = {
     OpCategory::kFp32};
 inline constexpr Target kAllTargets[] = {
     Target::kCudaFloat16, Target::kCudaBFloat16, Target::kCpuBFloat16, Target::kCpuFloat16};
+
+// Which kind of rule decided a node's category.
+enum class RuleKind : uint8_t {
+  kIo,           // a graph input or output: keeps its dtype
+  kUnobserved,   // not reached by the example inputs: left as it is
+  kNotFp32,      // has a floating tensor that is not fp32: left as it is
+  kRangeGuard,   // a number would not survive the low dtype (jit/numeric_guards)
+  kControlFlow,  // prim::If / prim::Loop, planned with its blocks' boundaries
+  kExclusion,    // the user's module-path exclusion
+  kCallable,     // the user's per-node callable
+  kFallback,     // the accuracy fallback keeps it fp32
+  kPolicy,       // the op policy's entry
+  kUnknownOp,    // in no policy list: fp32
+};
+struct RuleKindName {
+  RuleKind kind;
+  const char* name;  // as the report writes it
+};
+inline constexpr RuleKindName kRuleKindNames[] = {
+    {RuleKind::kIo, "io"},
+    {RuleKind::kUnobserved, "unobserved"},
+    {RuleKind::kNotFp32, "not fp32"},
+    {RuleKind::kRangeGuard, "range guard"},
+    {RuleKind::kControlFlow, "control flow"},
+    {RuleKind::kExclusion, "exclusion"},
+    {RuleKind::kCallable, "callable"},
+    {RuleKind::kFallback, "fallback"},
+    {RuleKind::kPolicy, "policy"},
+    {RuleKind::kUnknownOp, "unknown op"},
+};
+const char* toString(RuleKind kind);
+std::optional<RuleKind> ruleKindFromString(const std::string& name);
 
 // The default target for a model that runs on CUDA (else the CPU) in float16 (else bfloat16).
 Target targetFor(bool cuda, bool float16);

@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "jit/numeric_guards.h"
+
 namespace torch_mp::jit {
 namespace {
 

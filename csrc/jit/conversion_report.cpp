@@ -124,7 +124,7 @@ std::string ConversionReport::toJson() const {
     const NodeDecision& node = nodes[i];
     out << (i ? ", " : "") << "{\"op\": " << quoted(node.op) << ", \"output\": " << quoted(node.output)
         << ", \"scope\": " << quoted(node.scope) << ", \"precision\": " << quoted(node.precision)
-        << ", \"rule\": " << quoted(node.rule) << ", \"rule_kind\": " << quoted(node.ruleKind)
+        << ", \"rule\": " << quoted(node.rule) << ", \"rule_kind\": " << quoted(core::toString(node.ruleKind))
         << ", \"amax\": " << (node.amax < 0 ? std::string("null") : number(node.amax))
         << ", \"flops\": " << node.flops << "}";
   }
@@ -136,7 +136,7 @@ std::string ConversionReport::toJson() const {
     for (size_t r = 0; r < weight.readers.size(); ++r) {
       out << (r ? ", " : "") << quoted(weight.readers[r]);
     }
-    out << "], \"rule\": " << quoted(weight.rule) << ", \"rule_kind\": " << quoted(weight.ruleKind) << "}";
+    out << "], \"rule\": " << quoted(weight.rule) << ", \"rule_kind\": " << quoted(weight.ruleKind ? core::toString(*weight.ruleKind) : "") << "}";
   }
   out << "], \"casts\": [";
   for (size_t i = 0; i < casts.size(); ++i) {
@@ -162,7 +162,7 @@ void reportKeptFp32Weights(const torch::jit::Graph& graph, ConversionReport& rep
     }
     auto [slot, added] = entryOf.emplace(tensor.storage().unsafeGetStorageImpl(), kept.size());
     if (added) {
-      kept.push_back({constant->output()->debugName(), static_cast<int64_t>(tensor.storage().nbytes()), {}, "", ""});
+      kept.push_back({constant->output()->debugName(), static_cast<int64_t>(tensor.storage().nbytes()), {}, "", std::nullopt});
     }
     KeptFp32Weight& weight = kept[slot->second];
     for (const torch::jit::Use& use : constant->output()->uses()) {

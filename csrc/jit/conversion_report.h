@@ -6,9 +6,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/op_policy.h"
 
 namespace torch_mp::jit {
 
@@ -18,7 +21,7 @@ struct NodeDecision {
   std::string scope;      // module path, "layer1.0.conv1"
   std::string precision;  // "low" or "fp32"
   std::string rule;       // why
-  std::string ruleKind;   // which rule decided: policy, unknown op, range guard, exclusion, callable, fallback, io, ...
+  core::RuleKind ruleKind = core::RuleKind::kPolicy;  // which kind of rule decided
   double amax = -1.0;     // largest finite |x| of the first output observed in fp32 (-1: not an observed fp32 tensor)
   int64_t flops = 0;      // multiply-add FLOPs of a heavy op at the example inputs' sizes (flop_estimate)
 };
@@ -37,7 +40,7 @@ struct KeptFp32Weight {
   int64_t bytes = 0;                 // its storage
   std::vector<std::string> readers;  // the ops reading it
   std::string rule;                  // the plan's rule for its first reader the plan decided ("" if none)
-  std::string ruleKind;              // and that rule's kind (NodeDecision::ruleKind)
+  std::optional<core::RuleKind> ruleKind;  // and that rule's kind (none if no reader was decided)
 };
 
 struct ConversionReport {

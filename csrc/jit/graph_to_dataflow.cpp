@@ -1,17 +1,14 @@
 #include "jit/graph_to_dataflow.h"
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
-#include <cstdio>
 #include <unordered_set>
 
 #include "jit/module_scope.h"
+#include "jit/numeric_guards.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -31,6 +28,14 @@ enum class ValueKind {
   kContainer,       // a list/tuple/dict holding tensors
 };
 
+// What decided a node: its category, the rule's text and kind, and whether its dtypes were not all observed.
+struct Classification {
+  OpCategory category;
+  core::RuleKind kind;
+  std::string rule;
+  bool unobserved;
+};
+
 class DataflowBuilder {
  public:
   DataflowBuilder(
@@ -46,7 +51,8 @@ class DataflowBuilder {
         nodeRule_(nodeRule),
         state_(state),
         aliasDb_(graph),
-        lowDtype_(lowDtype) {
+        lowDtype_(lowDtype),
+        guards_(observed, lowDtype) {
     if (state_) {
       for (const Node* read : state_->reads) {
         stateReads_.insert(read->output());
@@ -101,14 +107,12 @@ class DataflowBuilder {
     return boundaries;
   }
 
-  // The node's category and the rule behind it, or nothing when the node does not touch the plan.
-  bool classify(
-      Node* node,
-      const std::vector<Node*>& boundaries,
-      OpCategory& category,
-      std::string& rule,
-      std::string& kind,
-      bool& unobserved) {
+  // The node's category, the rule behind it and that rule's kind, or nothing when the node does not touch the plan.
+  // The rules, first match wins: graph inputs and outputs; nodes not reached by the example inputs; nodes with a
+  // floating tensor that is not fp32; the observed-range guard; control flow; the constant-range guard; the user's
+  // node rule; the op policy (a constant-table lookup it lets follow runs low); unknown ops. A node that would
+  // compute low or follow keeps fp32 where a scalar it reads is lost in the low dtype.
+  std::optional<Classification> classify(Node* node, const std::vector<Node*>& boundaries) {
     bool relevant = false;
     bool unknown = false;
     bool otherFloating = false;
@@ -148,91 +152,71 @@ class DataflowBuilder {
       unknown = unknown || (seen != observed_.end() && seen->second.inferred && !preservesDtype(node));
     }
     if (!relevant) {
-      return false;
+      return std::nullopt;
     }
-    category = OpCategory::kFp32;
-    unobserved = unknown;
+    Classification decided{OpCategory::kFp32, core::RuleKind::kPolicy, "", unknown};
+    auto fp32Because = [&](core::RuleKind kind, std::string rule) {
+      decided.kind = kind;
+      decided.rule = std::move(rule);
+      return decided;
+    };
     const bool controlFlow = node->kind() == c10::prim::If || node->kind() == c10::prim::Loop;
     if (node->kind() == c10::prim::Param) {
-      kind = "io";
-      rule = "input: keeps its dtype";
-    } else if (node->kind() == c10::prim::Return) {
-      kind = "io";
-      rule = "output: keeps its dtype";
-    } else if (unknown) {
-      kind = "unobserved";
-      rule = controlFlow ? "control flow with a branch not reached by the example inputs: boundaries keep their dtype"
-                         : "dtype unknown: not reached by the example inputs";
+      return fp32Because(core::RuleKind::kIo, "input: keeps its dtype");
+    }
+    if (node->kind() == c10::prim::Return) {
+      return fp32Because(core::RuleKind::kIo, "output: keeps its dtype");
+    }
+    if (unknown) {
       ++mapping_.unobservedNodes;
-    } else if (otherFloating) {
-      kind = "not fp32";
-      rule = "has a floating tensor that is not fp32: left as it is";
-    } else if (std::string guard = observedOutOfRange(node, boundaries); !guard.empty()) {
-      kind = "range guard";
-      rule = std::move(guard);
-    } else if (controlFlow) {
-      kind = "control flow";
-      category = OpCategory::kFollow;
-      rule = "follow: control flow; values crossing its block boundaries share one precision";
-    } else if (const Value* tooLarge = constantOutOfRange(node)) {
-      kind = "range guard";
-      rule = "range guard: constant %" + tooLarge->debugName() + " has values beyond " +
-          c10::toString(lowDtype_) + "'s range, so the node keeps fp32";
+      return fp32Because(
+          core::RuleKind::kUnobserved,
+          controlFlow ? "control flow with a branch not reached by the example inputs: boundaries keep their dtype"
+                      : "dtype unknown: not reached by the example inputs");
+    }
+    if (otherFloating) {
+      return fp32Because(core::RuleKind::kNotFp32, "has a floating tensor that is not fp32: left as it is");
+    }
+    if (std::optional<GuardVerdict> guard = guards_.observedOutOfRange(node, boundaries)) {
+      return fp32Because(core::RuleKind::kRangeGuard, std::move(guard->reason));
+    }
+    std::optional<GuardVerdict> constantGuard;
+    if (controlFlow) {
+      decided.category = OpCategory::kFollow;
+      decided.kind = core::RuleKind::kControlFlow;
+      decided.rule = "follow: control flow; values crossing its block boundaries share one precision";
+    } else if (constantGuard = guards_.constantOutOfRange(node); constantGuard) {
+      return fp32Because(core::RuleKind::kRangeGuard, std::move(constantGuard->reason));
     } else if (std::optional<NodeOverride> chosen = askNodeRule(node)) {
-      category = chosen->category;
-      kind = std::move(chosen->kind);
-      rule = std::string(core::toString(category)) + ": " + chosen->reason;
+      decided.category = chosen->category;
+      decided.kind = chosen->kind;
+      decided.rule = std::string(core::toString(chosen->category)) + ": " + chosen->reason;
     } else if (const core::OpPolicy::Match match = policy_.match(node->kind().toQualString()); match.entry) {
-      kind = "policy";
-      category = match.entry->category;
-      rule = std::string(core::toString(category)) + ": " + match.entry->reason;
+      decided.category = match.entry->category;
+      decided.rule = std::string(core::toString(decided.category)) + ": " + match.entry->reason;
       if (match.via != node->kind().toQualString()) {
-        rule += " [in place, as " + match.via + "]";
+        decided.rule += " [in place, as " + match.via + "]";
       }
       const char* lookup = core::tableLookupReason(node->kind().toQualString());
-      if (lookup && category == OpCategory::kFollow && readsConstantTable(node)) {
-        category = OpCategory::kLowPrecision;
-        rule = std::string("low: ") + lookup + " that is a constant: the table is stored once, in the low dtype, "
-            "and only what is read is cast";
+      if (lookup && decided.category == OpCategory::kFollow && readsConstantTable(node)) {
+        decided.category = OpCategory::kLowPrecision;
+        decided.rule = std::string("low: ") + lookup +
+            " that is a constant: the table is stored once, in the low dtype, and only what is read is cast";
       }
     } else {
-      kind = "unknown op";
-      rule = "fp32: in no list (unknown op)";
       const std::string op = node->kind().toQualString();
       if (std::find(mapping_.unknownOps.begin(), mapping_.unknownOps.end(), op) == mapping_.unknownOps.end()) {
         mapping_.unknownOps.push_back(op);
       }
+      return fp32Because(core::RuleKind::kUnknownOp, "fp32: in no list (unknown op)");
     }
-    if (category != OpCategory::kFp32) {
-      if (std::optional<std::string> guard = scalarLostInLowDtype(node)) {
-        category = OpCategory::kFp32;
-        kind = "range guard";
-        rule = std::move(*guard);
-      }
-    }
-    return true;
-  }
-
-  // Why a non-zero float scalar the node reads would not survive the low dtype, or nothing. Kernels convert a
-  // scalar to the tensor's dtype (clamp does): fp16 turns 1e-8 into 0, and clamp(min=1e-8) -> log gives -inf. A
-  // scalar more than 1/16 off after rounding (for fp16 below 2^-20, about 9.5e-7) keeps the node in fp32.
-  std::optional<std::string> scalarLostInLowDtype(const Node* node) const {
-    for (const Value* input : node->inputs()) {
-      if (input->node()->kind() != c10::prim::Constant || input->type()->kind() != c10::TypeKind::FloatType) {
-        continue;
-      }
-      const double scalar = torch::jit::constant_as<double>(input).value();
-      if (scalar == 0.0 || !std::isfinite(scalar)) {
-        continue;
-      }
-      const double rounded = lowDtype_ == c10::ScalarType::Half ? static_cast<float>(c10::Half(scalar))
-                                                                 : static_cast<float>(c10::BFloat16(scalar));
-      if (std::abs(rounded - scalar) > std::abs(scalar) / 16) {
-        return "range guard: scalar %" + input->debugName() + " = " + formatMagnitude(scalar) + " becomes " +
-            formatMagnitude(rounded) + " in " + dtypeName(lowDtype_) + ", so the node keeps fp32";
+    if (decided.category != OpCategory::kFp32) {
+      if (std::optional<GuardVerdict> guard = guards_.scalarLostInLowDtype(node)) {
+        decided.category = OpCategory::kFp32;
+        return fp32Because(core::RuleKind::kRangeGuard, std::move(guard->reason));
       }
     }
-    return std::nullopt;
+    return decided;
   }
 
   std::optional<NodeOverride> askNodeRule(const Node* node) const {
@@ -256,94 +240,6 @@ class DataflowBuilder {
       }
     }
     return nodeRule_(description);
-  }
-
-  // Why the node must keep fp32 because a computed tensor it reads or writes was observed beyond what the low dtype
-  // holds well, or "" when none was. Overflow: above half the low dtype's max (the example inputs need not show the
-  // largest value, so one binade is kept in reserve). Underflow (fp16 only): a tensor whose largest element is below fp16's smallest normal
-  // number has no element with full precision (random-init MobileNetV3 ends near 1e-10, which rounds to 0).
-  std::string observedOutOfRange(const Node* node, const std::vector<Node*>& boundaries) const {
-    const double overflowLimit = largestFinite(lowDtype_) / 2;
-    const double kSmallestNormal = std::ldexp(1.0, -14);
-    // 2^(significand bits): the first integer the low dtype skips is one past it
-    const double exactIntegerLimit = lowDtype_ == c10::ScalarType::Half ? 2048.0 : 256.0;
-    // from 2^24 on every fp32 value is an integer: holding only integers says nothing there
-    constexpr double kFp32ExactIntegerLimit = 16777216.0;
-    std::string reason;
-    auto check = [&](const Value* value) {
-      auto it = observed_.find(value);
-      // constants are checked by constantOutOfRange: a tiny bias is harmless, it is added to larger values
-      if (!reason.empty() || value->node()->kind() == c10::prim::Constant || it == observed_.end() ||
-          it->second.dtype != c10::ScalarType::Float) {
-        return;
-      }
-      const double largest = it->second.largestMagnitude;
-      if (largest > overflowLimit) {
-        reason = "range guard: %" + value->debugName() + " observed up to " + formatMagnitude(largest) +
-            ", above half of " + dtypeName(lowDtype_) + "'s max " + formatMagnitude(2 * overflowLimit) +
-            ", so the node keeps fp32";
-      } else if (it->second.onlyIntegers && largest > exactIntegerLimit && largest < kFp32ExactIntegerLimit) {
-        reason = "range guard: %" + value->debugName() + " holds integers up to " + formatMagnitude(largest) +
-            " (positions, indices, coordinates?); " + dtypeName(lowDtype_) + " holds every integer only up to " +
-            formatMagnitude(exactIntegerLimit) + ", so the node keeps fp32";
-      } else if (lowDtype_ == c10::ScalarType::Half && largest > 0.0 && largest < kSmallestNormal) {
-        reason = "range guard: %" + value->debugName() + " observed only up to " + formatMagnitude(largest) +
-            ", below float16's smallest normal 6.1e-05, so the node keeps fp32";
-      }
-    };
-    auto checkNode = [&](const Node* member) {
-      for (const Value* input : member->inputs()) {
-        check(input);
-        if (input->node()->kind() == c10::prim::ListConstruct) {  // einsum, cat, stack read tensors in a list
-          for (const Value* element : input->node()->inputs()) {
-            check(element);
-          }
-        }
-      }
-      for (const Value* output : member->outputs()) {
-        check(output);
-      }
-    };
-    checkNode(node);
-    for (const Node* member : boundaries) {
-      checkNode(member);
-    }
-    return reason;
-  }
-
-  static std::string dtypeName(c10::ScalarType dtype) {
-    return dtype == c10::ScalarType::Half ? "float16" : "bfloat16";
-  }
-
-  static std::string formatMagnitude(double value) {
-    char text[32];
-    std::snprintf(text, sizeof(text), "%.3g", value);
-    return text;
-  }
-
-  // A floating constant the node reads that the low dtype cannot hold (|x| > 65504 for fp16; bf16's max, 3.39e38,
-  // is below fp32's, so masks of torch.finfo(torch.float32).min do not fit either), or nullptr.
-  const Value* constantOutOfRange(const Node* node) {
-    for (const Value* input : node->inputs()) {
-      if (input->node()->kind() != c10::prim::Constant) {
-        continue;
-      }
-      auto cached = largestMagnitude_.find(input);
-      if (cached == largestMagnitude_.end()) {
-        double largest = 0.0;
-        const c10::IValue value = torch::jit::toIValue(input).value();
-        if (value.isDouble() && std::isfinite(value.toDouble())) {
-          largest = std::abs(value.toDouble());
-        } else if (value.isTensor() && value.toTensor().scalar_type() == c10::ScalarType::Float) {
-          largest = largestFiniteMagnitude(value.toTensor());
-        }
-        cached = largestMagnitude_.emplace(input, largest).first;
-      }
-      if (cached->second > largestFinite(lowDtype_)) {
-        return input;
-      }
-    }
-    return nullptr;
   }
 
   void addUses(const Node* consumer, int index) {
@@ -498,27 +394,23 @@ class DataflowBuilder {
   // used: the node's outputs and block inputs first, the uses of block outputs after the blocks are visited.
   void addNode(Node* node) {
     const std::vector<Node*> boundaries = boundariesOf(node);
-    OpCategory category;
-    std::string rule;
-    std::string kind;
-    bool unobserved = false;
     int index = -1;
-    if (classify(node, boundaries, category, rule, kind, unobserved)) {
-      if (category == OpCategory::kLowFp32Output && writesContainer(node)) {
-        category = OpCategory::kFp32;
-        rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
+    if (std::optional<Classification> decided = classify(node, boundaries)) {
+      if (decided->category == OpCategory::kLowFp32Output && writesContainer(node)) {
+        decided->category = OpCategory::kFp32;
+        decided->rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
       }
-      if (core::computesLow(category) && sumsNothing(node)) {
-        category = OpCategory::kFollow;
-        rule += " [follow instead: nothing to sum (an outer product), so low precision would only round its "
-                "inputs, say positions or timesteps]";
+      if (core::computesLow(decided->category) && sumsNothing(node)) {
+        decided->category = OpCategory::kFollow;
+        decided->rule += " [follow instead: nothing to sum (an outer product), so low precision would only round "
+                         "its inputs, say positions or timesteps]";
       }
-      index = mapping_.dataflow.addNode(category);
+      index = mapping_.dataflow.addNode(decided->category);
       mapping_.nodes.push_back(node);
       mapping_.blockBoundaries.push_back(boundaries);
-      mapping_.rules.push_back(std::move(rule));
-      mapping_.ruleKinds.push_back(std::move(kind));
-      mapping_.unobserved.push_back(unobserved);
+      mapping_.rules.push_back(std::move(decided->rule));
+      mapping_.ruleKinds.push_back(decided->kind);
+      mapping_.unobserved.push_back(decided->unobserved);
       addUses(node, index);
       addOutputs(node, index);
       for (const Node* boundary : boundaries) {
@@ -587,14 +479,10 @@ class DataflowBuilder {
   torch::jit::AliasDb aliasDb_;
   c10::ScalarType lowDtype_;
   DataflowMapping mapping_;
-  std::unordered_map<const Value*, double> largestMagnitude_;
+  NumericGuards guards_;
 };
 
 } // namespace
-
-double largestFinite(c10::ScalarType lowDtype) {
-  return lowDtype == c10::ScalarType::Half ? 65504.0 : 3.3895313892515355e38;
-}
 
 bool isObservedFp32(const ObservedValues& observed, const Value* value) {
   auto it = observed.find(value);

@@ -7,8 +7,9 @@
 //     values crossing the block boundaries all take its precision), or fp32 when a branch was not reached;
 //   - a node reading or writing a tensor whose dtype is unknown (not reached by the example inputs): fp32;
 //   - a node reading or writing a floating tensor that is not fp32 (fp16, bf16, fp64): fp32, i.e. untouched;
-//   - a node reading a floating constant (tensor or scalar) that fp16 cannot hold, |x| > 65504: fp32 (range
-//     guard: a mask of -1e9 or a large weight is never clamped to inf silently).
+//   - a node a numeric guard (jit/numeric_guards) keeps fp32: a value observed beyond the low dtype's range, a
+//     constant it cannot hold (a mask of -1e9 is never clamped to inf silently), a scalar it loses.
+// Each decision carries its rule's kind (core::RuleKind); classify writes the order in which the rules are asked.
 // Module objects are not values when the module's state containers are given (their reads are planned instead);
 // without them, the module input ties everything read from module state to its dtype.
 // Any other node asks the user's node rule first (module-path exclusions, per-node callables, the accuracy
@@ -48,10 +49,10 @@ struct NodeDescription {
   std::vector<std::pair<std::string, c10::IValue>> constants;  // schema argument name -> constant input value
 };
 
-// A rule's verdict: the category, what kind of rule decided ("exclusion", "callable", "fallback"), and why.
+// A rule's verdict: the category, what kind of rule decided (exclusion, callable, fallback), and why.
 struct NodeOverride {
   core::OpCategory category;
-  std::string kind;
+  core::RuleKind kind;
   std::string reason;
 };
 
@@ -72,7 +73,7 @@ struct DataflowMapping {
   // planner node -> the block input/output nodes of a prim::If / prim::Loop, which share its precision
   std::vector<std::vector<torch::jit::Node*>> blockBoundaries;
   std::vector<std::string> rules;        // planner node -> why it has its category
-  std::vector<std::string> ruleKinds;    // planner node -> which kind of rule: policy, exclusion, range guard, ...
+  std::vector<core::RuleKind> ruleKinds;  // planner node -> which kind of rule decided it
   std::unordered_map<const torch::jit::Value*, int> values;  // TorchScript value -> planner value
   std::vector<std::string> unknownOps;   // ops in no policy list, each once
   std::vector<bool> unobserved;          // planner node -> left alone because its dtypes are unknown
@@ -87,9 +88,6 @@ DataflowMapping buildDataflow(
     c10::ScalarType lowDtype,
     const NodeRule& nodeRule = {},
     const StateContainers* state = nullptr);
-
-// The largest finite value of the low dtype (fp16: 65504; bf16: 3.39e38, a little below fp32's 3.40e38).
-double largestFinite(c10::ScalarType lowDtype);
 
 // Whether the value was observed as an fp32 tensor.
 bool isObservedFp32(const ObservedValues& observed, const torch::jit::Value* value);

@@ -150,7 +150,7 @@ std::vector<NodeDecision> decisionsOf(
     decision.output = node->outputs().empty() ? "" : node->output(0)->debugName();
     decision.scope = moduleScope(node);
     bool low = plan.precision[n] == core::Precision::kLow;
-    if (mapping.ruleKinds[n] == "not fp32") {  // left as it is: say what it runs in
+    if (mapping.ruleKinds[n] == core::RuleKind::kNotFp32) {  // left as it is: say what it runs in
       low = runsIn(node, observed, lowDtype);
     }
     decision.precision = low ? "low" : "fp32";

@@ -167,7 +167,9 @@ jit::NodeRule nodeRuleFrom(py::object rule) {
       return std::nullopt;
     }
     auto [category, kind, reason] = verdict.cast<std::tuple<std::string, std::string, std::string>>();
-    return jit::NodeOverride{parseCategory(category), kind, reason};
+    const std::optional<core::RuleKind> ruleKind = core::ruleKindFromString(kind);
+    TORCH_CHECK_VALUE(ruleKind, "torch_mp: a node rule named an unknown rule kind '", kind, "'");
+    return jit::NodeOverride{parseCategory(category), *ruleKind, reason};
   };
 }
 

@@ -548,7 +548,7 @@ TEST(PipelineRulesTest, NodeRuleOverridesThePolicyWithItsKindAndReason) {
     o.nodeRule = [&](const NodeDescription& node) -> std::optional<NodeOverride> {
       asked.push_back(node);
       if (node.op == "aten::mm" && node.inputShapes[0] == std::vector<int64_t>{4, 5}) {  // the second mm
-        return NodeOverride{core::OpCategory::kFp32, "callable", "the last matmul stays fp32"};
+        return NodeOverride{core::OpCategory::kFp32, core::RuleKind::kCallable, "the last matmul stays fp32"};
       }
       return std::nullopt;
     };
@@ -560,7 +560,7 @@ TEST(PipelineRulesTest, NodeRuleOverridesThePolicyWithItsKindAndReason) {
   const NodeDecision& last = result.report.nodes.back();
   EXPECT_EQ(last.op, "aten::mm");
   EXPECT_EQ(last.precision, "fp32");
-  EXPECT_EQ(last.ruleKind, "callable");
+  EXPECT_EQ(last.ruleKind, core::RuleKind::kCallable);
   EXPECT_EQ(last.rule, "fp32: the last matmul stays fp32");
   ASSERT_FALSE(asked.empty());
   EXPECT_EQ(asked.front().op, "aten::mm");
@@ -768,7 +768,7 @@ TEST(PipelineRulesTest, ScalarTheLowDtypeLosesKeepsItsReaderFp32) {
       ->run(*tiny.graph);
   const NodeDecision& clamp = decisionFor(tiny.report, "aten::clamp");
   EXPECT_EQ(clamp.precision, "fp32");
-  EXPECT_EQ(clamp.ruleKind, "range guard");
+  EXPECT_EQ(clamp.ruleKind, core::RuleKind::kRangeGuard);
   EXPECT_NE(clamp.rule.find("becomes 0 in float16"), std::string::npos) << clamp.rule;
   EXPECT_TRUE(tiny.after[0].toTensor().isfinite().all().item<bool>());
   expectCloseOutputs(tiny.before, tiny.after, 1e-2);
