@@ -3,6 +3,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -279,6 +280,13 @@ PYBIND11_MODULE(_C, m) {
   m.attr("MODEL_RUN_FAILED") = torch_mp::jit::kModelRunFailed;
   m.attr("CATEGORIES") = torch_mp::namesOf(torch_mp::core::kAllCategories);
   m.attr("TARGETS") = torch_mp::namesOf(torch_mp::core::kAllTargets);
+  {
+    py::tuple kinds(std::size(torch_mp::core::kRuleKindNames));
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      kinds[i] = torch_mp::core::kRuleKindNames[i].name;
+    }
+    m.attr("RULE_KINDS") = kinds;  // what a node's rule_kind in the report can be
+  }
   m.def(
       "target_for",
       [](bool cuda, bool float16) { return torch_mp::core::toString(torch_mp::core::targetFor(cuda, float16)); },

@@ -52,6 +52,14 @@ def net():
     return convert(Net(), torch.randn(8, 16))
 
 
+def test_marks_and_summary_name_rule_kinds_the_report_writes():
+    from torch_mp import _C
+    from torch_mp.report import USER_RULE_KINDS
+
+    assert set(MARKS) <= set(_C.RULE_KINDS) and set(USER_RULE_KINDS) <= set(_C.RULE_KINDS)
+    assert {"exclusion", "callable", "fallback", "range guard", "policy", "io"} <= set(_C.RULE_KINDS)
+
+
 def test_low_and_fp32_nodes_have_their_colours(net):
     module, report = net
     dot = visualize.to_dot(module, report, collapse_depth=None)
