@@ -113,9 +113,9 @@ class OpPolicy:
             cuda_capability = torch.cuda.get_device_capability()
         if cuda_capability is not None:
             cuda_capability = _capability(cuda_capability)
-        rows = _C.default_policy(target, cpu_features, cuda_capability)
+        rows, slow_kernels = _C.default_policy(target, cpu_features, cuda_capability)
         policy = cls({op: PolicyEntry(category, reason) for op, category, reason in rows}, name=target)
-        policy.slow_kernels = _C.slow_low_precision_kernels(target, cpu_features, cuda_capability)
+        policy.slow_kernels = slow_kernels
         return policy
 
     def copy(self) -> "OpPolicy":

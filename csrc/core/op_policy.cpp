@@ -382,6 +382,7 @@ const char* tableLookupReason(const std::string& op) {
 OpPolicy OpPolicy::defaults(Target target, const CpuFeatures& cpu, std::optional<CudaCapability> gpu) {
   const std::optional<std::string> slow = slowLowPrecisionKernels(target, cpu, gpu);
   OpPolicy policy;
+  policy.slowKernels_ = slow;
   for (const DefaultEntry& entry : kDefaultEntries) {
     if (computesLow(entry.category) && slow) {
       policy.set(entry.op, OpCategory::kFp32, std::string(entry.reason) + "; " + *slow);

@@ -73,9 +73,14 @@ class OpPolicy {
   const std::map<std::string, PolicyEntry>& entries() const {
     return entries_;
   }
+  // Why defaults() kept the heavy ops fp32 (the device has no fast kernels for the low dtype), or nullopt.
+  const std::optional<std::string>& slowKernels() const {
+    return slowKernels_;
+  }
 
  private:
   std::map<std::string, PolicyEntry> entries_;
+  std::optional<std::string> slowKernels_;
 };
 
 // Ops that read elements of their first argument by index: a lookup table (embeddings, positional and

@@ -23,9 +23,20 @@ namespace {
 
 using PolicyRows = std::vector<std::tuple<std::string, std::string, std::string>>;  // op, category, reason
 
+// "a, b, c": the names of an enum's values.
+template <typename Enum, size_t N>
+std::string joinedNames(const Enum (&values)[N]) {
+  std::string joined;
+  for (size_t i = 0; i < N; ++i) {
+    joined += (i ? ", " : "") + std::string(core::toString(values[i]));
+  }
+  return joined;
+}
+
 core::OpCategory parseCategory(const std::string& name) {
   auto category = core::categoryFromString(name);
-  TORCH_CHECK_VALUE(category, "torch_mp: unknown op category '", name, "' (expected low, low_fp32_output, follow, widest or fp32)");
+  TORCH_CHECK_VALUE(category, "torch_mp: unknown op category '", name, "' (expected one of ",
+                    joinedNames(core::kAllCategories), ")");
   return *category;
 }
 
@@ -69,8 +80,8 @@ py::tuple namesOf(const Enum (&values)[N]) {
 
 core::Target targetNamed(const std::string& name) {
   auto target = core::targetFromString(name);
-  TORCH_CHECK_VALUE(target, "torch_mp: unknown policy target '", name,
-                    "' (expected cuda_fp16, cuda_bf16, cpu_bf16 or cpu_fp16)");
+  TORCH_CHECK_VALUE(target, "torch_mp: unknown policy target '", name, "' (expected one of ",
+                    joinedNames(core::kAllTargets), ")");
   return *target;
 }
 
@@ -83,20 +94,17 @@ std::optional<core::CudaCapability> cudaCapability(const Capability& capability)
   return core::CudaCapability{capability->first, capability->second};
 }
 
-std::optional<std::string> slowKernels(
+// The default policy's rows, and why its heavy ops were kept fp32 (or None).
+std::pair<PolicyRows, std::optional<std::string>> defaultPolicy(
     const std::string& targetName,
     const std::optional<std::string>& cpu,
     const Capability& gpu) {
-  return core::slowLowPrecisionKernels(targetNamed(targetName), cpuFeatures(cpu), cudaCapability(gpu));
-}
-
-PolicyRows defaultPolicy(const std::string& targetName, const std::optional<std::string>& cpu, const Capability& gpu) {
   const core::OpPolicy policy = core::OpPolicy::defaults(targetNamed(targetName), cpuFeatures(cpu), cudaCapability(gpu));
   PolicyRows rows;
   for (const auto& [op, entry] : policy.entries()) {
     rows.emplace_back(op, core::toString(entry.category), entry.reason);
   }
-  return rows;
+  return {rows, policy.slowKernels()};
 }
 
 // The forward's inputs from Python values, defaults filling trailing arguments left out. Errors call the values
@@ -294,10 +302,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("default_policy", &torch_mp::defaultPolicy, py::arg("target"), py::arg("cpu_features") = py::none(),
         py::arg("cuda_capability") = py::none(),
         "The default op policy for a target as (op, category, reason) rows, for the CPU features named (default: "
-        "this CPU's, or TORCH_MP_CPU_FEATURES) and the GPU's (major, minor) compute capability (default: unknown).");
-  m.def("slow_low_precision_kernels", &torch_mp::slowKernels, py::arg("target"),
-        py::arg("cpu_features") = py::none(), py::arg("cuda_capability") = py::none(),
-        "Why the target's heavy ops would run slower in low precision than in fp32 on that CPU or GPU, or None.");
+        "this CPU's, or TORCH_MP_CPU_FEATURES) and the GPU's (major, minor) compute capability (default: unknown), "
+        "with why its heavy ops were kept fp32 (no fast kernels there) or None.");
   m.def("cpu_features", &torch_mp::cpuFeatureNames, py::arg("declared") = py::none(),
         "The CPU features that decide fast low-precision kernels: this CPU's (or TORCH_MP_CPU_FEATURES), or those "
         "`declared` names.");
