@@ -9,6 +9,7 @@
 
 #include "jit/module_scope.h"
 #include "jit/numeric_guards.h"
+#include "jit/state_containers.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -75,7 +76,7 @@ class DataflowBuilder {
       if (stateReads_.count(value)) {
         return ValueKind::kContainer;  // what it holds is known, reached or not
       }
-      if (const c10::ClassTypePtr object = type->cast<c10::ClassType>(); object && object->is_module()) {
+      if (isModule(value)) {
         return ValueKind::kIrrelevant;  // its containers are planned where they are read
       }
     }

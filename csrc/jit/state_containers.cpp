@@ -2,6 +2,8 @@
 
 #include <torch/csrc/jit/jit_log.h>
 
+#include <algorithm>
+
 #include "jit/fold_attribute_reads.h"
 #include "jit/value_observer.h"
 
@@ -12,42 +14,26 @@ using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
 
-bool isModule(const Value* value) {
-  const c10::ClassTypePtr type = value->type()->cast<c10::ClassType>();
-  return type && type->is_module();
-}
-
 // Whether the container is one whose tensors can be cast one by one, and every tensor it holds is fp32.
 bool holdsOnlyFp32Tensors(const c10::IValue& container) {
-  auto isFp32 = [](const c10::IValue& element) {
-    return element.isTensor() && element.toTensor().defined() &&
-        element.toTensor().scalar_type() == c10::ScalarType::Float;
-  };
+  c10::TypePtr elementType;
+  std::vector<c10::IValue> elements;
   if (container.isGenericDict()) {
-    const c10::impl::GenericDict dict = container.toGenericDict();
-    if (dict.valueType()->kind() != c10::TypeKind::TensorType) {
-      return false;
+    elementType = container.toGenericDict().valueType();
+    for (const auto& entry : container.toGenericDict()) {
+      elements.push_back(entry.value());
     }
-    for (const auto& entry : dict) {
-      if (!isFp32(entry.value())) {
-        return false;
-      }
-    }
-    return true;
+  } else if (container.isList()) {
+    elementType = container.toList().elementType();
+    elements = container.toList().vec();
+  } else {
+    return false;
   }
-  if (container.isList()) {
-    const c10::List<c10::IValue> list = container.toList();
-    if (list.elementType()->kind() != c10::TypeKind::TensorType) {
-      return false;
-    }
-    for (const c10::IValue& element : list) {
-      if (!isFp32(element)) {
-        return false;
-      }
-    }
-    return true;
-  }
-  return false;
+  return elementType->kind() == c10::TypeKind::TensorType &&
+      std::all_of(elements.begin(), elements.end(), [](const c10::IValue& element) {
+        return element.isTensor() && element.toTensor().defined() &&
+            element.toTensor().scalar_type() == c10::ScalarType::Float;
+      });
 }
 
 class StateFinder {
@@ -125,6 +111,11 @@ class StateFinder {
 };
 
 } // namespace
+
+bool isModule(const Value* value) {
+  const c10::ClassTypePtr type = value->type()->cast<c10::ClassType>();
+  return type && type->is_module();
+}
 
 std::optional<StateContainers> findStateContainers(const torch::jit::Graph& graph, const c10::IValue& module) {
   return StateFinder(graph, module).find(graph.block());
