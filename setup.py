@@ -128,7 +128,7 @@ setup(
     description="Mixed-precision conversion of PyTorch models to frozen TorchScript",
     packages=find_packages(include=["torch_mp", "torch_mp.*"]),
     python_requires=">=3.10",
-    install_requires=["torch>=2.11,<2.15"],
+    install_requires=["torch>=2.11,<2.15", "graphviz"],
     ext_modules=[extension()],
     cmdclass={"build_ext": BuildExtension},
 )

@@ -23,13 +23,13 @@ def main() -> None:
     args = parser.parse_args()
     output = args.output or os.path.join(HERE, f"resnet50_ibn_a_{args.dtype}.svg")
     torch.manual_seed(0)
-    module, report = torch_mp.convert(resnet50_ibn_a().eval(), (torch.randn(1, 3, 64, 64),), DTYPES[args.dtype],
+    _, report = torch_mp.convert(resnet50_ibn_a().eval(), (torch.randn(1, 3, 64, 64),), DTYPES[args.dtype],
                                       return_report=True)
-    visualize.render_svg(module, report, output)
+    visualize.render_svg(report, output)
     with open(output) as f:
         titles = re.findall(r'class="node">\s*<title>([^<]*)</title>', f.read())
-    drawn = [t for t in titles if not t.startswith("legend:")]
-    boxes = sum(1 for t in drawn if t.startswith("box:"))
+    drawn = [t for t in titles if not t.startswith("legend/")]
+    boxes = sum(1 for t in drawn if t.startswith(visualize.BOX))
     print(f"{output}: {len(drawn)} drawn nodes ({boxes} module boxes, {len(drawn) - boxes} single nodes and "
           f"inputs/outputs), {os.path.getsize(output) / 1e3:.0f} kB")
 

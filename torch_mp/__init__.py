@@ -5,7 +5,7 @@
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
 
-from ._convert import ConversionError, InputSpec, convert
+from ._convert import ConversionError, InputSpec, PreparedModel, convert, prepare
 from ._torchscript import TorchScriptDeprecationWarning
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphModule, cuda_graphs
 from .jit_pass import jit_pass
@@ -22,12 +22,14 @@ __all__ = [
     "NodeInfo",
     "OpPolicy",
     "PolicyEntry",
+    "PreparedModel",
     "Report",
     "TorchScriptDeprecationWarning",
     "convert",
     "cpu_features",
     "cuda_graphs",
     "jit_pass",
+    "prepare",
     "target_for",
 ]
 __version__ = "0.1.0"

@@ -16,13 +16,11 @@ import os
 import shutil
 import sys
 import time
-from types import SimpleNamespace
 
 import torch
 
 import torch_mp
 from torch_mp._torchscript import jit_call
-from torch_mp.policy import Exclusion
 from torch_mp.models import resnet50_ibn_a
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -130,11 +128,11 @@ def require_graphviz() -> None:
                        "(apt-get install graphviz; brew install graphviz; conda install graphviz)")
 
 
-def write_svg(module, report, path: str) -> None:
+def write_svg(report, path: str) -> None:
     from torch_mp import visualize
 
     try:
-        visualize.render_svg(module, report, path)
+        visualize.render_svg(report, path)
     except RuntimeError as error:  # no Graphviz, or dot failed
         raise CliError(str(error))
     print(f"wrote {path}")
@@ -144,19 +142,22 @@ def check_exclusions(patterns, report) -> None:
     """A glob that matches no module of the model is a typo: refuse it rather than silently exclude nothing."""
     scopes = sorted({n["scope"] for n in report.nodes if n.get("scope")})
     for pattern in patterns:
-        exclusion = Exclusion(pattern, None, "")
-        if not any(exclusion.matches(SimpleNamespace(op="", scope=scope)) for scope in scopes):
+        only_this = torch_mp.OpPolicy().exclude(pattern)
+        if not any(only_this.excludes("", scope) for scope in scopes):
             examples = ", ".join(scopes[:6]) + (", ..." if len(scopes) > 6 else "")
             raise CliError(f"--exclude {pattern!r} matches no module of the model (module paths: {examples or 'none'})")
 
 
-def print_fallback(summary: dict) -> None:
+def print_fallback(report: torch_mp.Report) -> None:
+    summary = report.data["fallback"]
     kept = summary.get("kept_fp32", [])
     print(f"accuracy fallback (tolerance {summary.get('tolerance', '?'):.3g}): error {summary['error_before']:.3g} -> "
           f"{summary['error_after']:.3g}, {len(kept)} nodes kept in fp32, {summary['conversions']} conversions, "
           f"{summary['seconds']:.1f} s")
     if kept:
-        print("  kept in fp32: " + ", ".join(kept))
+        described = {n["id"]: n for n in report.nodes}
+        print("  kept in fp32: " + ", ".join(f"{described[n]['op']} ({described[n]['scope'] or '<top>'})"
+                                               for n in kept))
 
 
 def convert(args: argparse.Namespace) -> int:
@@ -189,10 +190,10 @@ def convert(args: argparse.Namespace) -> int:
             f.write(report.to_json())
     print(report.summary())
     if "fallback" in report.data:
-        print_fallback(report.data["fallback"])
+        print_fallback(report)
     print(f"saved {args.output}")
     if args.svg:
-        write_svg(converted, report, args.svg)
+        write_svg(report, args.svg)
     return 0
 
 
@@ -205,7 +206,7 @@ def report(args: argparse.Namespace) -> int:
             require_graphviz()
         print_report(stored, args.casts)
         if args.svg:
-            write_svg(model, stored, args.svg)
+            write_svg(stored, args.svg)
         return 0
     if args.svg:
         raise CliError(f"{args.model} holds no report (it was not saved by `python -m torch_mp convert`); "

@@ -1,10 +1,11 @@
 """torch_mp.convert: capture (script, else trace), then the C++ pipeline on a frozen copy."""
 from __future__ import annotations
 
+import copy
 import re
 import threading
 import warnings
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -93,37 +94,24 @@ def convert(
     Returns:
         the converted torch.jit.ScriptModule, or (module, Report) with return_report=True.
     """
-    dtype_name = _check_dtype(dtype)
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
-    if planner not in PLANNERS:
-        raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
-    if policy is not None and not isinstance(policy, OpPolicy):
-        raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
-    if metric is not None and tolerance is None:
-        raise ValueError("a metric needs a tolerance: the fallback keeps nodes in fp32 until metric <= tolerance")
-    if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
-        raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
+    options = _checked_options(dtype, policy, planner, verify, fuse_casts, kernels, channels_last, fuse_convolutions,
+                               keep_io_dtypes, tolerance, metric)
+    prepared = prepare(model, example_inputs, calibration_inputs=calibration_inputs)
+    return prepared._convert(options, tolerance, metric, progress, return_report, in_place=True)
+
+
+def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
+            calibration_inputs: Optional[Sequence[Any]] = None) -> "PreparedModel":
+    """Prepares a model for conversion once: captures it (script, else trace), freezes a copy, cleans it up in fp32
+    and observes it on the example (and calibration) inputs. PreparedModel.convert then plans and applies a policy
+    as often as asked, in either low dtype, without doing any of that again: for sweeps over policies, dtypes or
+    options. Arguments and errors as for torch_mp.convert; the model is not modified."""
     _refuse_autocast()
     inputs = _normalize_inputs(example_inputs)
     calibration = _normalize_calibration(calibration_inputs)
     scripted, capture = _capture(model, inputs)
-    if policy is None:
-        device = _device_of(inputs, model)
-        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-        policy = OpPolicy.default(target_for(device, dtype), cuda_capability=capability)
-
-    def run(captured):
-        job = Conversion(captured, inputs, dtype_name, policy, planner, verify, calibration, not keep_io_dtypes,
-                         bool(fuse_casts), kernels == "fused", bool(channels_last), bool(fuse_convolutions))
-        if tolerance is None:
-            return job.run()
-        from .fallback import search_fallback
-
-        return search_fallback(job, calibration or [inputs], tolerance, metric, progress)
-
     try:
-        module, report = run(scripted)
+        bound = _prepare_scripted(scripted, inputs, calibration)
     except ValueError as error:
         # a module can script and still refuse to run scripted (torch.nn.utils.parametrize raises "Parametrization
         # is not working with scripting"): tracing records what it computes instead
@@ -135,46 +123,149 @@ def convert(
         except ValueError:
             raise error from None  # the inputs do not run the model at all: that is the error to see
         capture = "trace"
-        module, report = run(scripted)
-    report.data["capture"] = capture
-    if policy.slow_kernels:
-        report.data["slow_kernels"] = policy.slow_kernels
-    return (module, report) if return_report else module
+        bound = _prepare_scripted(scripted, inputs, calibration)
+    return PreparedModel(scripted, capture, inputs, calibration, bound, _device_of(inputs, model))
+
+
+def _prepare_scripted(scripted, inputs, calibration) -> "_C.PreparedModel":
+    return _bound_call(scripted, _C.prepare_module, scripted._c, inputs, calibration)
+
+
+def _bound_call(scripted, function, *args):
+    """Calls into the C++ pipeline; its internal failures become a ConversionError (the model is untouched)."""
+    try:
+        with torch.no_grad():
+            return function(*args)
+    except (ValueError, TypeError):
+        raise
+    except RuntimeError as error:
+        name = getattr(scripted, "original_name", type(scripted).__name__)
+        raise ConversionError(f"torch_mp could not convert {name}: {error}") from error
+
+
+class _Options(NamedTuple):
+    dtype: torch.dtype
+    policy: Optional[OpPolicy]
+    planner: str
+    verify: bool
+    fuse_casts: bool
+    kernels: str
+    channels_last: bool
+    fuse_convolutions: bool
+    keep_io_dtypes: bool
+
+
+def _checked_options(dtype, policy, planner, verify, fuse_casts, kernels, channels_last, fuse_convolutions,
+                     keep_io_dtypes, tolerance, metric) -> _Options:
+    _check_dtype(dtype)
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
+    if planner not in PLANNERS:
+        raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
+    if policy is not None and not isinstance(policy, OpPolicy):
+        raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
+    if metric is not None and tolerance is None:
+        raise ValueError("a metric needs a tolerance: the fallback keeps nodes in fp32 until metric <= tolerance")
+    if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
+        raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
+    return _Options(dtype, policy, planner, bool(verify), bool(fuse_casts), kernels, bool(channels_last),
+                    bool(fuse_convolutions), bool(keep_io_dtypes))
+
+
+class PreparedModel:
+    """A model captured, frozen on a copy, cleaned up in fp32 and observed on its example and calibration inputs,
+    once (torch_mp.prepare). convert() plans and applies a policy to a copy of it, as often as asked."""
+
+    def __init__(self, scripted, capture: str, inputs, calibration, bound: "_C.PreparedModel", device: torch.device):
+        self.scripted = scripted
+        self.capture = capture
+        self.inputs = inputs
+        self.calibration = calibration
+        self.device = device
+        self._bound = bound
+
+    @property
+    def seconds(self) -> Dict[str, float]:
+        """Seconds the preparation took per stage (cleanup, observe)."""
+        return dict(self._bound.phases)
+
+    def convert(
+        self,
+        dtype: torch.dtype = torch.float16,
+        *,
+        policy: Optional[OpPolicy] = None,
+        planner: str = "min-cut",
+        verify: bool = True,
+        fuse_casts: bool = True,
+        kernels: str = "portable",
+        channels_last: bool = True,
+        fuse_convolutions: bool = False,
+        return_report: bool = False,
+        keep_io_dtypes: bool = True,
+        tolerance: Optional[float] = None,
+        metric: Optional[Callable[[Any, Any], float]] = None,
+        progress: bool = True,
+    ):
+        """Converts a copy of the prepared model: the arguments of torch_mp.convert but the model, its inputs and
+        calibration inputs, which the preparation holds. The preparation stays as it is."""
+        options = _checked_options(dtype, policy, planner, verify, fuse_casts, kernels, channels_last,
+                                   fuse_convolutions, keep_io_dtypes, tolerance, metric)
+        return self._convert(options, tolerance, metric, progress, return_report, in_place=False)
+
+    def _convert(self, options: _Options, tolerance, metric, progress, return_report, in_place: bool):
+        policy = options.policy
+        if policy is None:
+            capability = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
+            policy = OpPolicy.default(target_for(self.device, options.dtype), cuda_capability=capability)
+        job = Conversion(self, options._replace(policy=policy))
+        if tolerance is None:
+            module, report = job.run(in_place=in_place)
+        else:
+            from .fallback import search_fallback
+
+            module, report = search_fallback(job, self.calibration or [self.inputs], tolerance, metric, progress)
+        report.annotate("capture", self.capture)
+        if policy.slow_kernels:
+            report.annotate("slow_kernels", policy.slow_kernels)
+        return (module, report) if return_report else module
 
 
 class Conversion:
-    """One model's conversion settings; run() converts it, optionally keeping given nodes in fp32."""
+    """A prepared model and the options of its conversions; run() converts a copy, keeping given nodes (by id) in
+    fp32 (what the accuracy fallback varies)."""
 
-    def __init__(self, scripted, inputs, dtype_name, policy, planner, verify, calibration, low_precision_io,
-                 fuse_casts=True, fused_kernels=False, channels_last=True, fuse_convolutions=False):
-        self.scripted = scripted
-        self.inputs = inputs
-        self.dtype_name = dtype_name
-        self.policy = policy
-        self.planner = planner
-        self.verify = verify
-        self.calibration = calibration
-        self.low_precision_io = low_precision_io
-        self.fuse_casts = fuse_casts
-        self.fused_kernels = fused_kernels
-        self.channels_last = channels_last
-        self.fuse_convolutions = fuse_convolutions
+    def __init__(self, prepared: PreparedModel, options: _Options):
+        self.prepared = prepared
+        self.scripted = prepared.scripted
+        self.policy = options.policy
+        self.dtype_name = LOW_DTYPES[options.dtype]
+        self.low_precision_io = not options.keep_io_dtypes
+        self._options = _C.ConvertOptions(self.dtype_name, options.policy._c)
+        self._options.planner = options.planner
+        self._options.verify_outputs = options.verify
+        self._options.low_precision_io = self.low_precision_io
+        self._options.fuse_casts = options.fuse_casts
+        self._options.fused_kernels = options.kernels == "fused"
+        self._options.channels_last = options.channels_last
+        self._options.fuse_convolutions = options.fuse_convolutions
+        self._options.set_node_rule(options.policy.node_rule())
 
-    def run(self, keep_fp32: Sequence[str] = (), policy: Optional[OpPolicy] = None) -> Tuple[Any, Report]:
-        policy = policy or self.policy
-        try:
-            with torch.no_grad():
-                converted, report_json = _C.convert_module(
-                    self.scripted._c, self.inputs, self.dtype_name, policy.name, policy.rows(), self.planner,
-                    self.verify, policy.node_rule(keep_fp32), self.calibration, self.low_precision_io,
-                    self.fuse_casts, self.fused_kernels, self.channels_last, self.fuse_convolutions,
-                )
-        except (ValueError, TypeError):
-            raise
-        except RuntimeError as error:
-            name = getattr(self.scripted, "original_name", type(self.scripted).__name__)
-            raise ConversionError(f"torch_mp could not convert {name}: {error}") from error
-        return torch.jit._recursive.wrap_cpp_module(converted), Report.from_json(report_json)
+    @property
+    def reference(self):
+        """The prepared fp32 module, its nodes numbered as in every conversion of it (for torch_mp._C.probe_nodes)."""
+        return self.prepared._bound.frozen
+
+    def run(self, keep_fp32: Iterable[int] = (), keep_node_ids: bool = False,
+            in_place: bool = False) -> Tuple[Any, Report]:
+        """Converts a copy of the prepared model, the nodes with ids in `keep_fp32` kept in fp32; with
+        `keep_node_ids` the result's graph keeps its node ids. `in_place` converts the preparation itself, which is
+        then used up."""
+        options = copy.copy(self._options)
+        options.keep_fp32 = set(keep_fp32)
+        options.keep_node_ids = keep_node_ids
+        bound = self.prepared._bound
+        converted, report = _bound_call(self.scripted, bound.convert_in_place if in_place else bound.convert, options)
+        return torch.jit._recursive.wrap_cpp_module(converted), Report(report)
 
 
 def _normalize_calibration(calibration_inputs: Optional[Sequence[Any]]) -> List[Tuple[Any, ...]]:

@@ -7,9 +7,9 @@
 Search (`search_fallback`):
 1. Convert; if the error on every calibration input is within tolerance, done.
 2. Rank the low-precision nodes by the error each one adds, from one instrumented run: the same calibration input
-   runs through the conversion and through an all-fp32 conversion of the same frozen graph (op outputs keep
-   their names across conversions); a node's score is the error of its output minus the largest error among the
-   values it reads. A node that turns accurate inputs into an inaccurate output scores high; one that only passes
+   runs through the conversion and through the prepared fp32 graph it was made from (a node has the same id in
+   both); a node's score is the error of its output minus the largest error among the values it reads (its inputs
+   in the report's graph, looking through casts). A node that turns accurate inputs into an inaccurate output scores high; one that only passes
    on its inputs' error scores about 0. Errors are measured two ways and the larger increase counts: relative to
    the value's norm, and relative to its spread around its mean (a layer whose output is 1000 + a small signal
    keeps a small error of the first kind while rounding the signal away: the second kind sees it).
@@ -17,7 +17,8 @@ Search (`search_fallback`):
    two tries; then drop the kept nodes the tolerance does not need (bisection within the kept set, at most
    `PRUNE_BUDGET` conversions: where the error is spread over many nodes, pruning them one by one would cost more
    than it saves, and the ranked prefix already meets the tolerance).
-Each step is one conversion and one run per calibration input. `bisect_fallback` is the plain search without the
+The model is prepared (frozen, cleaned up, observed) once; each step is one plan-and-apply of that preparation and one
+run per calibration input. `bisect_fallback` is the plain search without the
 ranking (delta debugging over the nodes in graph order), for comparison in benchmarks/fallback_search.py.
 """
 from __future__ import annotations
@@ -29,7 +30,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _C
-from .policy import OpPolicy
 from .report import Report
 
 Metric = Callable[[Any, Any], float]
@@ -100,7 +100,7 @@ class Evaluator:
             self.references = [job.scripted(*inputs) for inputs in self.calibration]
         self.conversions = 0
 
-    def error(self, keep_fp32: Sequence[str]) -> Tuple[float, Any, Report]:
+    def error(self, keep_fp32: Sequence[int]) -> Tuple[float, Any, Report]:
         module, report = self.job.run(keep_fp32)
         self.conversions += 1
         worst = 0.0
@@ -119,32 +119,45 @@ class Evaluator:
         return error <= self.tolerance
 
 
-def rank_by_added_error(job, report: Report, module, inputs: Tuple[Any, ...]) -> List[Tuple[str, float]]:
-    """Low-precision nodes (by output name) with the relative error each adds, highest first."""
-    low = [n["output"] for n in report.nodes if n["precision"] == "low" and n["output"]]
-    everything_fp32 = OpPolicy(job.policy.entries(), name=job.policy.name)
-    everything_fp32.add_rule(lambda node: ("fp32", "reference for the fallback's ranking"), name="all fp32")
-    reference_module, _ = job.run(policy=everything_fp32)
-    readers = _read_values(module.graph, set(low))
-    names = sorted(set(low) | {name for reads in readers.values() for name in reads})
+def rank_by_added_error(job, report: Report, inputs: Tuple[Any, ...]) -> List[Tuple[int, float]]:
+    """Low-precision nodes (by id) with the relative error each adds, highest first."""
+    low = [n["id"] for n in report.nodes if n["precision"] == "low"]
+    module, _ = job.run(keep_node_ids=True)  # the same plan, its nodes still numbered
+    readers = producers_read(report, set(low))
+    ids = sorted(set(low) | {node for reads in readers.values() for node in reads})
     with torch.no_grad():
-        low_values = _C.probe_values(module._c, inputs, names)
-        reference_values = _C.probe_values(reference_module._c, inputs, names)
-    errors: Dict[str, Tuple[float, float]] = {}
-    for name, value, reference in zip(names, low_values, reference_values):
+        low_values = _C.probe_nodes(module._c, inputs, ids)
+        reference_values = _C.probe_nodes(job.reference, inputs, ids)
+    errors: Dict[int, Tuple[float, float]] = {}
+    for node, value, reference in zip(ids, low_values, reference_values):
         # a nested tensor (rows of different lengths) has no flat form to compare
         if value is not None and reference is not None and value.is_floating_point() and not value.is_nested \
                 and value.numel():
-            errors[name] = _errors(reference, value)
+            errors[node] = _errors(reference, value)
     scores = []
-    for name in low:
-        if name not in errors:
+    for node in low:
+        if node not in errors:
             continue
-        read = [errors[r] for r in readers.get(name, ()) if r in errors]
-        added = max(errors[name][kind] - max((e[kind] for e in read), default=0.0) for kind in (0, 1))
-        scores.append((name, added))
+        read = [errors[r] for r in readers.get(node, ()) if r in errors]
+        added = max(errors[node][kind] - max((e[kind] for e in read), default=0.0) for kind in (0, 1))
+        scores.append((node, added))
     scores.sort(key=lambda item: -item[1])
     return scores
+
+
+def producers_read(report: Report, nodes: set) -> Dict[int, List[int]]:
+    """For each node id in `nodes`, the ids of the nodes whose values it reads in the converted graph (the report's
+    `graph`), looking through the conversion's casts."""
+    items = {item["id"]: item for item in report.data["graph"]}
+
+    def producers(item_id: int) -> List[int]:
+        item = items[item_id]
+        if item["kind"] != "cast":
+            return [item_id]
+        return [p for source in item["inputs"] for p in producers(source)]
+
+    return {node: [p for source in items[node]["inputs"] for p in producers(source)]
+            for node in nodes if node in items}
 
 
 def _errors(reference: torch.Tensor, value: torch.Tensor) -> Tuple[float, float]:
@@ -156,104 +169,90 @@ def _errors(reference: torch.Tensor, value: torch.Tensor) -> Tuple[float, float]
     return difference / max(r.norm().item(), 1e-30), difference / max((r - r.mean()).norm().item(), 1e-30)
 
 
-def _read_values(graph, outputs: set) -> Dict[str, List[str]]:
-    """For each node whose first output is in `outputs`, the names of the values it reads, looking through casts."""
-    reads: Dict[str, List[str]] = {}
-
-    def source(value):
-        while value.node().kind() == "aten::to":
-            value = value.node().inputsAt(0)
-        return value.debugName()
-
-    def visit(block):
-        for node in block.nodes():
-            for sub in node.blocks():
-                visit(sub)
-            node_outputs = list(node.outputs())
-            if node_outputs and node_outputs[0].debugName() in outputs:
-                reads[node_outputs[0].debugName()] = [source(v) for v in node.inputs()]
-
-    visit(graph)
-    return reads
-
-
 def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric], progress: bool):
     """Ranked search (module docstring); returns (module, report) with report.data["fallback"]."""
     start = time.perf_counter()
     evaluator = Evaluator(job, calibration, tolerance, metric)
     error, module, report = evaluator.error(())
     summary = {"tolerance": tolerance, "error_before": error, "method": "ranked", "ranking": []}
-    kept: List[str] = []
+    kept: List[int] = []
     if not evaluator.meets(error):
-        ranking = rank_by_added_error(job, report, module, evaluator.calibration[0])
-        summary["ranking"] = [{"output": name, "added_error": score} for name, score in ranking[:20]]
-        ranked = {name for name, _ in ranking}
+        ranking = rank_by_added_error(job, report, evaluator.calibration[0])
+        described = {n["id"]: n for n in report.nodes}
+        summary["ranking"] = [{"id": node, "op": described[node]["op"], "scope": described[node]["scope"],
+                               "added_error": score} for node, score in ranking[:20]]
+        ranked = {node for node, _ in ranking}
         # nodes the probe cannot read (inside if/loop blocks) come last, in graph order
-        unranked = [n["output"] for n in report.nodes if n["precision"] == "low" and n["output"] not in ranked]
-        order = [name for name, _ in ranking] + [name for name in unranked if name]
+        unranked = [n["id"] for n in report.nodes if n["precision"] == "low" and n["id"] not in ranked]
+        order = [node for node, _ in ranking] + unranked
         bar = Progress(progress, total=2 * max(1, len(order)).bit_length() + 4)
-        tried = {(): (error, module, report)}
+        tried: Dict[Tuple[int, ...], float] = {(): error}  # errors only: a converted model per set would add up
+        latest = {(): (error, module, report)}
 
-        def attempt(names) -> Tuple[float, Any, Report]:
-            key = tuple(sorted(names))  # one conversion per set, however the search reached it
+        def attempt(nodes) -> float:
+            key = tuple(sorted(nodes))  # one conversion per set, however the search reached it
             if key not in tried:
-                tried[key] = evaluator.error(key)
-                bar.step(f"{len(key)} nodes in fp32: error {tried[key][0]:.3g} (tolerance {tolerance:.3g})")
+                result = evaluator.error(key)
+                tried[key] = result[0]
+                latest.clear()
+                latest[key] = result
+                bar.step(f"{len(key)} nodes in fp32: error {result[0]:.3g} (tolerance {tolerance:.3g})")
             return tried[key]
 
         # 1. double the count until the tolerance is met, 2. bisect between the last two counts
         low_count, count = 0, 1
-        while count < len(order) and not evaluator.meets(attempt(order[:count])[0]):
+        while count < len(order) and not evaluator.meets(attempt(order[:count])):
             low_count, count = count, min(2 * count, len(order))
         count = min(count, len(order))
         high = count
         while high - low_count > 1:
             middle = (low_count + high) // 2
-            if evaluator.meets(attempt(order[:middle])[0]):
+            if evaluator.meets(attempt(order[:middle])):
                 high = middle
             else:
                 low_count = middle
         kept = order[:high]
-        if not evaluator.meets(attempt(kept)[0]):
+        if not evaluator.meets(attempt(kept)):
             bar.close()
             raise ValueError(
                 f"the fallback kept all {len(order)} low-precision nodes in fp32 and the error is still "
-                f"{attempt(kept)[0]:.3g} > tolerance {tolerance:.3g}: is the metric comparing the right outputs?"
+                f"{attempt(kept):.3g} > tolerance {tolerance:.3g}: is the metric comparing the right outputs?"
             )
         # 3. drop kept nodes the tolerance does not need, within the budget
         budget = evaluator.conversions + PRUNE_BUDGET
 
-        def meets_within_budget(names) -> bool:
-            if tuple(sorted(names)) not in tried and evaluator.conversions >= budget:
+        def meets_within_budget(nodes) -> bool:
+            if tuple(sorted(nodes)) not in tried and evaluator.conversions >= budget:
                 raise _OutOfBudget
-            return evaluator.meets(attempt(names)[0])
+            return evaluator.meets(attempt(nodes))
 
         try:
             kept = _needed(kept, [], meets_within_budget)
         except _OutOfBudget:
             summary["pruning"] = f"stopped after {PRUNE_BUDGET} conversions; the ranked prefix is kept"
-        error, module, report = attempt(kept)
+        final = tuple(sorted(kept))
+        error, module, report = latest[final] if final in latest else evaluator.error(final)
         bar.close()
     summary.update(kept_fp32=kept, error_after=error, conversions=evaluator.conversions,
                    seconds=time.perf_counter() - start)
-    report.data["fallback"] = summary
+    report.annotate("fallback", summary)
     return module, report
 
 
 def bisect_fallback(job, calibration, tolerance: float, metric: Optional[Metric] = None,
                     max_conversions: Optional[int] = None):
     """Plain bisection without ranking (what ORT's search does, in delta-debugging form): returns
-    (kept output names, error, conversions), or (None, None, conversions) when it needed more than
+    (kept node ids, error, conversions), or (None, None, conversions) when it needed more than
     `max_conversions`."""
     evaluator = Evaluator(job, calibration, tolerance, metric)
     error, _, report = evaluator.error(())
     if evaluator.meets(error):
         return [], error, evaluator.conversions
-    order = [n["output"] for n in report.nodes if n["precision"] == "low" and n["output"]]
+    order = [n["id"] for n in report.nodes if n["precision"] == "low"]
     cache: Dict[frozenset, bool] = {}
 
-    def meets(names) -> bool:
-        key = frozenset(names)
+    def meets(nodes) -> bool:
+        key = frozenset(nodes)
         if key not in cache:
             if max_conversions is not None and evaluator.conversions >= max_conversions:
                 raise _OutOfBudget
@@ -267,7 +266,7 @@ def bisect_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
     return kept, evaluator.error(sorted(kept))[0], evaluator.conversions
 
 
-def _needed(candidates: List[str], base: List[str], meets: Callable[[List[str]], bool]) -> List[str]:
+def _needed(candidates: List[int], base: List[int], meets: Callable[[List[int]], bool]) -> List[int]:
     """The part of `candidates` that, kept in fp32 with `base`, the tolerance needs, by bisection; assumes that
     base + candidates meets it. About 2 k log2(n) tests for k needed nodes among n."""
     if meets(base):

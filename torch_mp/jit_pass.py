@@ -77,8 +77,8 @@ class jit_pass:
     @staticmethod
     def activity() -> Activity:
         """What the pass has done in this process, with the report of the last graph it planned."""
-        converted, skipped, outcome, report_json, error = _C.jit_pass_activity()
-        return Activity(converted, skipped, outcome, Report.from_json(report_json) if report_json else None, error)
+        converted, skipped, outcome, report, error = _C.jit_pass_activity()
+        return Activity(converted, skipped, outcome, Report(report) if report is not None else None, error)
 
 
 def _checked(options: Dict[str, Any]) -> Dict[str, Any]:
@@ -87,7 +87,7 @@ def _checked(options: Dict[str, Any]) -> Dict[str, Any]:
     if policy is not None:
         if not isinstance(policy, OpPolicy):
             raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
-        if policy.node_rule() is not None:
+        if policy.rules or policy.exclusions:
             raise ValueError("the load-time pass takes a policy of op entries only: exclusions and per-node rules "
                              "need module paths and example inputs; use torch_mp.convert for them")
     if options["planner"] not in ("min-cut", "greedy"):
@@ -101,6 +101,6 @@ def _apply(options: Optional[Dict[str, Any]]) -> None:
         _C.disable_jit_pass()
         return
     policy = options["policy"]
-    _C.enable_jit_pass(_check_dtype(options["dtype"]), policy.name if policy else None,
-                       policy.rows() if policy else None, options["planner"], options["fuse_casts"],
-                       options["fused_kernels"], options["channels_last"], options["fuse_convolutions"])
+    _C.enable_jit_pass(_check_dtype(options["dtype"]), policy._c if policy else None, options["planner"],
+                       options["fuse_casts"], options["fused_kernels"], options["channels_last"],
+                       options["fuse_convolutions"])

@@ -15,8 +15,6 @@ they were added), the op's entry. Nodes the range guard keeps in fp32 stay fp32 
 """
 from __future__ import annotations
 
-import copy
-import fnmatch
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -38,6 +36,7 @@ class PolicyEntry(NamedTuple):
 class NodeInfo(NamedTuple):
     """What a per-node rule sees of a node of the frozen graph."""
 
+    id: int  # the node's id: the same in every conversion of one preparation, as in the report's nodes
     op: str  # "aten::conv2d"
     scope: str  # module path, "layer1.0.conv1" ("" for the top module's own code)
     output: str  # name of its first output in the graph, as in the report
@@ -50,13 +49,6 @@ class Exclusion(NamedTuple):
     pattern: str
     ops: Optional[Tuple[str, ...]]
     reason: str
-
-    def matches(self, node: NodeInfo) -> bool:
-        if self.ops is not None and node.op not in self.ops:
-            return False
-        # a module path matches when the node's module or one of its enclosing modules does
-        parts = node.scope.split(".") if node.scope else []
-        return any(fnmatch.fnmatchcase(".".join(parts[:i]), self.pattern) for i in range(len(parts), 0, -1))
 
 
 Rule = Callable[[NodeInfo], Union[None, str, Tuple[str, str]]]
@@ -82,15 +74,22 @@ def target_for(device: torch.device, dtype: torch.dtype) -> str:
 
 
 class OpPolicy:
-    """A mutable table op -> (category, reason). Ops in no list are fp32."""
+    """A view of the C++ op policy (csrc/core/op_policy): op -> (category, reason), ops in no list being fp32, and
+    module-path exclusions; plus the per-node rule callables, which are Python's own."""
 
     def __init__(self, entries: Optional[Dict[str, PolicyEntry]] = None, name: str = "custom"):
-        self.name = name
-        self._entries: Dict[str, PolicyEntry] = dict(entries or {})
-        self._exclusions: List[Exclusion] = []
+        self._c = _C.OpPolicy()
+        self._c.name = name
+        for op, (category, reason) in (entries or {}).items():
+            self._c.set(op, category, reason)
         self._rules: List[Tuple[Rule, str]] = []
-        # why a default CPU policy keeps its heavy ops fp32 (no fast kernels for the low dtype there), else None
-        self.slow_kernels: Optional[str] = None
+
+    @classmethod
+    def _wrap(cls, bound: "_C.OpPolicy", rules: List[Tuple[Rule, str]]) -> "OpPolicy":
+        policy = cls.__new__(cls)
+        policy._c = bound
+        policy._rules = list(rules)
+        return policy
 
     @classmethod
     def default(
@@ -113,17 +112,23 @@ class OpPolicy:
             cuda_capability = torch.cuda.get_device_capability()
         if cuda_capability is not None:
             cuda_capability = _capability(cuda_capability)
-        rows, slow_kernels = _C.default_policy(target, cpu_features, cuda_capability)
-        policy = cls({op: PolicyEntry(category, reason) for op, category, reason in rows}, name=target)
-        policy.slow_kernels = slow_kernels
-        return policy
+        return cls._wrap(_C.OpPolicy.defaults(target, cpu_features, cuda_capability), [])
+
+    @property
+    def name(self) -> str:
+        return self._c.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._c.name = value
+
+    @property
+    def slow_kernels(self) -> Optional[str]:
+        """Why a default policy keeps its heavy ops fp32 (no fast kernels for the low dtype there), else None."""
+        return self._c.slow_kernels
 
     def copy(self) -> "OpPolicy":
-        other = OpPolicy(copy.deepcopy(self._entries), name=self.name)
-        other._exclusions = list(self._exclusions)
-        other._rules = list(self._rules)
-        other.slow_kernels = self.slow_kernels
-        return other
+        return OpPolicy._wrap(_C.OpPolicy(self._c), self._rules)
 
     def exclude(self, *patterns: str, ops: Optional[Iterable[str]] = None, reason: Optional[str] = None) -> "OpPolicy":
         """Keeps in fp32 every node inside a module whose path matches one of the glob `patterns` (fnmatch:
@@ -136,13 +141,14 @@ class OpPolicy:
         if ops is not None:
             if isinstance(ops, str):
                 raise TypeError("ops must be an iterable of op names, not a single string")
-            op_names = tuple(ops)
+            op_names = list(ops)
             for op in op_names:
                 _check_op(op)
         for pattern in patterns:
             if not isinstance(pattern, str) or not pattern:
                 raise ValueError(f"module-path patterns are non-empty strings like 'head.*'; got {pattern!r}")
-            self._exclusions.append(Exclusion(pattern, op_names, reason or f"module path matches {pattern!r}"))
+        for pattern in patterns:
+            self._c.exclude(pattern, op_names, reason or f"module path matches {pattern!r}")
         self._mark_edited()
         return self
 
@@ -156,29 +162,30 @@ class OpPolicy:
         self._mark_edited()
         return self
 
+    def excludes(self, op: str, scope: str) -> bool:
+        """Whether an exclusion keeps a node of `op` inside the module at path `scope` in fp32."""
+        return self._c.excluded_by(op, scope) is not None
+
     @property
     def exclusions(self) -> List[Exclusion]:
-        return list(self._exclusions)
+        return [Exclusion(pattern, tuple(ops) if ops is not None else None, reason)
+                for pattern, ops, reason in self._c.exclusions()]
 
     @property
     def rules(self) -> List[Tuple[Rule, str]]:
         return list(self._rules)
 
-    def node_rule(self, fallback: Iterable[str] = ()) -> Optional[Callable]:
-        """The per-node callback the converter calls, or None when nothing here depends on the node. `fallback`:
-        outputs of nodes to keep in fp32 (the accuracy fallback's choice)."""
-        fallback = frozenset(fallback)
-        if not fallback and not self._exclusions and not self._rules:
+    def node_rule(self) -> Optional[Callable]:
+        """The callback the converter calls per node after the fallback's kept nodes and the exclusions, or None when
+        there are no rules: (id, op, scope, output, input_shapes, input_dtypes, constants) -> None or
+        (category, reason)."""
+        if not self._rules:
             return None
+        rules = list(self._rules)
 
-        def decide(op, scope, output, input_shapes, input_dtypes, constants):
-            if output in fallback:
-                return "fp32", "fallback", "accuracy fallback: keeping it in fp32 brings the error within tolerance"
-            node = NodeInfo(op, scope, output, input_shapes, input_dtypes, constants)
-            for exclusion in self._exclusions:
-                if exclusion.matches(node):
-                    return "fp32", "exclusion", f"excluded: {exclusion.reason}"
-            for rule, name in self._rules:
+        def decide(node_id, op, scope, output, input_shapes, input_dtypes, constants):
+            node = NodeInfo(node_id, op, scope, output, input_shapes, input_dtypes, constants)
+            for rule, name in rules:
                 verdict = rule(node)
                 if verdict is None:
                     continue
@@ -188,7 +195,7 @@ class OpPolicy:
                         f"rule {name} returned {verdict!r} for {op}; expected one of {', '.join(CATEGORIES)}, "
                         "(category, reason) or None"
                     )
-                return category, "callable", str(reason)
+                return category, str(reason)
             return None
 
         return decide
@@ -202,7 +209,7 @@ class OpPolicy:
         _check_op(op)
         if category not in CATEGORIES:
             raise ValueError(f"unknown category {category!r} for {op}; expected one of {', '.join(CATEGORIES)}")
-        self._entries[op] = PolicyEntry(category, reason)
+        self._c.set(op, category, reason)
         self._mark_edited()
         return self
 
@@ -216,42 +223,42 @@ class OpPolicy:
 
     def remove(self, op: str) -> "OpPolicy":
         """Takes `op` out of every list: it becomes unknown, hence fp32."""
-        if op not in self._entries:
+        if not self._c.remove(op):
             raise KeyError(f"{op} is in no list of this policy")
-        del self._entries[op]
         self._mark_edited()
         return self
 
     def category(self, op: str) -> str:
-        entry = self._entries.get(op)
-        return entry.category if entry else "fp32"
+        return self._c.category(op)
 
     def reason(self, op: str) -> str:
-        entry = self._entries.get(op)
-        return entry.reason if entry else "in no list (unknown op)"
+        entry = self._c.entry(op)
+        return entry[1] if entry else "in no list (unknown op)"
 
     def ops(self, category: str) -> list:
         if category not in CATEGORIES:
             raise ValueError(f"unknown category {category!r}; expected one of {', '.join(CATEGORIES)}")
-        return sorted(op for op, entry in self._entries.items() if entry.category == category)
+        return [op for op, listed, _ in self._c.rows() if listed == category]
 
     def entries(self) -> Dict[str, PolicyEntry]:
-        return dict(self._entries)
+        return {op: PolicyEntry(category, reason) for op, category, reason in self._c.rows()}
 
     def rows(self):
-        return [(op, entry.category, entry.reason) for op, entry in sorted(self._entries.items())]
+        return self._c.rows()
 
     def __contains__(self, op: str) -> bool:
-        return op in self._entries
+        return op in self._c
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._c)
 
     def __repr__(self) -> str:
-        counts = ", ".join(f"{c}={len(self.ops(c))}" for c in CATEGORIES)
+        rows = self._c.rows()
+        counts = ", ".join(f"{c}={sum(1 for _, listed, _ in rows if listed == c)}" for c in CATEGORIES)
         extras = ""
-        if self._exclusions or self._rules:
-            extras = f", {len(self._exclusions)} exclusions, {len(self._rules)} rules"
+        exclusions = self._c.exclusions()
+        if exclusions or self._rules:
+            extras = f", {len(exclusions)} exclusions, {len(self._rules)} rules"
         return f"OpPolicy({self.name!r}: {counts}{extras})"
 
     def to_markdown(self) -> str:

@@ -3,23 +3,40 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Union
+
+from . import _C
 
 
 USER_RULE_KINDS = ("exclusion", "callable", "fallback", "range guard")
 
 
 class Report:
-    """Wraps the JSON the C++ pipeline writes (schema: see README, "Report")."""
+    """A conversion's report (schema: see README, "Report"): a view of the C++ ConversionReport, read into dicts and
+    lists the first time `data` is asked for, or such a dict itself (a report read back from JSON)."""
 
-    def __init__(self, data: Dict[str, Any]):
-        self.data = data
+    def __init__(self, source: Union["_C.ConversionReport", Dict[str, Any]]):
+        self._bound = None if isinstance(source, dict) else source
+        self._data: Optional[Dict[str, Any]] = source if isinstance(source, dict) else None
+        self._annotations: Dict[str, Any] = {}
 
     @classmethod
     def from_json(cls, text: str) -> "Report":
         return cls(json.loads(text))
 
-    def to_json(self, indent: int = 2) -> str:
+    @property
+    def data(self) -> Dict[str, Any]:
+        if self._data is None:
+            self._data = {**self._bound.to_dict(), **self._annotations}
+        return self._data
+
+    def annotate(self, key: str, value: Any) -> None:
+        """Adds what the Python front knows (how the model was captured, the fallback's search) to `data`."""
+        self._annotations[key] = value
+        if self._data is not None:
+            self._data[key] = value
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
         return json.dumps(self.data, indent=indent)
 
     @property
@@ -66,12 +83,12 @@ class Report:
 
     @property
     def seconds(self) -> float:
-        return self.data["seconds"]
+        return self._bound.seconds if self._bound is not None else self.data["seconds"]
 
     @property
     def capture(self) -> str:
         """How convert captured the model: "script", "trace" or "scriptmodule" (given as one)."""
-        return self.data.get("capture", "scriptmodule")
+        return self._annotations.get("capture") or self.data.get("capture", "scriptmodule")
 
     @property
     def low_precision_flop_fraction(self) -> float:

@@ -1,14 +1,15 @@
-"""The picture of a conversion: the converted graph coloured by precision, with its casts, as Graphviz DOT or SVG.
+"""The picture of a conversion: the converted graph coloured by precision, with its casts, drawn from the report alone
+(its `graph`: every node by id, what it reads, the casts between) with the `graphviz` package.
 
     mp, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
-    torch_mp.visualize.render_svg(mp, report, "graph.svg")      # needs Graphviz's `dot` (apt-get install graphviz)
-    dot_source = torch_mp.visualize.to_dot(mp, report)           # plain text, no Graphviz needed
+    torch_mp.visualize.render_svg(report, "graph.svg")      # needs Graphviz's `dot` (apt-get install graphviz)
+    dot_source = torch_mp.visualize.to_dot(report)           # plain text, no Graphviz program needed
 
 What is drawn (the legend in the picture says the same):
-- one node per planned node of the converted graph (report.nodes, matched by the name of its first output):
-  low precision by the op policy in one colour, follow/widest nodes the planner put in low precision in a lighter
-  shade of it, fp32 nodes in another colour; fp32 nodes kept there by an exclusion, a callable rule, the accuracy
-  fallback or the range guard have a coloured bold border (unknown ops a dashed one);
+- one node per planned node of the converted graph (report.nodes, by id): low precision by the op policy in one
+  colour, follow/widest nodes the planner put in low precision in a lighter shade of it, fp32 nodes in another
+  colour; fp32 nodes kept there by an exclusion, a callable rule, the accuracy fallback or the range guard have a
+  coloured bold border (unknown ops a dashed one);
 - each cast torch_mp inserted (report.casts) as a small diamond, "→fp16 1.2 MB" (its dtype and the bytes it moves);
 - graph inputs and outputs as ellipses; other nodes that touch tensors (lists, tuples, control flow) in grey;
   constants and nodes without tensors are left out.
@@ -23,12 +24,10 @@ stay a DAG. The default depth keeps at most ~150 boxes (to_dot says how).
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections import Counter, defaultdict
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-import torch
+import graphviz
 
 MAX_BOXES = 150  # the automatic collapse depth keeps at most this many nodes/boxes
 
@@ -55,13 +54,12 @@ MARK_LABELS = {
     "range guard": "fp32: range guard",
     "unknown op": "fp32: unknown op",
 }
-SCALAR_TYPES = {5: "Half", 15: "BFloat16", 6: "Float", 7: "Double"}  # c10::ScalarType codes of aten::to's dtype
 SHORT_DTYPES = {"half": "fp16", "float16": "fp16", "bfloat16": "bf16", "float": "fp32", "float32": "fp32",
                 "double": "fp64", "float64": "fp64"}
 
 
-def to_dot(module: Any, report: Any, collapse_depth: Optional[int] = None) -> str:
-    """Graphviz DOT source of the converted `module`'s graph coloured by `report` (a torch_mp.Report or its dict).
+def to_dot(report: Any, collapse_depth: Optional[int] = None) -> str:
+    """Graphviz DOT source of the converted graph a `report` (a torch_mp.Report or its dict) describes.
 
     collapse_depth: None (default) picks the depth automatically so that at most ~150 boxes remain (MAX_BOXES): the
     whole graph node by node when it has at most ~150 nodes, else the deepest module-path depth that leaves at
@@ -69,30 +67,36 @@ def to_dot(module: Any, report: Any, collapse_depth: Optional[int] = None) -> st
     leaves at most ~150 boxes (depth 0: one box for the whole model). An int k collapses every node whose module
     path has the same first k components into one box.
     """
-    picture = _Picture(module, report)
-    if collapse_depth is None:
-        collapse_depth = picture.auto_depth(MAX_BOXES)
-    elif not isinstance(collapse_depth, int) or isinstance(collapse_depth, bool) or collapse_depth < 0:
-        raise ValueError(f"collapse_depth must be None or an int >= 0, got {collapse_depth!r}")
-    return picture.dot(collapse_depth)
+    return _digraph(report, collapse_depth).source
 
 
-def render_svg(module: Any, report: Any, path: str, collapse_depth: Optional[int] = None) -> str:
+def render_svg(report: Any, path: str, collapse_depth: Optional[int] = None) -> str:
     """Writes the picture (see to_dot) as SVG to `path` with Graphviz's `dot` program; returns `path`.
 
     Raises RuntimeError when `dot` is not installed (to_dot works without it)."""
-    dot = shutil.which("dot")
-    if dot is None:
+    digraph = _digraph(report, collapse_depth)
+    try:
+        svg = digraph.pipe(format="svg")
+    except graphviz.ExecutableNotFound as error:
         raise RuntimeError(
             "rendering SVG needs Graphviz's `dot` program, which is not on PATH: install Graphviz "
             "(apt-get install graphviz; brew install graphviz; conda install graphviz), "
             "or write torch_mp.visualize.to_dot(...) to a .dot file and render it elsewhere"
-        )
-    source = to_dot(module, report, collapse_depth)
-    result = subprocess.run([dot, "-Tsvg", "-o", str(path)], input=source, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"dot failed to render {path}: {result.stderr.strip()}")
+        ) from error
+    except graphviz.CalledProcessError as error:
+        raise RuntimeError(f"dot failed to render {path}: {error.stderr.decode(errors='replace').strip()}") from error
+    with open(path, "wb") as f:
+        f.write(svg)
     return str(path)
+
+
+def _digraph(report: Any, collapse_depth: Optional[int]) -> graphviz.Digraph:
+    picture = _Picture(report)
+    if collapse_depth is None:
+        collapse_depth = picture.auto_depth(MAX_BOXES)
+    elif not isinstance(collapse_depth, int) or isinstance(collapse_depth, bool) or collapse_depth < 0:
+        raise ValueError(f"collapse_depth must be None or an int >= 0, got {collapse_depth!r}")
+    return picture.digraph(collapse_depth)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -101,17 +105,17 @@ def render_svg(module: Any, report: Any, path: str, collapse_depth: Optional[int
 class _Item(NamedTuple):
     """One drawable node of the graph."""
 
-    id: str  # DOT node name
+    id: str  # DOT node name (no ":", which DOT reads as a port)
     kind: str  # "planned", "cast", "unplanned", "input", "output"
     op: str
     scope: Optional[str]  # module path (planned nodes); None: inherit from the first input when collapsing
     node: Optional[Dict[str, Any]]  # the report's node
-    cast: Optional[Dict[str, Any]]  # the report's cast (or a description built from the graph)
+    cast: Optional[Dict[str, Any]]  # the report's cast
 
 
-def _escape(text: str) -> str:
-    """A DOT double-quoted string's contents: backslashes and quotes escaped, line breaks as \\n."""
-    return "\\n".join(line.replace("\\", "\\\\").replace('"', '\\"') for line in str(text).split("\n"))
+def _label(text: str) -> str:
+    """A DOT label: backslashes kept as themselves, line breaks as DOT's \\n (the graphviz package quotes the rest)."""
+    return "\\n".join(line.replace("\\", "\\\\") for line in str(text).split("\n"))
 
 
 def _short_dtype(name: Any) -> str:
@@ -126,152 +130,34 @@ def _human_bytes(count: float) -> str:
     return f"{int(count)} B"
 
 
-def _involves_tensors(type_: Any) -> bool:
-    if isinstance(type_, torch._C.TensorType):
-        return True
-    if isinstance(type_, (torch._C.ListType, torch._C.OptionalType)):
-        return _involves_tensors(type_.getElementType())
-    if isinstance(type_, torch._C.TupleType):
-        return any(_involves_tensors(t) for t in type_.elements())
-    if isinstance(type_, torch._C.DictType):
-        return _involves_tensors(type_.getValueType())
-    return False
-
-
-def _walk(block: Any) -> Iterator[Any]:
-    for node in block.nodes():
-        yield node
-        for inner in node.blocks():
-            yield from _walk(inner)
-
-
-def _first_output_name(node: Any) -> str:
-    return node.outputsAt(0).debugName() if node.outputsSize() else ""
-
-
-def _cast_dtype(node: Any) -> Optional[str]:
-    """The target dtype of an aten::to node from its constant dtype argument."""
-    for value in list(node.inputs())[1:]:
-        if value.node().kind() == "prim::Constant" and str(value.type()) == "int":
-            code = value.toIValue()
-            if code in SCALAR_TYPES:
-                return SCALAR_TYPES[code]
-    return None
+ITEM_KINDS = {"input": "input", "node": "planned", "cast": "cast", "other": "unplanned", "output": "output"}
+NAME_PREFIXES = {"input": "in", "planned": "n", "cast": "cast", "unplanned": "u", "output": "out"}
 
 
 class _Picture:
-    """The converted graph as items and edges, matched with the report."""
+    """The report's graph as items and edges, each planned node with its decision and each cast with its record."""
 
-    def __init__(self, module: Any, report: Any):
+    def __init__(self, report: Any):
         data = report.data if hasattr(report, "data") else report
-        if not isinstance(data, dict) or "nodes" not in data or "casts" not in data:
-            raise TypeError("report must be a torch_mp.Report (or its .data dict) from the conversion of this module")
-        graph = module.graph if hasattr(module, "graph") else module
+        if not isinstance(data, dict) or not all(key in data for key in ("nodes", "casts", "graph")):
+            raise TypeError("report must be a torch_mp.Report (or its .data dict) of a conversion, with its graph "
+                            "(reports saved before node ids existed have none: convert the model again)")
         self.data = data
         self.items: Dict[str, _Item] = {}
         self.order: List[str] = []
         self.edges: List[Tuple[str, str]] = []
-        self._build(graph)
-
-    # --- reading the graph ---------------------------------------------------------------------------------------
-
-    def _build(self, graph: Any) -> None:
-        nodes = [n for n in _walk(graph) if n.kind() != "prim::Constant" and self._touches_tensors(n)]
-        by_output = {n["output"]: n for n in self.data["nodes"]}
-        matched = self._match(nodes, by_output)
-        value_item: Dict[Any, str] = {}  # torch value (by unique id) -> item producing it
-        renamed: Dict[str, str] = {}  # graph value name -> name in the report (for files loaded from disk)
-        for value in graph.inputs():
-            if _involves_tensors(value.type()):
-                item = _Item(f"in:{value.debugName()}", "input", f"input {value.debugName()}", None, None, None)
-                self._add(item)
-                value_item[value.unique()] = item.id
-        casts = {(c["value"], _short_dtype(c["to"])): c for c in self.data["casts"]}
-        pending_casts = []
-        owners = []  # (item, block) of nodes with blocks
-        for graph_node in nodes:
-            name = _first_output_name(graph_node)
-            report_node = matched.get(id(graph_node))
-            if report_node is not None:
-                if report_node["output"] != name:
-                    renamed[name] = report_node["output"]
-                item = _Item(f"n:{report_node['output']}", "planned", report_node["op"], report_node.get("scope", ""),
-                             report_node, None)
-            elif graph_node.kind() == "aten::to" and self._is_inserted_cast(graph_node, casts, renamed):
-                source = graph_node.inputsAt(0).debugName()
-                dtype = _cast_dtype(graph_node) or "?"
-                cast = casts.pop((renamed.get(source, source), _short_dtype(dtype)), None)
-                item = _Item(f"cast:{name}", "cast", "aten::to", None, None, cast or {"to": dtype})
-                if cast is None:
-                    pending_casts.append(item)
-            else:
-                item = _Item(f"u:{name or graph_node.kind()}:{len(self.order)}", "unplanned", graph_node.kind(),
-                             None, None, None)
-            self._add(item)
-            for value in graph_node.outputs():
-                value_item[value.unique()] = item.id
-            for value in graph_node.inputs():
-                source = value_item.get(value.unique())
-                if source is not None:
-                    self.edges.append((source, item.id))
-            owners.extend((item.id, inner) for inner in graph_node.blocks())
-        for owner, inner in owners:  # what a branch / loop body returns flows into its node's outputs
-            for value in inner.returnNode().inputs():
-                source = value_item.get(value.unique())
-                if source is not None and source != owner:
-                    self.edges.append((source, owner))
-        # casts whose value could not be named (a reloaded file's graph inputs): the report's remaining casts, in order
-        remaining = defaultdict(list)
-        for cast in casts.values():
-            remaining[_short_dtype(cast["to"])].append(cast)
-        for item in pending_casts:
-            queue = remaining[_short_dtype(item.cast["to"])]
-            if queue:
-                self.items[item.id] = item._replace(cast=queue.pop(0))
-        output = _Item("out", "output", "output", None, None, None)
-        self._add(output)
-        for value in graph.outputs():
-            source = value_item.get(value.unique())
-            if source is not None:
-                self.edges.append((source, output.id))
+        decisions = {n["id"]: n for n in data["nodes"]}
+        name_of: Dict[int, str] = {}
+        for entry in data["graph"]:
+            kind = ITEM_KINDS[entry["kind"]]
+            name = f"{NAME_PREFIXES[kind]}{entry['id']}"
+            name_of[entry["id"]] = name
+            node = decisions.get(entry["id"]) if kind == "planned" else None
+            cast = data["casts"][entry["cast"]] if kind == "cast" else None
+            op = f"input {entry['op']}" if kind == "input" else entry["op"]
+            self._add(_Item(name, kind, op, node.get("scope", "") if node else None, node, cast))
+            self.edges += [(name_of[source], name) for source in entry["inputs"] if source in name_of]
         self.edges = list(dict.fromkeys(self.edges))
-
-    @staticmethod
-    def _touches_tensors(node: Any) -> bool:
-        return any(_involves_tensors(v.type()) for v in list(node.inputs()) + list(node.outputs()))
-
-    def _match(self, nodes: List[Any], by_output: Dict[str, Dict[str, Any]]) -> Dict[int, Dict[str, Any]]:
-        """Graph node -> report node: by the first output's name when that finds (nearly) every report node with its
-        op; else (a converted model saved and loaded again gets new value names, some of which collide with old
-        ones) by op kind in graph order, which the report and saving both keep."""
-        matched = {}
-        mismatched = 0
-        for node in nodes:
-            report_node = by_output.get(_first_output_name(node))
-            if report_node is not None:
-                if report_node["op"] == node.kind():
-                    matched[id(node)] = report_node
-                else:
-                    mismatched += 1
-        self.reloaded = mismatched > 0 or len(matched) < 0.9 * len(by_output)
-        if not self.reloaded:
-            return matched
-        matched = {}
-        position = 0
-        for report_node in self.data["nodes"]:
-            for index in range(position, len(nodes)):
-                if nodes[index].kind() == report_node["op"]:
-                    matched[id(nodes[index])] = report_node
-                    position = index + 1
-                    break
-        return matched
-
-    def _is_inserted_cast(self, node: Any, casts: Dict[Tuple[str, str], Any], renamed: Dict[str, str]) -> bool:
-        if self.reloaded:  # names changed: every aten::to that is not a planned node was inserted by torch_mp
-            return True
-        source = node.inputsAt(0).debugName()
-        return (source, _short_dtype(_cast_dtype(node) or "")) in casts or any(
-            c["value"] == source for c in self.data["casts"])
 
     def _add(self, item: _Item) -> None:
         self.items[item.id] = item
@@ -343,11 +229,11 @@ class _Picture:
         return all(visit(box) for box in list(successors) if box not in state)
 
     def _groups(self, depth: int) -> Tuple[Dict[str, str], List[str]]:
-        """Item -> what draws it at this depth, and those in first-seen order: "box:PATH" for a node whose scope has
+        """Item -> what draws it at this depth, and those in first-seen order: "box/PATH" for a node whose scope has
         at least `depth` components (PATH: the first `depth`); the node itself for a module's own code above that
         depth (the top module's ops, which run between its children's boxes: merged they would make cycles); inputs
         and outputs themselves. A module called more than once (ResNet's shared relu) gives one box per call: the
-        nodes of one path that are not connected inside it become "box:PATH#2", "#3", ... Casts are not drawn on
+        nodes of one path that are not connected inside it become "box/PATH#2", "#3", ... Casts are not drawn on
         their own (see _collapsed)."""
         scopes = self.scopes()
         path_of = {}
@@ -385,7 +271,7 @@ class _Picture:
                 path, component = path_of[item_id], root(item_id)
                 if component not in calls[path]:
                     count = len(calls[path]) + 1
-                    calls[path][component] = f"box:{path}" + (f"#{count}" if count > 1 else "")
+                    calls[path][component] = f"{BOX}{path}" + (f"#{count}" if count > 1 else "")
                 box_of[item_id] = calls[path][component]
             if box_of[item_id] not in drawn:
                 drawn.append(box_of[item_id])
@@ -403,7 +289,7 @@ class _Picture:
     @staticmethod
     def _precision_class(node: Dict[str, Any]) -> str:
         if node["precision"] == "low":
-            return "follow_low" if "planned low" in node.get("rule", "") else "low"
+            return "follow_low" if node.get("category") in ("follow", "widest") else "low"
         return "fp32"
 
     def _cast_label(self, cast: Dict[str, Any]) -> str:
@@ -423,27 +309,27 @@ class _Picture:
         node = item.node
         attrs = {"label": f"{op}\n{node.get('scope') or '<top>'}", "shape": "box", "style": "filled",
                  "fillcolor": COLORS[self._precision_class(node)],
-                 "tooltip": f"{node['output']}: {node['precision']} — {node.get('rule', '')}"}
+                 "tooltip": f"node {node['id']} ({node['output']}): {node['precision']} — {node.get('rule', '')}"}
         mark = MARKS.get(node.get("rule_kind", ""))
         if mark and node["precision"] == "fp32":
             attrs.update(color=mark[0], style=f"filled,{mark[1]}", penwidth="3")
         return attrs
 
-    def dot(self, depth: Optional[int]) -> str:
-        lines = ["digraph torch_mp {", "  rankdir=TB;", "  labelloc=t;", f'  label="{_escape(self._title())}";',
-                 '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];']
+    def digraph(self, depth: Optional[int]) -> graphviz.Digraph:
+        dot = graphviz.Digraph(
+            "torch_mp", graph_attr={"rankdir": "TB", "labelloc": "t", "label": _label(self._title())},
+            node_attr={"fontname": "Helvetica", "fontsize": "10"}, edge_attr={"fontname": "Helvetica", "fontsize": "9"})
         if depth is None:
             for item_id in self.order:
-                lines.append(f"  {_node(item_id, self._node_attrs(self.items[item_id]))}")
+                dot.node(item_id, **_labelled(self._node_attrs(self.items[item_id])))
             for source, target in self.edges:
-                lines.append(f'  "{_escape(source)}" -> "{_escape(target)}";')
+                dot.edge(source, target)
         else:
-            lines += self._collapsed(depth)
-        lines += self._legend()
-        lines.append("}")
-        return "\n".join(lines) + "\n"
+            self._collapsed(dot, depth)
+        self._legend(dot)
+        return dot
 
-    def _collapsed(self, depth: int) -> List[str]:
+    def _collapsed(self, dot: graphviz.Digraph, depth: int) -> None:
         box_of, drawn = self._groups(depth)
         counts: Dict[str, Counter] = defaultdict(Counter)
         marks: Dict[str, Counter] = defaultdict(Counter)
@@ -475,22 +361,20 @@ class _Picture:
             for reader in sorted(readers - {here}):
                 edges.append((here, reader))
                 edge_casts[(here, reader)].append(self.items[target].cast)
-        lines = []
         for drawn_id in drawn:
-            if drawn_id.startswith("box:"):
-                attrs = self._box_attrs(drawn_id[len("box:"):], counts[drawn_id], marks[drawn_id])
+            if drawn_id.startswith(BOX):
+                attrs = self._box_attrs(drawn_id[len(BOX):], counts[drawn_id], marks[drawn_id])
             else:
                 attrs = self._node_attrs(self.items[drawn_id])
-            lines.append(f"  {_node(drawn_id, attrs)}")
+            dot.node(drawn_id, **_labelled(attrs))
         for source, target in dict.fromkeys(edges):
             if source == target:
                 continue
-            attrs = ""
             if (source, target) in edge_casts:
                 label = _cast_summary(edge_casts[(source, target)], self._cast_label)
-                attrs = f' [label="{_escape(label)}", color="#b8860b", fontcolor="#8b6508", penwidth=2]'
-            lines.append(f'  "{_escape(source)}" -> "{_escape(target)}"{attrs};')
-        return lines
+                dot.edge(source, target, label=_label(label), color="#b8860b", fontcolor="#8b6508", penwidth="2")
+            else:
+                dot.edge(source, target)
 
     def _box_attrs(self, box: str, counts: Counter, marks: Counter) -> Dict[str, str]:
         planned = counts["low"] + counts["follow_low"] + counts["fp32"]
@@ -517,36 +401,38 @@ class _Picture:
             attrs["style"] = attrs["style"] + f",{MARKS[kind][1]}"
         return attrs
 
-    def _legend(self) -> List[str]:
+    def _legend(self, dot: graphviz.Digraph) -> None:
         entries = [
-            ("legend:low", {"label": "low precision (policy)", "shape": "box", "style": "filled",
+            ("legend/low", {"label": "low precision (policy)", "shape": "box", "style": "filled",
                             "fillcolor": COLORS["low"]}),
-            ("legend:follow_low", {"label": "low precision (follow, planned low)", "shape": "box", "style": "filled",
+            ("legend/follow_low", {"label": "low precision (follow, planned low)", "shape": "box", "style": "filled",
                                    "fillcolor": COLORS["follow_low"]}),
-            ("legend:fp32", {"label": "fp32", "shape": "box", "style": "filled", "fillcolor": COLORS["fp32"]}),
+            ("legend/fp32", {"label": "fp32", "shape": "box", "style": "filled", "fillcolor": COLORS["fp32"]}),
         ]
         for kind, (color, style) in MARKS.items():
-            entries.append((f"legend:{kind}", {"label": MARK_LABELS[kind], "shape": "box",
+            entries.append((f"legend/{kind}", {"label": MARK_LABELS[kind], "shape": "box",
                                                "style": f"filled,{style}", "fillcolor": COLORS["fp32"],
                                                "color": color, "penwidth": "3"}))
         entries += [
-            ("legend:unplanned", {"label": "not planned (lists, tuples, control flow)", "shape": "box",
+            ("legend/unplanned", {"label": "not planned (lists, tuples, control flow)", "shape": "box",
                                   "style": "filled,rounded", "fillcolor": COLORS["unplanned"],
                                   "fontcolor": "#666666"}),
-            ("legend:cast", {"label": "cast →dtype bytes", "shape": "diamond", "style": "filled",
+            ("legend/cast", {"label": "cast →dtype bytes", "shape": "diamond", "style": "filled",
                              "fillcolor": COLORS["cast"], "fontsize": "9"}),
         ]
-        lines = ["  subgraph cluster_legend {", '    label="legend";', "    style=dashed;"]
-        lines += [f"    {_node(name, attrs)}" for name, attrs in entries]
-        for (first, _), (second, _) in zip(entries, entries[1:]):
-            lines.append(f'    "{first}" -> "{second}" [style=invis];')
-        lines.append("  }")
-        return lines
+        with dot.subgraph(name="cluster_legend", graph_attr={"label": "legend", "style": "dashed"}) as legend:
+            for name, attrs in entries:
+                legend.node(name, **_labelled(attrs))
+            for (first, _), (second, _) in zip(entries, entries[1:]):
+                legend.edge(first, second, style="invis")
 
 
-def _node(name: str, attrs: Dict[str, str]) -> str:
-    body = ", ".join(f'{key}="{_escape(value)}"' for key, value in attrs.items())
-    return f'"{_escape(name)}" [{body}];'
+BOX = "box/"  # the prefix of a collapsed module's node name
+
+
+def _labelled(attrs: Dict[str, str]) -> Dict[str, str]:
+    """The attributes with the label and tooltip made DOT-safe (_label)."""
+    return {key: _label(value) if key in ("label", "tooltip") else str(value) for key, value in attrs.items()}
 
 
 def _cast_summary(casts: List[Dict[str, Any]], label) -> str:

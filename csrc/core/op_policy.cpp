@@ -1,8 +1,9 @@
 #include "core/op_policy.h"
 
-#include "core/fast_kernels.h"
-
+#include <algorithm>
 #include <utility>
+
+#include "core/fast_kernels.h"
 
 namespace torch_mp::core {
 namespace {
@@ -355,34 +356,14 @@ const DefaultEntry kDefaultEntries[] = {
 };
 // clang-format on
 
-struct TableLookupEntry {
-  const char* op;
-  const char* reason;
-};
-
-const TableLookupEntry kTableLookups[] = {
-    {"aten::embedding", "gathers rows of an embedding table"},
-    {"aten::index_select", "selects rows of a table along one dim"},
-    {"aten::index", "reads a table at index tensors (positional and relative-position tables)"},
-    {"aten::gather", "reads a table at an index tensor"},
-    {"aten::take", "reads a flattened table at an index tensor"},
-};
-
 } // namespace
 
-const char* tableLookupReason(const std::string& op) {
-  for (const TableLookupEntry& entry : kTableLookups) {
-    if (op == entry.op) {
-      return entry.reason;
-    }
-  }
-  return nullptr;
-}
 
 OpPolicy OpPolicy::defaults(Target target, const CpuFeatures& cpu, std::optional<CudaCapability> gpu) {
   const std::optional<std::string> slow = slowLowPrecisionKernels(target, cpu, gpu);
   OpPolicy policy;
   policy.slowKernels_ = slow;
+  policy.name_ = toString(target);
   for (const DefaultEntry& entry : kDefaultEntries) {
     if (computesLow(entry.category) && slow) {
       policy.set(entry.op, OpCategory::kFp32, std::string(entry.reason) + "; " + *slow);
@@ -427,6 +408,104 @@ bool OpPolicy::remove(const std::string& op) {
   return entries_.erase(op) > 0;
 }
 
+void OpPolicy::exclude(Exclusion exclusion) {
+  exclusions_.push_back(std::move(exclusion));
+}
+
+const Exclusion* OpPolicy::exclusionFor(const std::string& op, const std::string& scope) const {
+  for (const Exclusion& exclusion : exclusions_) {
+    if (exclusion.matches(op, scope)) {
+      return &exclusion;
+    }
+  }
+  return nullptr;
+}
+
+bool Exclusion::matches(const std::string& op, const std::string& scope) const {
+  if (ops && std::find(ops->begin(), ops->end(), op) == ops->end()) {
+    return false;
+  }
+  // the module's path, then each enclosing module's ("a.b.c", "a.b", "a")
+  for (std::string_view path = scope; !path.empty();) {
+    if (globMatches(pattern, path)) {
+      return true;
+    }
+    const size_t dot = path.rfind('.');
+    path = dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
+  }
+  return false;
+}
+
+namespace {
+
+// Matches one bracket expression at the start of `pattern` ("[abc]", "[!a-z]") against `c`; `length` is set to the
+// expression's length, 0 when the bracket is not closed (then "[" is an ordinary character, as in fnmatch).
+bool bracketMatches(std::string_view pattern, char c, size_t& length) {
+  size_t i = 1;
+  const bool negated = i < pattern.size() && pattern[i] == '!';
+  i += negated;
+  const size_t first = i;
+  bool found = false;
+  for (; i < pattern.size() && (pattern[i] != ']' || i == first); ++i) {
+    if (i + 2 < pattern.size() && pattern[i + 1] == '-' && pattern[i + 2] != ']') {
+      found = found || (pattern[i] <= c && c <= pattern[i + 2]);
+      i += 2;
+    } else {
+      found = found || pattern[i] == c;
+    }
+  }
+  if (i >= pattern.size()) {
+    length = 0;
+    return false;
+  }
+  length = i + 1;
+  return found != negated;
+}
+
+} // namespace
+
+bool globMatches(std::string_view pattern, std::string_view text) {
+  // iterative matching with one backtracking point for the last `*`
+  size_t p = 0;
+  size_t t = 0;
+  size_t starP = std::string_view::npos;
+  size_t starT = 0;
+  while (t < text.size()) {
+    bool advanced = false;
+    if (p < pattern.size()) {
+      if (pattern[p] == '*') {
+        starP = p++;
+        starT = t;
+        continue;
+      }
+      if (pattern[p] == '[') {
+        size_t length = 0;
+        const bool matched = bracketMatches(pattern.substr(p), text[t], length);
+        if (length == 0 ? text[t] == '[' : matched) {
+          p += length == 0 ? 1 : length;
+          ++t;
+          advanced = true;
+        }
+      } else if (pattern[p] == '?' || pattern[p] == text[t]) {
+        ++p;
+        ++t;
+        advanced = true;
+      }
+    }
+    if (!advanced) {
+      if (starP == std::string_view::npos) {
+        return false;
+      }
+      p = starP + 1;
+      t = ++starT;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') {
+    ++p;
+  }
+  return p == pattern.size();
+}
+
 const char* toString(OpCategory category) {
   switch (category) {
     case OpCategory::kLowPrecision:
@@ -459,15 +538,6 @@ const char* toString(RuleKind kind) {
     }
   }
   return "?";
-}
-
-std::optional<RuleKind> ruleKindFromString(const std::string& name) {
-  for (const RuleKindName& entry : kRuleKindNames) {
-    if (name == entry.name) {
-      return entry.kind;
-    }
-  }
-  return std::nullopt;
 }
 
 Target targetFor(bool cuda, bool float16) {

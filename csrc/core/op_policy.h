@@ -10,6 +10,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace torch_mp::core {
 
@@ -47,6 +49,21 @@ struct PolicyEntry {
   std::string reason;
 };
 
+// Whether `text` matches a shell-style glob, as Python's fnmatch.fnmatchcase: `*` any run of characters (dots
+// included), `?` one character, `[abc]` / `[a-z]` one of a set, `[!abc]` one not in it.
+bool globMatches(std::string_view pattern, std::string_view text);
+
+// Keeps in fp32 the nodes inside a module whose path ("blocks.0.attn.proj", as nn.Module.named_modules() names it)
+// or an enclosing module's path ("blocks.0.attn", "blocks.0", "blocks") matches `pattern`; with `ops`, only nodes of
+// those ops.
+struct Exclusion {
+  std::string pattern;
+  std::optional<std::vector<std::string>> ops;
+  std::string reason;
+
+  bool matches(const std::string& op, const std::string& scope) const;
+};
+
 class OpPolicy {
  public:
   // The default table for a target. Where the target's low dtype has no fast kernels (core/fast_kernels) on a CPU
@@ -70,6 +87,21 @@ class OpPolicy {
   // Returns whether the op was listed.
   bool remove(const std::string& op);
 
+  void exclude(Exclusion exclusion);
+  // The first exclusion that matches a node of `op` in the module at `scope`, or nullptr.
+  const Exclusion* exclusionFor(const std::string& op, const std::string& scope) const;
+  const std::vector<Exclusion>& exclusions() const {
+    return exclusions_;
+  }
+
+  // The name the report gives the policy: the target's for a default one.
+  const std::string& name() const {
+    return name_;
+  }
+  void setName(std::string name) {
+    name_ = std::move(name);
+  }
+
   const std::map<std::string, PolicyEntry>& entries() const {
     return entries_;
   }
@@ -80,15 +112,10 @@ class OpPolicy {
 
  private:
   std::map<std::string, PolicyEntry> entries_;
+  std::vector<Exclusion> exclusions_;
   std::optional<std::string> slowKernels_;
+  std::string name_ = "custom";
 };
-
-// Ops that read elements of their first argument by index: a lookup table (embeddings, positional and
-// relative-position tables). Where that argument is a constant and the policy lets the op follow, it runs low: the
-// table is stored once, in the low dtype, and only what the op reads is ever cast (casting the table would cost its
-// whole size on every call, keeping it fp32 its size for the model's whole life). The reason, or nullptr for any
-// other op.
-const char* tableLookupReason(const std::string& op);
 
 inline constexpr OpCategory kAllCategories[] = {
     OpCategory::kLowPrecision, OpCategory::kLowFp32Output, OpCategory::kFollow, OpCategory::kWidest,
@@ -126,7 +153,6 @@ inline constexpr RuleKindName kRuleKindNames[] = {
     {RuleKind::kUnknownOp, "unknown op"},
 };
 const char* toString(RuleKind kind);
-std::optional<RuleKind> ruleKindFromString(const std::string& name);
 
 // The default target for a model that runs on CUDA (else the CPU) in float16 (else bfloat16).
 Target targetFor(bool cuda, bool float16);

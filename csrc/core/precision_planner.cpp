@@ -277,34 +277,4 @@ Precision copyPrecision(const DataflowGraph& graph, const std::vector<Precision>
   return anchor == read.producer ? producedPrecision(graph, precision, value) : precision[anchor];
 }
 
-CastCost castCost(const DataflowGraph& graph, const std::vector<Precision>& precision) {
-  CastCost cost;
-  for (size_t v = 0; v < graph.values.size(); ++v) {
-    const DataflowGraph::Value& value = graph.values[v];
-    const Precision produced = producedPrecision(graph, precision, static_cast<int>(v));
-    if (value.tie != Tie::kNone) {
-      const Precision copy = copyPrecision(graph, precision, static_cast<int>(v));
-      const int shared = copy != produced ? 1 : 0;
-      cost.casts += shared;
-      cost.bytes += shared * value.castBytes;
-      for (size_t i = 0; i < value.consumers.size(); ++i) {
-        if (value.access[i] == Access::kReadsOnly && precision[value.consumers[i]] != copy) {
-          cost.casts += 1;
-          cost.bytes += value.castBytes;
-        }
-      }
-      continue;
-    }
-    bool readInOther = false;
-    for (int consumer : value.consumers) {
-      readInOther = readInOther || precision[consumer] != produced;
-    }
-    if (readInOther) {
-      cost.casts += 1;
-      cost.bytes += value.castBytes;
-    }
-  }
-  return cost;
-}
-
 } // namespace torch_mp::core

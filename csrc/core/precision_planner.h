@@ -87,11 +87,4 @@ Precision producedPrecision(const DataflowGraph& graph, const std::vector<Precis
 // value tied to its readers whose readers share it, its anchor's (the copy cast once after the producer).
 Precision copyPrecision(const DataflowGraph& graph, const std::vector<Precision>& precision, int value);
 
-struct CastCost {
-  int casts = 0;
-  int64_t bytes = 0;
-};
-// The casts a plan needs: one per (value, precision) that some consumer reads in the other precision.
-CastCost castCost(const DataflowGraph& graph, const std::vector<Precision>& precision);
-
 } // namespace torch_mp::core

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "jit/ir_utils.h"
 #include "jit/numeric_guards.h"
 
 namespace torch_mp::jit {
@@ -48,10 +49,11 @@ class PlanApplier {
       const DataflowMapping& mapping,
       const core::PrecisionPlan& plan,
       const ObservedValues& observed,
-      c10::ScalarType lowDtype)
-      : graph_(graph), mapping_(mapping), plan_(plan), observed_(observed), lowDtype_(lowDtype) {}
+      c10::ScalarType lowDtype,
+      CastLedger& casts)
+      : graph_(graph), mapping_(mapping), plan_(plan), observed_(observed), lowDtype_(lowDtype), casts_(casts) {}
 
-  std::unordered_set<const Node*> run() {
+  void run() {
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
       if (plan_.precision[n] != Precision::kLow) {
         continue;
@@ -59,7 +61,7 @@ class PlanApplier {
       forEachMember(n, [&](Node* member) {
         for (Value* output : member->outputs()) {
           if (isObservedFp32(observed_, output)) {
-            setDtype(output, lowDtype_);
+            setRecordedDtype(output, lowDtype_);
           }
         }
       });
@@ -82,9 +84,8 @@ class PlanApplier {
     }
     for (const ReaderCast& own : readerCasts_) {
       torch::jit::WithInsertPoint guard(own.reader);
-      Value* cast = insertCast(*graph_, own.reader->input(own.index), own.dtype);
+      Value* cast = casts_.create(*graph_, own.reader->input(own.index), own.dtype);
       own.reader->replaceInput(own.index, cast);
-      inserted_.insert(cast->node());
     }
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
       if (plan_.precision[n] == Precision::kLow &&
@@ -92,7 +93,6 @@ class PlanApplier {
         writeOutputsInFp32(mapping_.nodes[n]);
       }
     }
-    return std::move(inserted_);
   }
 
  private:
@@ -127,10 +127,9 @@ class PlanApplier {
         continue;
       }
       torch::jit::WithInsertPoint guard(node->next());
-      Value* cast = insertCast(*graph_, output, c10::ScalarType::Float);
+      Value* cast = casts_.create(*graph_, output, c10::ScalarType::Float);
       output->replaceAllUsesWith(cast);
       cast->node()->replaceInput(0, output);
-      inserted_.insert(cast->node());
     }
   }
 
@@ -213,35 +212,6 @@ class PlanApplier {
     requests_[slot->second].uses.emplace_back(reader, index);
   }
 
-  static Block* parentBlock(Block* block) {
-    Node* owner = block->owningNode();
-    return owner ? owner->owningBlock() : nullptr;
-  }
-
-  static int depthOf(Block* block) {
-    int depth = 0;
-    for (Block* b = parentBlock(block); b; b = parentBlock(b)) {
-      ++depth;
-    }
-    return depth;
-  }
-
-  static Block* commonBlock(Block* a, Block* b) {
-    int depthA = depthOf(a);
-    int depthB = depthOf(b);
-    for (; depthA > depthB; --depthA) {
-      a = parentBlock(a);
-    }
-    for (; depthB > depthA; --depthB) {
-      b = parentBlock(b);
-    }
-    while (a != b) {
-      a = parentBlock(a);
-      b = parentBlock(b);
-    }
-    return a;
-  }
-
   // Readers inside a branch the example inputs did not take get a cast of their own in that branch; the others share
   // one. A cast placed above both would run on every inference for readers that (on these inputs) never run, such
   // as the slow paths of nn.TransformerEncoderLayer beside its fast path.
@@ -282,16 +252,7 @@ class PlanApplier {
       insertBefore = (*it)->param_node()->next();
     }
     torch::jit::WithInsertPoint guard(insertBefore);
-    Value* cast = insertCast(*graph_, value, request.dtype);
-    inserted_.insert(cast->node());
-    GRAPH_UPDATE("Cast ", value->debugName(), " to ", c10::toString(request.dtype));
-    return cast;
-  }
-
-  static void setDtype(Value* value, c10::ScalarType dtype) {
-    if (auto tensorType = value->type()->cast<c10::TensorType>()) {
-      value->setType(tensorType->withScalarType(dtype));
-    }
+    return casts_.create(*graph_, value, request.dtype);
   }
 
   // A constant with every fp32 tensor inside it cast to the low dtype; other entries are kept as they are.
@@ -365,42 +326,21 @@ class PlanApplier {
   std::unordered_map<const void*, at::Tensor> lowStorages_;  // fp32 storage -> its low-precision copy
   std::map<std::pair<Value*, c10::ScalarType>, size_t> requestIndex_;
   std::unordered_map<Value*, Value*> lowConstants_;
-  std::unordered_set<const Node*> inserted_;
+  CastLedger& casts_;
 };
 
 } // namespace
 
-Value* insertCast(Graph& graph, Value* value, c10::ScalarType dtype) {
-  Node* cast = graph.create(
-      c10::aten::to,
-      {value,
-       graph.insertConstant(dtype),
-       graph.insertConstant(false),
-       graph.insertConstant(false),
-       graph.insertConstant(c10::IValue())});
-  graph.insertNode(cast);
-  c10::TypePtr type = c10::TensorType::get();
-  if (auto tensorType = value->type()->cast<c10::TensorType>()) {
-    type = tensorType->withScalarType(dtype);
-  }
-  cast->output()->setType(type);
-  return cast->output();
-}
-
-std::optional<c10::ScalarType> recordedDtype(const Value* value) {
-  if (auto tensorType = value->type()->cast<c10::TensorType>()) {
-    return tensorType->scalarType();
-  }
-  return std::nullopt;
-}
-
-std::unordered_set<const Node*> applyPrecisionPlan(
+void applyPrecisionPlan(
     const std::shared_ptr<Graph>& graph,
     const DataflowMapping& mapping,
     const core::PrecisionPlan& plan,
     const ObservedValues& observed,
-    c10::ScalarType lowDtype) {
-  return PlanApplier(graph, mapping, plan, observed, lowDtype).run();
+    c10::ScalarType lowDtype,
+    CastLedger& casts) {
+  GRAPH_DUMP("Before applyPrecisionPlan", graph);
+  PlanApplier(graph, mapping, plan, observed, lowDtype, casts).run();
+  GRAPH_DUMP("After applyPrecisionPlan", graph);
 }
 
 } // namespace torch_mp::jit

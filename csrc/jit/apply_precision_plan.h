@@ -13,26 +13,21 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <memory>
-#include <unordered_set>
 
 #include "core/precision_planner.h"
+#include "jit/casts.h"
 #include "jit/graph_to_dataflow.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
 
-// Returns the cast nodes it inserted.
-std::unordered_set<const torch::jit::Node*> applyPrecisionPlan(
+// Every cast it inserts comes from `casts`.
+void applyPrecisionPlan(
     const std::shared_ptr<torch::jit::Graph>& graph,
     const DataflowMapping& mapping,
     const core::PrecisionPlan& plan,
     const ObservedValues& observed,
-    c10::ScalarType lowDtype);
-
-// Inserts `aten::to(value, dtype)` at the current insertion point, typed with the new dtype.
-torch::jit::Value* insertCast(torch::jit::Graph& graph, torch::jit::Value* value, c10::ScalarType dtype);
-
-// The dtype a value's type records, if any.
-std::optional<c10::ScalarType> recordedDtype(const torch::jit::Value* value);
+    c10::ScalarType lowDtype,
+    CastLedger& casts);
 
 } // namespace torch_mp::jit

@@ -4,7 +4,10 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
-#include "jit/apply_precision_plan.h"
+#include <memory>
+
+#include "jit/casts.h"
+#include "jit/ir_utils.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -19,7 +22,7 @@ bool fp32HoldsExactly(c10::ScalarType dtype) {
 
 class CastCanceller {
  public:
-  explicit CastCanceller(const std::shared_ptr<torch::jit::Graph>& graph) : aliasDb_(graph) {}
+  explicit CastCanceller(const std::shared_ptr<torch::jit::Graph>& graph) : graph_(graph) {}
 
   bool run(Block* block) {
     bool changed = false;
@@ -29,11 +32,7 @@ class CastCanceller {
         changed |= run(sub);
       }
       if (Value* replacement = sameValue(node)) {
-        GRAPH_UPDATE("Cancelled cast ", node->output()->debugName());
-        node->output()->replaceAllUsesWith(replacement);
-        if (!node->output()->hasUses()) {
-          node->destroy();
-        }
+        CastLedger::cancel(node, replacement);
         changed = true;
       }
     }
@@ -57,31 +56,26 @@ class CastCanceller {
       return nullptr;
     }
     Value* original = previous->input(0);
-    if (recordedDtype(original) != *target || aliasDb_.hasWriters(source) || aliasDb_.hasWriters(original)) {
+    if (recordedDtype(original) != *target || aliasDb().hasWriters(source) || aliasDb().hasWriters(original)) {
       return nullptr;
     }
     return original;
   }
 
-  torch::jit::AliasDb aliasDb_;
+  // Built on the first round trip: most graphs have none, and building it walks the whole graph. The graph changes
+  // only where casts go, which aliases nothing, so one analysis serves the whole pass.
+  const torch::jit::AliasDb& aliasDb() const {
+    if (!aliasDb_) {
+      aliasDb_ = std::make_unique<torch::jit::AliasDb>(graph_);
+    }
+    return *aliasDb_;
+  }
+
+  const std::shared_ptr<torch::jit::Graph>& graph_;
+  mutable std::unique_ptr<torch::jit::AliasDb> aliasDb_;
 };
 
 } // namespace
-
-std::optional<c10::ScalarType> plainCastTarget(const Node* node) {
-  if (node->kind() != c10::aten::to || node->inputs().size() != 5 ||
-      node->input(1)->type()->kind() != c10::TypeKind::IntType) {  // not aten::to.other(Tensor, Tensor, ...)
-    return std::nullopt;
-  }
-  auto dtype = torch::jit::constant_as<int64_t>(node->input(1));
-  auto nonBlocking = torch::jit::constant_as<bool>(node->input(2));
-  auto copy = torch::jit::constant_as<bool>(node->input(3));
-  auto memoryFormat = torch::jit::toIValue(node->input(4));
-  if (!dtype || !nonBlocking || *nonBlocking || !copy || *copy || !memoryFormat || !memoryFormat->isNone()) {
-    return std::nullopt;
-  }
-  return static_cast<c10::ScalarType>(*dtype);
-}
 
 bool CancelCasts(const std::shared_ptr<torch::jit::Graph>& graph) {
   GRAPH_DUMP("Before CancelCasts", graph);

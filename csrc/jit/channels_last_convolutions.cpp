@@ -7,7 +7,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/layout_ops.h"
+#include "core/op_facts.h"
 #include "jit/convolution_arguments.h"
 
 namespace torch_mp::jit {
@@ -93,14 +93,17 @@ class ChannelsLastConverter {
     return copy;
   }
 
+  static core::LayoutRole layoutOf(const Node* node) {
+    return core::factsOf(node->kind().toQualString()).layout;
+  }
+
   bool keepsLayout(const Node* node) const {
-    const core::LayoutRole role = core::layoutRoleOf(node->kind().toQualString());
-    if (role != core::LayoutRole::kKeepsChannelsLast) {
+    if (layoutOf(node) != core::LayoutRole::kKeepsChannelsLast) {
       return false;
     }
     if (node->kind() == c10::prim::ListConstruct) {  // passed on NHWC only into readers that keep it
       for (const torch::jit::Use& use : node->output()->uses()) {
-        if (core::layoutRoleOf(use.user->kind().toQualString()) != core::LayoutRole::kKeepsChannelsLast) {
+        if (layoutOf(use.user) != core::LayoutRole::kKeepsChannelsLast) {
           return false;
         }
       }
@@ -131,8 +134,7 @@ class ChannelsLastConverter {
   }
 
   bool acceptsNhwc(const Node* reader) const {
-    return keepsLayout(reader) ||
-        core::layoutRoleOf(reader->kind().toQualString()) == core::LayoutRole::kReadsMetadataOnly;
+    return keepsLayout(reader) || layoutOf(reader) == core::LayoutRole::kReadsMetadataOnly;
   }
 
   void convertForOtherReaders(Value* value) {

@@ -6,7 +6,7 @@
 //     =>  %w becomes a channels_last copy of itself (same values, stored once in the saved model)
 //
 // A convolution whose weight is channels_last writes NHWC, and converts an NCHW input once inside cuDNN (where a chain
-// starts). Every tensor output of an op that keeps the layout (core/layout_ops: elementwise ops, pooling, cat, casts,
+// starts). Every tensor output of an op that keeps the layout (core/op_facts: elementwise ops, pooling, cat, casts,
 // convolutions) reading such a value is NHWC too. Any other reader — a view, an unknown op, a block's or the graph's
 // return — reads `aten::contiguous(%v)` instead, inserted once per value right after its definition, so it sees the
 // layout the fp32 model had (contiguous() returns the tensor itself when it already is, as an [N, C, 1, 1] one is).

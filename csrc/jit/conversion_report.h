@@ -1,10 +1,12 @@
 // What a conversion decided and what it cost: per node the precision and the rule that chose it, every cast with
-// the bytes it moves per inference, weight bytes before and after, ops in no policy list. Serialises to JSON.
+// the bytes it moves per inference, weight bytes before and after, ops in no policy list, the converted graph by
+// ids. Python reads it as a dict (csrc/python/bindings.cpp) and writes JSON with its json module.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,21 +14,27 @@
 #include <vector>
 
 #include "core/op_policy.h"
+#include "core/precision_planner.h"
+#include "jit/ir_utils.h"
 
 namespace torch_mp::jit {
 
 struct NodeDecision {
+  NodeId id = -1;         // the node's id (jit/ir_utils): the same in every plan made from one preparation
   std::string op;         // "aten::conv2d"
-  std::string output;     // debug name of the first output
+  std::string output;     // debug name of the first output (for people: programs go by `id`)
   std::string scope;      // module path, "layer1.0.conv1"
-  std::string precision;  // "low" or "fp32"
-  std::string rule;       // why
+  core::Precision precision = core::Precision::kFp32;  // what it runs in
+  core::OpCategory category = core::OpCategory::kFp32;  // what its rule made it (follow and widest: the planner chose)
+  bool forcedToFp32 = false;  // a follow/widest node the planner had to put in fp32 (a shared container, a write)
+  std::string rule;       // why, for people
   core::RuleKind ruleKind = core::RuleKind::kPolicy;  // which kind of rule decided
   double amax = -1.0;     // largest finite |x| of the first output observed in fp32 (-1: not an observed fp32 tensor)
   int64_t flops = 0;      // multiply-add FLOPs of a heavy op at the example inputs' sizes (flop_estimate)
 };
 
 struct CastRecord {
+  NodeId id = -1;     // its item in the report's graph
   std::string value;  // debug name of the value cast
   std::string from;   // dtype names, e.g. "Float"
   std::string to;
@@ -39,9 +47,23 @@ struct KeptFp32Weight {
   std::string name;                  // debug name of the first constant holding it
   int64_t bytes = 0;                 // its storage
   std::vector<std::string> readers;  // the ops reading it
-  std::string rule;                  // the plan's rule for its first reader the plan decided ("" if none)
-  std::optional<core::RuleKind> ruleKind;  // and that rule's kind (none if no reader was decided)
+  std::optional<NodeId> decidedBy;   // the first reader the plan decided (its id), if any
+  std::string rule;                  // that reader's rule ("" if none)
+  std::optional<core::RuleKind> ruleKind;  // and that rule's kind
 };
+
+// One node of the converted graph as the picture draws it (torch_mp/visualize.py): the graph's tensor inputs, the
+// nodes that touch tensors (constants left out), the output. Nodes the plan decided keep their id (NodeDecision::id),
+// the conversion's casts and the nodes passes created get ids of their own, above every node id.
+struct GraphItem {
+  enum class Kind : uint8_t { kInput, kNode, kCast, kOther, kOutput };
+  NodeId id = -1;
+  Kind kind = Kind::kOther;
+  std::string op;              // "aten::relu"; an input's name
+  std::vector<NodeId> inputs;  // the items whose values it reads; for a node with blocks, also what they return
+  int cast = -1;               // kCast: its index in ConversionReport::casts
+};
+const char* toString(GraphItem::Kind kind);
 
 struct ConversionReport {
   std::string dtype;
@@ -49,6 +71,7 @@ struct ConversionReport {
   std::string planner;
   std::vector<NodeDecision> nodes;
   std::vector<CastRecord> casts;
+  std::vector<GraphItem> graph;  // the converted graph, for the picture
   int64_t castBytes = 0;
   int fusedCasts = 0;          // casts the plan needed that fuse_casts folded into their readers (not in `casts`)
   int64_t fusedCastBytes = 0;  // the bytes those would have moved per inference
@@ -65,24 +88,23 @@ struct ConversionReport {
   // guard could not fire (constants are still checked)
   bool rangesObserved = true;
   double seconds = 0.0;
-  // Seconds per pipeline phase, in order: cleanup, observe, plan, apply, cancel, kernels, report, verify (convert()
-  // only: the load-time pass runs nothing).
+  // Seconds per pipeline stage, in order: cleanup and observe (the preparation, measured once however many plans
+  // are made from it), plan, apply, cancel, kernels, report, verify (convert() only: the load-time pass runs nothing).
   std::vector<std::pair<std::string, double>> phases;
 
   int lowPrecisionNodes() const;
   // Fraction of the heavy ops' FLOPs that run in low precision (1 when the graph has none).
   double lowPrecisionFlopFraction() const;
-  std::string toJson() const;
 };
 
-// Bytes held by the tensor constants of a graph (each storage counted once).
 int64_t constantBytes(const torch::jit::Graph& graph);
 
 // fp32 weights below this size are counted, not listed: norm scales, biases.
 constexpr int64_t kKeptFp32ListedBytes = 64 * 1024;
 
-// The fp32 tensor constants of a converted graph: fills the report's weightBytesKeptFp32 and weightsKeptFp32, the
-// rules coming from its nodes (matched by their first output's name).
-void reportKeptFp32Weights(const torch::jit::Graph& graph, ConversionReport& report);
+// Calls visit(constant node, tensor) for every tensor held by a constant of the block or its sub-blocks.
+void forEachConstantTensor(
+    const torch::jit::Block* block,
+    const std::function<void(const torch::jit::Node*, const at::Tensor&)>& visit);
 
 } // namespace torch_mp::jit

@@ -2,11 +2,10 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 
-#include <functional>
 #include <optional>
-#include <string>
-#include <unordered_map>
 #include <vector>
+
+#include "core/op_facts.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -122,48 +121,35 @@ int64_t fusedTransformer(const Node* node, const ObservedValues& observed, std::
   return flops;
 }
 
-using Estimator = std::function<int64_t(const Node*, const ObservedValues&)>;
-
-const std::unordered_map<std::string, Estimator>& estimators() {
-  static const auto* table = [] {
-    auto* t = new std::unordered_map<std::string, Estimator>;
-    for (const char* op : {"aten::conv1d", "aten::conv2d", "aten::conv3d"}) {
-      (*t)[op] = [](const Node* n, const ObservedValues& o) { return convolution(n, o, false); };
-    }
-    for (const char* op : {"aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"}) {
-      (*t)[op] = [](const Node* n, const ObservedValues& o) { return convolution(n, o, true); };
-    }
-    (*t)["aten::_convolution"] = genericConvolution;
-    (*t)["aten::convolution"] = genericConvolution;
-    for (const char* op : {"aten::linear", "aten::matmul", "aten::mm", "aten::bmm"}) {
-      (*t)[op] = [](const Node* n, const ObservedValues& o) { return contraction(n, 0, o); };
-    }
-    for (const char* op : {"aten::addmm", "aten::baddbmm", "aten::addbmm"}) {
-      (*t)[op] = [](const Node* n, const ObservedValues& o) { return contraction(n, 1, o); };
-    }
-    (*t)["aten::scaled_dot_product_attention"] = attention;
-    // (query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, ...)
-    (*t)["aten::_native_multi_head_attention"] = [](const Node* n, const ObservedValues& o) {
-      return fusedTransformer(n, o, {5, 7});
-    };
-    // (src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps, 4 norm
-    // tensors, ffn_weight_1, ffn_bias_1, ffn_weight_2, ...)
-    (*t)["aten::_transformer_encoder_layer_fwd"] = [](const Node* n, const ObservedValues& o) {
-      return fusedTransformer(n, o, {3, 5, 14, 16});
-    };
-    for (const char* op : {"aten::lstm", "aten::gru", "aten::rnn_tanh", "aten::rnn_relu"}) {
-      (*t)[op] = recurrent;
-    }
-    return t;
-  }();
-  return *table;
-}
-
 } // namespace
 
 int64_t estimateFlops(const Node* node, const ObservedValues& observed) {
-  auto it = estimators().find(node->kind().toQualString());
-  return it == estimators().end() ? 0 : it->second(node, observed);
+  switch (core::factsOf(node->kind().toQualString()).flops) {
+    case core::FlopFormula::kNone:
+      return 0;
+    case core::FlopFormula::kConvolution:
+      return convolution(node, observed, /*transposed=*/false);
+    case core::FlopFormula::kTransposedConvolution:
+      return convolution(node, observed, /*transposed=*/true);
+    case core::FlopFormula::kGenericConvolution:
+      return genericConvolution(node, observed);
+    case core::FlopFormula::kContraction:
+      return contraction(node, 0, observed);
+    case core::FlopFormula::kBiasedContraction:
+      return contraction(node, 1, observed);
+    case core::FlopFormula::kAttention:
+      return attention(node, observed);
+    case core::FlopFormula::kMultiHeadAttention:
+      // (query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, ...)
+      return fusedTransformer(node, observed, {5, 7});
+    case core::FlopFormula::kTransformerEncoderLayer:
+      // (src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps, 4 norm
+      // tensors, ffn_weight_1, ffn_bias_1, ffn_weight_2, ...)
+      return fusedTransformer(node, observed, {3, 5, 14, 16});
+    case core::FlopFormula::kRecurrent:
+      return recurrent(node, observed);
+  }
+  return 0;
 }
 
 } // namespace torch_mp::jit

@@ -4,9 +4,10 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
+#include <algorithm>
 #include <vector>
 
-#include "jit/cancel_casts.h"
+#include "jit/casts.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -14,21 +15,16 @@ namespace {
 using torch::jit::Block;
 using torch::jit::Node;
 
-// A cast whose result something writes in place stays: folded, the write would change the constant for every
-// later call.
-void collectConstantCasts(
-    Block* block,
-    const torch::jit::AliasDb& aliasDb,
-    const std::unordered_set<const Node*>& inserted,
-    std::vector<Node*>& casts) {
+// The model's casts of tensor constants to a floating dtype no wider than the constant's.
+void collectConstantCasts(Block* block, std::vector<Node*>& casts) {
   for (Node* node : block->nodes()) {
     for (Block* sub : node->blocks()) {
-      collectConstantCasts(sub, aliasDb, inserted, casts);
+      collectConstantCasts(sub, casts);
     }
     const std::optional<c10::ScalarType> target = plainCastTarget(node);
-    if (!target || !c10::isFloatingType(*target) || inserted.count(node) ||
+    if (!target || !c10::isFloatingType(*target) || CastLedger::created(node) ||
         node->input(0)->node()->kind() != c10::prim::Constant ||
-        node->input(0)->type()->kind() != c10::TypeKind::TensorType || aliasDb.hasWriters(node->output())) {
+        node->input(0)->type()->kind() != c10::TypeKind::TensorType) {
       continue;
     }
     const at::Tensor weight = torch::jit::toIValue(node->input(0))->toTensor();
@@ -40,12 +36,18 @@ void collectConstantCasts(
 
 } // namespace
 
-int FoldConstantCasts(
-    const std::shared_ptr<torch::jit::Graph>& graph, const std::unordered_set<const Node*>& inserted) {
+int FoldConstantCasts(const std::shared_ptr<torch::jit::Graph>& graph) {
   std::vector<Node*> casts;
+  collectConstantCasts(graph->block(), casts);
+  if (casts.empty()) {
+    return 0;  // nothing to fold: no alias analysis of the whole graph
+  }
+  // A cast whose result something writes in place stays: folded, the write would change the constant for every
+  // later call.
   {
     const torch::jit::AliasDb aliasDb(graph);
-    collectConstantCasts(graph->block(), aliasDb, inserted, casts);
+    auto written = [&](const Node* cast) { return aliasDb.hasWriters(cast->output()); };
+    casts.erase(std::remove_if(casts.begin(), casts.end(), written), casts.end());
   }
   for (Node* cast : casts) {
     torch::jit::Value* source = cast->input(0);

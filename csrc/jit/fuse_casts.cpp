@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "jit/apply_precision_plan.h"
-#include "jit/cancel_casts.h"
+#include "core/op_facts.h"
+#include "jit/ir_utils.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -29,11 +29,7 @@ bool isLowFloat(std::optional<c10::ScalarType> dtype) {
 
 // Ops whose `dtype=` argument upcasts `self` inside the kernel (case A).
 bool hasUpcastingDtypeArgument(const Node* node) {
-  static const c10::Symbol kinds[] = {
-      c10::aten::softmax, c10::aten::log_softmax, c10::aten::sum,     c10::aten::mean,
-      c10::aten::prod,    c10::aten::cumsum,      c10::aten::cumprod,
-  };
-  return std::find(std::begin(kinds), std::end(kinds), node->kind()) != std::end(kinds);
+  return core::factsOf(node->kind().toQualString()).castFusion == core::CastFusion::kDtypeArgument;
 }
 
 // add / sub / mul / div with two tensor operands (case B).
@@ -52,38 +48,20 @@ bool isTensorArithmetic(const Node* node) {
   return false;
 }
 
-// Norms whose CPU kernels take a Half or BFloat16 input with fp32 parameters, compute in fp32 and write the input's
-// dtype (ATen's "mixed type" norm kernels), with the schema and the index of every parameter tensor (case E).
-struct MixedTypeNorm {
-  const char* schema;
+// The parameter tensors' input indices of a norm whose CPU kernel takes a Half or BFloat16 input with fp32 parameters,
+// computes in fp32 and writes the input's dtype (ATen's "mixed type" norm kernels, case E); empty for other nodes.
+std::vector<size_t> mixedTypeNormParameters(const Node* node) {
+  const core::OpFacts& facts = core::factsOf(node->kind().toQualString());
   std::vector<size_t> parameters;
-};
-
-const std::vector<MixedTypeNorm>& mixedTypeNorms() {
-  static const std::vector<MixedTypeNorm> norms = {
-      {"aten::layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
-       "float eps=1e-05, bool cudnn_enable=True) -> Tensor",
-       {2, 3}},
-      {"aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, "
-       "bool cudnn_enabled=True) -> Tensor",
-       {2, 3}},
-      {"aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
-       "bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor",
-       {1, 2, 3, 4}},
-      {"aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
-       "bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor",
-       {1, 2, 3, 4}},
-  };
-  return norms;
-}
-
-const MixedTypeNorm* asMixedTypeNorm(const Node* node) {
-  for (const MixedTypeNorm& norm : mixedTypeNorms()) {
-    if (node->matches(norm.schema)) {
-      return &norm;
+  if (facts.castFusion != core::CastFusion::kMixedTypeNormOnCpu) {
+    return parameters;
+  }
+  for (int8_t index : facts.normParameters) {
+    if (index >= 0 && static_cast<size_t>(index) < node->inputs().size()) {
+      parameters.push_back(static_cast<size_t>(index));
     }
   }
-  return nullptr;
+  return parameters;
 }
 
 using KernelQuery = std::function<bool(const c10::OperatorName&, c10::DeviceType)>;
@@ -92,12 +70,12 @@ class CastFuser {
  public:
   CastFuser(
       const std::shared_ptr<Graph>& graph,
+      CastLedger& casts,
       const ObservedValues& observed,
-      const std::function<void(const Node*)>& beforeRemoving,
       const KernelQuery& kernelExists)
       : graph_(graph),
         observed_(observed),
-        beforeRemoving_(beforeRemoving),
+        casts_(casts),
         kernelExists_(kernelExists),
         aliasDb_(graph, /*isFrozen=*/true),
         inputDependentRank_(valuesOfInputDependentRank(graph->block())) {}
@@ -145,11 +123,7 @@ class CastFuser {
       }
     }
     if (changed && !upcast->hasUses()) {
-      GRAPH_UPDATE("Fused away cast ", upcast->debugName(), " of ", low->debugName());
-      if (beforeRemoving_) {
-        beforeRemoving_(cast);
-      }
-      cast->destroy();
+      casts_.fuse(cast);
     }
     return changed;
   }
@@ -175,12 +149,10 @@ class CastFuser {
     graph_->insertNode(fused);
     fused->output()->setType(cast->output()->type());
     fused->output()->copyMetadata(cast->output());
+    copyNodeId(producer, fused);
     cast->output()->replaceAllUsesWith(fused->output());
     GRAPH_UPDATE("Fused upcast into ", fused->kind().toQualString(), ".dtype writing ", fused->output()->debugName());
-    if (beforeRemoving_) {
-      beforeRemoving_(cast);
-    }
-    cast->destroy();
+    casts_.fuse(cast);
     producer->destroy();
     return true;
   }
@@ -278,12 +250,12 @@ class CastFuser {
 
   // Case E: to(norm(to(%x, fp32), fp32 parameters), low) => norm(%x, fp32 parameters) on CPU.
   bool fuseIntoNorm(Node* reader, size_t offset, Value* low) {
-    const MixedTypeNorm* norm = offset == 0 ? asMixedTypeNorm(reader) : nullptr;
-    if (!norm || deviceOf(low) != c10::DeviceType::CPU || aliasDb_.hasWriters(reader->output())) {
+    const std::vector<size_t> parameters = offset == 0 ? mixedTypeNormParameters(reader) : std::vector<size_t>();
+    if (parameters.empty() || deviceOf(low) != c10::DeviceType::CPU || aliasDb_.hasWriters(reader->output())) {
       return false;
     }
     bool anyParameter = false;
-    for (size_t index : norm->parameters) {
+    for (size_t index : parameters) {
       const Value* parameter = reader->input(index);
       if (parameter->type()->kind() == c10::TypeKind::NoneType) {
         continue;
@@ -311,10 +283,7 @@ class CastFuser {
     for (const Use& use : outputUses) {
       Node* downcast = use.user;
       downcast->output()->replaceAllUsesWith(reader->output());
-      if (beforeRemoving_) {
-        beforeRemoving_(downcast);
-      }
-      downcast->destroy();
+      casts_.fuse(downcast);
     }
     GRAPH_UPDATE("Fused casts around ", reader->kind().toQualString(), " reading ", low->debugName());
     return true;
@@ -361,7 +330,7 @@ class CastFuser {
 
   std::shared_ptr<Graph> graph_;
   const ObservedValues& observed_;
-  const std::function<void(const Node*)>& beforeRemoving_;
+  CastLedger& casts_;
   const KernelQuery& kernelExists_;
   AliasDb aliasDb_;
   const std::unordered_set<const Value*> inputDependentRank_;
@@ -379,11 +348,11 @@ bool hasKernelFor(const c10::OperatorName& op, c10::DeviceType device) {
 
 bool FuseCasts(
     const std::shared_ptr<Graph>& graph,
+    CastLedger& casts,
     const ObservedValues& observed,
-    const std::function<void(const Node*)>& beforeRemoving,
     const KernelQuery& kernelExists) {
   GRAPH_DUMP("Before FuseCasts", graph);
-  const bool changed = CastFuser(graph, observed, beforeRemoving, kernelExists).run();
+  const bool changed = CastFuser(graph, casts, observed, kernelExists).run();
   GRAPH_DUMP("After FuseCasts", graph);
   return changed;
 }

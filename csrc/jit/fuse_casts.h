@@ -41,8 +41,8 @@
 //
 // Never removed: casts to a low dtype (fp32 -> low rounds), casts that are not plain `aten::to(%x, dtype, false,
 // false, None)`, casts whose input is written in place anywhere (the cast's copy protects its readers from that).
-// A reader that fuses stops reading the cast; the cast itself goes when no reader is left, and is then passed to
-// `beforeRemoving` (so a caller can account for it) before it is destroyed. Readers in nested blocks are fine: %x
+// A reader that fuses stops reading the cast; the cast itself goes when no reader is left, through `casts.fuse` (which
+// accounts for it). A node that replaces another (case D's mm.dtype) takes over its node id. Readers in nested blocks are fine: %x
 // dominates the cast, which dominates its readers. Dtypes come from the values' types (recordObservedDtypes).
 #pragma once
 
@@ -51,6 +51,7 @@
 #include <functional>
 #include <memory>
 
+#include "jit/casts.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
@@ -61,8 +62,8 @@ bool hasKernelFor(const c10::OperatorName& op, c10::DeviceType device);
 // Returns whether the graph changed. `kernelExists` answers case D's question (tests stand in for a GPU with it).
 bool FuseCasts(
     const std::shared_ptr<torch::jit::Graph>& graph,
-    const ObservedValues& observed = ObservedValues(),
-    const std::function<void(const torch::jit::Node* cast)>& beforeRemoving = nullptr,
+    CastLedger& casts,
+    const ObservedValues& observed,
     const std::function<bool(const c10::OperatorName&, c10::DeviceType)>& kernelExists = hasKernelFor);
 
 } // namespace torch_mp::jit

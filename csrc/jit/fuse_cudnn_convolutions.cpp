@@ -7,8 +7,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "jit/apply_precision_plan.h"
-#include "jit/cancel_casts.h"
+#include "jit/casts.h"
+#include "jit/ir_utils.h"
 #include "jit/convolution_arguments.h"
 
 namespace torch_mp::jit {
@@ -174,12 +174,13 @@ class ConvolutionFuser {
   }
 
   // Puts the fused node where the relu (`chain[0]`) was, where every input is defined, and drops the chain, last
-  // reader first. The fused node keeps the convolution's (`chain.back()`) scope and source range.
+  // reader first. The fused node keeps the convolution's (`chain.back()`) scope, source range and node id.
   void replace(const std::vector<Node*>& chain, c10::Symbol fusedKind, const std::vector<Value*>& inputs) {
     Node* relu = chain.front();
     Node* fused = graph_->create(fusedKind, inputs);
     fused->insertBefore(relu);
     fused->copyMetadata(chain.back());
+    copyNodeId(chain.back(), fused);
     fused->output()->copyMetadata(relu->output());
     relu->output()->replaceAllUsesWith(fused->output());
     GRAPH_UPDATE("Fused ", chain.back()->output()->debugName(), " into ", fusedKind.toQualString());

@@ -10,8 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "jit/apply_precision_plan.h"
-#include "jit/cancel_casts.h"
+#include "jit/ir_utils.h"
 #include "kernels/fused_pointwise.h"
 
 namespace torch_mp::jit {
@@ -141,8 +140,8 @@ class PointwiseFuser {
   PointwiseFuser(
       const std::shared_ptr<Graph>& graph,
       const ObservedValues& observed,
-      const std::function<void(const Node*)>& beforeRemoving)
-      : graph_(graph), observed_(observed), beforeRemoving_(beforeRemoving), aliasDb_(graph, /*isFrozen=*/true) {}
+      CastLedger& casts)
+      : graph_(graph), observed_(observed), casts_(casts), aliasDb_(graph, /*isFrozen=*/true) {}
 
   int run() {
     visit(graph_->block());
@@ -163,19 +162,15 @@ class PointwiseFuser {
   };
 
   void visit(Block* block) {
-    // roots from the end, so a root takes the longest chain ending at it
-    std::vector<Node*> nodes(block->nodes().begin(), block->nodes().end());
-    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
-      Node* node = *it;
-      if (absorbed_.count(node)) {
-        continue;
-      }
+    // roots from the end, so a root takes the longest chain ending at it; a fused chain's members (all before its
+    // root) are gone when the walk goes on from the first node the fusion inserted
+    for (Node* node = block->return_node()->prev(); node != block->param_node();) {
       for (Block* sub : node->blocks()) {
         visit(sub);
       }
-      if (std::optional<Placement> placement = fusiblePlacement(node)) {
-        fuseFrom(node, *placement);
-      }
+      std::optional<Placement> placement = fusiblePlacement(node);
+      Node* inserted = placement ? fuseFrom(node, *placement) : nullptr;
+      node = (inserted ? inserted : node)->prev();
     }
   }
 
@@ -244,12 +239,14 @@ class PointwiseFuser {
     return known->second;
   }
 
-  void fuseFrom(Node* root, const Placement& placement) {
+  // Replaces the chain ending at `root` by one fused call where that is worth it; returns the first node it inserted
+  // (nullptr when it fused nothing).
+  Node* fuseFrom(Node* root, const Placement& placement) {
     Chain chain;
     emitNode(root, placement, chain);
     const bool worthIt = chain.members.size() >= 2 && chain.maxDepth <= static_cast<size_t>(kernels::kMaxPointwiseStack);
     if (!worthIt) {
-      return;
+      return nullptr;
     }
     const auto written = static_cast<int64_t>(*recordedDtype(root->output()));
     const size_t end = chain.program.size();
@@ -257,23 +254,26 @@ class PointwiseFuser {
       chain.program.resize(end - 2);  // writing the output rounds to its dtype the same way
     }
     torch::jit::WithInsertPoint guard(root);
-    Value* inputs = graph_->insertNode(graph_->createList(c10::TensorType::get(), chain.inputs))->output();
+    Node* list = graph_->insertNode(graph_->createList(c10::TensorType::get(), chain.inputs));
+    Value* inputs = list->output();
     Node* fusedNode = graph_->create(
         c10::Symbol::fromQualString(kernels::kFusedPointwiseOp),
         {inputs, graph_->insertConstant(chain.program), graph_->insertConstant(chain.scalars),
          graph_->insertConstant(written)});
     graph_->insertNode(fusedNode);
     fusedNode->output()->copyMetadata(root->output());
+    copyNodeId(root, fusedNode);
     root->output()->replaceAllUsesWith(fusedNode->output());
     GRAPH_UPDATE("Fused ", chain.members.size(), " pointwise ops into ", fusedNode->output()->debugName());
-    for (auto it = chain.members.rbegin(); it != chain.members.rend(); ++it) {
-      if (plainCastTarget(*it) && beforeRemoving_) {
-        beforeRemoving_(*it);
+    for (auto it = chain.members.rbegin(); it != chain.members.rend(); ++it) {  // readers before what they read
+      if (plainCastTarget(*it)) {
+        casts_.fuse(*it);
+      } else {
+        (*it)->destroy();
       }
-      absorbed_.insert(*it);
-      (*it)->destroy();
     }
     ++fused_;
+    return list;
   }
 
   // Appends the node's program: its operands' (fused producers or inputs), then its op and its rounding.
@@ -359,21 +359,17 @@ class PointwiseFuser {
 
   std::shared_ptr<Graph> graph_;
   const ObservedValues& observed_;
-  const std::function<void(const Node*)>& beforeRemoving_;
+  CastLedger& casts_;
   AliasDb aliasDb_;
-  std::unordered_set<const Node*> absorbed_;
   mutable std::map<c10::DeviceType, bool> hasKernel_;
   int fused_ = 0;
 };
 
 } // namespace
 
-int FusePointwise(
-    const std::shared_ptr<Graph>& graph,
-    const ObservedValues& observed,
-    const std::function<void(const Node*)>& beforeRemoving) {
+int FusePointwise(const std::shared_ptr<Graph>& graph, const ObservedValues& observed, CastLedger& casts) {
   GRAPH_DUMP("Before FusePointwise", graph);
-  const int fused = PointwiseFuser(graph, observed, beforeRemoving).run();
+  const int fused = PointwiseFuser(graph, observed, casts).run();
   GRAPH_DUMP("After FusePointwise", graph);
   return fused;
 }

@@ -19,17 +19,15 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
-#include <functional>
 #include <memory>
 
+#include "jit/casts.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
 
-// Returns how many fused calls it made. `beforeRemoving` sees each cast that disappears into a fused call.
-int FusePointwise(
-    const std::shared_ptr<torch::jit::Graph>& graph,
-    const ObservedValues& observed,
-    const std::function<void(const torch::jit::Node* cast)>& beforeRemoving = nullptr);
+// Returns how many fused calls it made. Each cast that disappears into a fused call goes to `casts.fuse`; a fused call
+// takes over its root's node id.
+int FusePointwise(const std::shared_ptr<torch::jit::Graph>& graph, const ObservedValues& observed, CastLedger& casts);
 
 } // namespace torch_mp::jit

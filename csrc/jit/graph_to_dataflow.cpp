@@ -7,6 +7,7 @@
 #include <cctype>
 #include <unordered_set>
 
+#include "core/op_facts.h"
 #include "jit/module_scope.h"
 #include "jit/numeric_guards.h"
 #include "jit/state_containers.h"
@@ -45,11 +46,13 @@ class DataflowBuilder {
       const core::OpPolicy& policy,
       c10::ScalarType lowDtype,
       const NodeRule& nodeRule,
+      const std::unordered_set<NodeId>& keepFp32,
       const StateContainers* state)
       : graph_(graph),
         observed_(observed),
         policy_(policy),
         nodeRule_(nodeRule),
+        keepFp32_(keepFp32),
         state_(state),
         aliasDb_(graph),
         lowDtype_(lowDtype),
@@ -111,8 +114,8 @@ class DataflowBuilder {
   // The node's category, the rule behind it and that rule's kind, or nothing when the node does not touch the plan.
   // The rules, first match wins: graph inputs and outputs; nodes not reached by the example inputs; nodes with a
   // floating tensor that is not fp32; the observed-range guard; control flow; the constant-range guard; the user's
-  // node rule; the op policy (a constant-table lookup it lets follow runs low); unknown ops. A node that would
-  // compute low or follow keeps fp32 where a scalar it reads is lost in the low dtype.
+  // choices (userChoice); the op policy (a constant-table lookup it lets follow runs low); unknown ops. A node that
+  // would compute low or follow keeps fp32 where a scalar it reads is lost in the low dtype.
   std::optional<Classification> classify(Node* node, const std::vector<Node*>& boundaries) {
     bool relevant = false;
     bool unknown = false;
@@ -188,7 +191,7 @@ class DataflowBuilder {
       decided.rule = "follow: control flow; values crossing its block boundaries share one precision";
     } else if (constantGuard = guards_.constantOutOfRange(node); constantGuard) {
       return fp32Because(core::RuleKind::kRangeGuard, std::move(constantGuard->reason));
-    } else if (std::optional<NodeOverride> chosen = askNodeRule(node)) {
+    } else if (std::optional<NodeOverride> chosen = userChoice(node)) {
       decided.category = chosen->category;
       decided.kind = chosen->kind;
       decided.rule = std::string(core::toString(chosen->category)) + ": " + chosen->reason;
@@ -198,7 +201,7 @@ class DataflowBuilder {
       if (match.via != node->kind().toQualString()) {
         decided.rule += " [in place, as " + match.via + "]";
       }
-      const char* lookup = core::tableLookupReason(node->kind().toQualString());
+      const char* lookup = core::factsOf(node->kind().toQualString()).tableLookup;
       if (lookup && decided.category == OpCategory::kFollow && readsConstantTable(node)) {
         decided.category = OpCategory::kLowPrecision;
         decided.rule = std::string("low: ") + lookup +
@@ -220,13 +223,26 @@ class DataflowBuilder {
     return decided;
   }
 
-  std::optional<NodeOverride> askNodeRule(const Node* node) const {
+  // What the user asks of the node, first match wins: the accuracy fallback's kept nodes, the policy's exclusions,
+  // the node rule.
+  std::optional<NodeOverride> userChoice(const Node* node) const {
+    const std::optional<NodeId> id = nodeIdOf(node);
+    if (id && keepFp32_.count(*id)) {
+      return NodeOverride{OpCategory::kFp32, core::RuleKind::kFallback,
+                          "accuracy fallback: keeping it in fp32 brings the error within tolerance"};
+    }
+    const std::string op = node->kind().toQualString();
+    const std::string scope = moduleScope(node);
+    if (const core::Exclusion* exclusion = policy_.exclusionFor(op, scope)) {
+      return NodeOverride{OpCategory::kFp32, core::RuleKind::kExclusion, "excluded: " + exclusion->reason};
+    }
     if (!nodeRule_) {
       return std::nullopt;
     }
     NodeDescription description;
-    description.op = node->kind().toQualString();
-    description.scope = moduleScope(node);
+    description.id = id.value_or(-1);
+    description.op = op;
+    description.scope = scope;
     description.output = node->outputs().empty() ? "" : node->output(0)->debugName();
     const c10::FunctionSchema* schema = node->maybeSchema();
     for (size_t i = 0; i < node->inputs().size(); ++i) {
@@ -475,6 +491,7 @@ class DataflowBuilder {
   const ObservedValues& observed_;
   const core::OpPolicy& policy_;
   const NodeRule& nodeRule_;
+  const std::unordered_set<NodeId>& keepFp32_;
   const StateContainers* state_;
   std::unordered_set<const Value*> stateReads_;
   torch::jit::AliasDb aliasDb_;
@@ -490,18 +507,15 @@ bool isObservedFp32(const ObservedValues& observed, const Value* value) {
   return it != observed.end() && it->second.isTensor && it->second.dtype == c10::ScalarType::Float;
 }
 
-bool isTensorContainer(const c10::TypePtr& type) {
-  return type->kind() != c10::TypeKind::TensorType && !mayHoldTensor(type) && containsTensor(type);
-}
-
 DataflowMapping buildDataflow(
     const std::shared_ptr<Graph>& graph,
     const ObservedValues& observed,
     const core::OpPolicy& policy,
     c10::ScalarType lowDtype,
     const NodeRule& nodeRule,
+    const std::unordered_set<NodeId>& keepFp32,
     const StateContainers* state) {
-  return DataflowBuilder(graph, observed, policy, lowDtype, nodeRule, state).run();
+  return DataflowBuilder(graph, observed, policy, lowDtype, nodeRule, keepFp32, state).run();
 }
 
 } // namespace torch_mp::jit

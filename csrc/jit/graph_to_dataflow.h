@@ -12,8 +12,8 @@
 // Each decision carries its rule's kind (core::RuleKind); classify writes the order in which the rules are asked.
 // Module objects are not values when the module's state containers are given (their reads are planned instead);
 // without them, the module input ties everything read from module state to its dtype.
-// Any other node asks the user's node rule first (module-path exclusions, per-node callables, the accuracy
-// fallback's choices), then the op policy.
+// Any other node asks the user's choices first (the accuracy fallback's kept nodes, by id; the policy's module-path
+// exclusions; the per-node callables), then the op policy.
 // Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
 // a planner value. Containers, Optional-typed tensors and written tensors that alias what their producer read
 // (in-place results, views) are tied to their producer and sharing readers; a written tensor its producer made
@@ -30,19 +30,22 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
+#include "jit/ir_utils.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
 
 // What a per-node rule sees of a node.
 struct NodeDescription {
+  NodeId id = -1;      // jit/ir_utils: the same in every plan made from one preparation
   std::string op;      // "aten::conv2d"
   std::string scope;   // module path, "layer1.0.conv1" (jit/module_scope)
-  std::string output;  // debug name of the first output, stable across conversions of one model
+  std::string output;  // debug name of the first output (for people: programs go by `id`)
   // per input: the observed sizes and dtype of a tensor; nothing for other inputs
   std::vector<std::optional<std::vector<int64_t>>> inputShapes;
   std::vector<std::optional<c10::ScalarType>> inputDtypes;
@@ -87,11 +90,10 @@ DataflowMapping buildDataflow(
     const core::OpPolicy& policy,
     c10::ScalarType lowDtype,
     const NodeRule& nodeRule = {},
+    const std::unordered_set<NodeId>& keepFp32 = {},
     const StateContainers* state = nullptr);
 
 // Whether the value was observed as an fp32 tensor.
 bool isObservedFp32(const ObservedValues& observed, const torch::jit::Value* value);
-// Whether the static type holds tensors inside a list, tuple, dict or optional container.
-bool isTensorContainer(const c10::TypePtr& type);
 
 } // namespace torch_mp::jit

@@ -65,7 +65,6 @@ ConvertOptions convertOptionsFor(const JitPassOptions& pass, c10::DeviceType dev
   ConvertOptions options = defaultOptions(device, pass.dtype);
   if (pass.policy) {
     options.policy = *pass.policy;
-    options.policyName = pass.policyName;
   }
   options.planner = pass.planner;
   options.verifyOutputs = false;  // nothing to run it on: the executor runs it next

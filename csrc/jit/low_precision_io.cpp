@@ -2,7 +2,7 @@
 
 #include <torch/csrc/jit/jit_log.h>
 
-#include "jit/apply_precision_plan.h"
+#include "jit/ir_utils.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -17,8 +17,8 @@ bool isFp32Tensor(const Value* value) {
 
 class IOLowering {
  public:
-  IOLowering(const std::shared_ptr<Graph>& graph, c10::ScalarType lowDtype, std::unordered_set<const Node*>& inserted)
-      : graph_(graph), lowDtype_(lowDtype), inserted_(inserted) {}
+  IOLowering(const std::shared_ptr<Graph>& graph, c10::ScalarType lowDtype, CastLedger& casts)
+      : graph_(graph), lowDtype_(lowDtype), casts_(casts) {}
 
   bool run() {
     for (Value* input : graph_->inputs()) {
@@ -37,8 +37,7 @@ class IOLowering {
  private:
   void lowerInput(Value* input) {
     torch::jit::WithInsertPoint guard(graph_->block()->nodes().front());
-    Value* fp32 = insertCast(*graph_, input, c10::ScalarType::Float);
-    inserted_.insert(fp32->node());
+    Value* fp32 = casts_.create(*graph_, input, c10::ScalarType::Float);
     input->replaceAllUsesWith(fp32);
     fp32->node()->replaceInput(0, input);
     input->setType(input->type()->expectRef<c10::TensorType>().withScalarType(lowDtype_));
@@ -51,9 +50,7 @@ class IOLowering {
     if (isFp32Tensor(value)) {
       changed_ = true;
       GRAPH_UPDATE("output %", value->debugName(), " is returned in ", lowDtype_);
-      Value* low = insertCast(*graph_, value, lowDtype_);
-      inserted_.insert(low->node());
-      return low;
+      return casts_.create(*graph_, value, lowDtype_);
     }
     auto tuple = value->type()->cast<c10::TupleType>();
     if (!tuple || tuple->schema() || !holdsFp32Tensor(value)) {
@@ -81,18 +78,15 @@ class IOLowering {
 
   const std::shared_ptr<Graph>& graph_;
   c10::ScalarType lowDtype_;
-  std::unordered_set<const Node*>& inserted_;
+  CastLedger& casts_;
   bool changed_ = false;
 };
 
 } // namespace
 
-bool LowerGraphIO(
-    const std::shared_ptr<Graph>& graph,
-    c10::ScalarType lowDtype,
-    std::unordered_set<const Node*>& inserted) {
+bool LowerGraphIO(const std::shared_ptr<Graph>& graph, c10::ScalarType lowDtype, CastLedger& casts) {
   GRAPH_DUMP("Before LowerGraphIO", graph);
-  const bool changed = IOLowering(graph, lowDtype, inserted).run();
+  const bool changed = IOLowering(graph, lowDtype, casts).run();
   GRAPH_DUMP("After LowerGraphIO", graph);
   return changed;
 }

@@ -14,15 +14,13 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <memory>
-#include <unordered_set>
+
+#include "jit/casts.h"
 
 namespace torch_mp::jit {
 
-// Returns whether the graph changed; adds the casts it inserts to `inserted`.
-bool LowerGraphIO(
-    const std::shared_ptr<torch::jit::Graph>& graph,
-    c10::ScalarType lowDtype,
-    std::unordered_set<const torch::jit::Node*>& inserted);
+// Returns whether the graph changed; its casts come from `casts`.
+bool LowerGraphIO(const std::shared_ptr<torch::jit::Graph>& graph, c10::ScalarType lowDtype, CastLedger& casts);
 
 // An input as the lowered graph takes it: an fp32 tensor cast to `lowDtype`, anything else as it is.
 c10::IValue lowerInputValue(const c10::IValue& value, c10::ScalarType lowDtype);

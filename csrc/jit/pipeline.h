@@ -1,14 +1,17 @@
 // The conversion pipeline, in order. Each step is its own pass; this file only sequences them.
 //
+// Preparation (once per model, whatever is planned from it):
 //   1. fp32 clean-up     tensor attributes freezing left become constants (fold_attribute_reads); PyTorch's
 //                        frozen-graph folding (conv+bn, conv+add/mul, linear+bn), removal of in-place mutation and
-//                        freezing's simplifications, twice, while every constant is still fp32
+//                        freezing's simplifications, while every constant is still fp32
 //   2. dtype knowledge   one observed run on the example inputs and one per calibration input (value_observer), or
 //                        the types the graph executor profiled (typed_observation, for the load-time pass);
 //                        completed statically for views in branches not reached; dtype queries answered from it
-//                        (specialize_dtype_queries)
-//   3. plan              graph -> dataflow (graph_to_dataflow, asking the user's node rule; the module's state
-//                        containers from state_containers), min-cut precision plan (core/precision_planner)
+//                        (specialize_dtype_queries); then every node is numbered (jit/ir_utils: node ids)
+// Planning and applying (per policy; on a copy of the prepared graph, or on the graph itself):
+//   3. plan              graph -> dataflow (graph_to_dataflow, asking the fallback's kept nodes, the policy's
+//                        exclusions and the user's node rule; the module's state containers from state_containers),
+//                        min-cut precision plan (core/precision_planner)
 //   4. apply             casts at plan boundaries, low-precision constants (apply_precision_plan); what the state
 //                        containers hold cast with them (state_containers)
 //   5. cancel casts      low-precision IO on request (low_precision_io); lossless round trips and no-op casts
@@ -18,7 +21,10 @@
 //   6. CUDA layout       CUDA convolutions channels_last (channels_last_convolutions); conv (+add) +relu as one cuDNN
 //      and kernels       call (fuse_cudnn_convolutions); with fused kernels, elementwise chains into
 //                        torch_mp::fused_pointwise calls (fuse_pointwise)
-//   7. report and check  lint, report; outputs keep their dtypes (checked by running the result, where inputs exist)
+//   7. report and check  lint, report (assemble_report); outputs keep their dtypes (verify_outputs, where inputs
+//                        exist); node ids and the cast ledger's marks cleared
+// Every cast stages 4-6 create, fold or remove goes through one CastLedger (jit/casts); each stage runs through a
+// StageRunner (jit/stage_runner), which times it and dumps the graph around it.
 #pragma once
 
 #include <torch/csrc/jit/api/module.h>
@@ -26,6 +32,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/fast_kernels.h"
@@ -33,6 +40,9 @@
 #include "core/precision_planner.h"
 #include "jit/conversion_report.h"
 #include "jit/graph_to_dataflow.h"
+#include "jit/ir_utils.h"
+#include "jit/stage_runner.h"
+#include "jit/value_observer.h"
 
 namespace torch_mp::jit {
 
@@ -42,12 +52,14 @@ constexpr const char* kModelRunFailed = "torch_mp: running the model on the exam
 
 struct ConvertOptions {
   c10::ScalarType lowDtype = c10::ScalarType::Half;
+  // The op table, its module-path exclusions and its name (which the report gives).
   core::OpPolicy policy;
-  std::string policyName = "custom";
   core::PlanMethod planner = core::PlanMethod::kMinCut;
   // Run the converted graph once on the example inputs and check that every output keeps its dtype.
   bool verifyOutputs = true;
-  // Asked per node before the op policy: module-path exclusions, per-node callables, the accuracy fallback.
+  // Nodes kept in fp32 whatever else says (the accuracy fallback's choice), by node id; asked first.
+  std::unordered_set<NodeId> keepFp32;
+  // The user's per-node callables, asked after keepFp32 and the policy's exclusions, before the op table.
   NodeRule nodeRule;
   // fp32 tensor inputs and outputs (top level and in returned tuples/lists) take the low dtype instead of keeping
   // theirs, for models that feed one another.
@@ -64,6 +76,9 @@ struct ConvertOptions {
   // CUDA conv (+bias) (+residual add) +relu chains become cuDNN fused convolutions (fuse_cudnn_convolutions). Off
   // until a GPU measurement shows cuDNN's runtime-fused kernels faster than the unfused chain (benchmarks/cuda_speed).
   bool fuseConvolutions = false;
+  // The converted graph keeps its node ids, so values can be found by node (probeNodeOutputs). Off for a model
+  // handed to a user: ids show in its printed graph.
+  bool keepNodeIds = false;
 };
 
 // Throws c10::ValueError unless the dtype is float16 or bfloat16.
@@ -78,28 +93,63 @@ ConvertOptions defaultOptions(
     const core::CpuFeatures& cpu = core::CpuFeatures::host(),
     std::optional<core::CudaCapability> gpu = std::nullopt);
 
-// Converts a frozen graph in place. `inputs` are the graph's inputs in order (the module first for a method);
-// `calibration` holds more input stacks of the same form, observed for value ranges only.
-// Throws c10::Error on bad options or internal failure; the caller converts a copy it can throw away.
-ConversionReport ConvertToMixedPrecision(
-    std::shared_ptr<torch::jit::Graph>& graph,
+// A graph after stages 1-2: cleaned up in fp32, its dtypes known, its nodes numbered.
+struct PreparedGraph {
+  std::shared_ptr<torch::jit::Graph> graph;
+  ObservedValues observed;   // of `graph`'s values
+  torch::jit::Stack inputs;   // the example inputs (the module first for a method); none for a profiled graph
+  torch::jit::Stack outputs;  // what the graph returned on them
+  int64_t weightBytesBefore = 0;
+  bool rangesObserved = true;  // false where dtypes came from the executor's profile: no magnitudes
+  Phases phases;               // cleanup, observe
+};
+
+// Stages 1-2 on `graph`, in place. `inputs` are the graph's inputs in order (the module first for a method);
+// `calibration` holds more input stacks of the same form, observed for value ranges only. Throws c10::ValueError
+// (beginning with kModelRunFailed) when the graph fails on them.
+PreparedGraph prepareGraph(
+    std::shared_ptr<torch::jit::Graph> graph,
     const torch::jit::Stack& inputs,
-    const ConvertOptions& options,
     const std::vector<torch::jit::Stack>& calibration = {});
 
-// Converts a frozen graph whose tensor values carry their dtype, device and sizes in their types, as the graph
-// executor profiled them (typed_observation), without running it: the load-time pass (jit_pass). No observed
-// magnitudes, so no observed range guard; the caller checks what running needs (outputs' dtypes).
+// Stages 1-2 for a graph whose tensor values carry their dtype, device and sizes in their types, as the graph
+// executor profiled them (typed_observation), without running it: the load-time pass (jit_pass).
+PreparedGraph prepareTypedGraph(std::shared_ptr<torch::jit::Graph> graph);
+
+// Stages 3-7 on `prepared.graph`, in place (the prepared graph is used up). Throws c10::Error on bad options or
+// internal failure; the caller converts a copy it can throw away.
+ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& options);
+
+// prepareTypedGraph, then convertPrepared: the load-time pass's conversion of a profiled graph, in place. No
+// observed magnitudes, so no observed range guard; the caller checks what running needs (outputs' dtypes).
 ConversionReport ConvertTypedGraph(std::shared_ptr<torch::jit::Graph>& graph, const ConvertOptions& options);
+
+// A module prepared once, for any number of conversions: a frozen copy in eval mode (its own dict and list
+// attributes), its forward prepared.
+struct PreparedModel {
+  torch::jit::Module frozen;
+  PreparedGraph forward;  // frozen's forward graph
+};
+
+// Freezes a copy of a scripted module in eval mode (or of an already frozen one) and prepares its forward.
+// `calibrationInputs` are more forward inputs (without the module), observed for value ranges only. The module
+// passed in is not modified.
+PreparedModel prepareModule(
+    const torch::jit::Module& module,
+    const std::vector<c10::IValue>& exampleInputs,
+    const std::vector<std::vector<c10::IValue>>& calibrationInputs = {});
 
 struct ConvertedModule {
   torch::jit::Module module;
   ConversionReport report;
 };
 
-// Freezes a copy of a scripted module in eval mode (or of an already frozen one) and converts its forward.
-// `calibrationInputs` are more forward inputs (without the module), observed for value ranges only.
-// The module passed in is not modified.
+// Converts a copy of the prepared module; `prepared` stays as it is, ready for the next plan.
+ConvertedModule convertPreparedModule(const PreparedModel& prepared, const ConvertOptions& options);
+// Converts the prepared module itself, which is used up (no copy: for a preparation made for one conversion).
+ConvertedModule convertPreparedModule(PreparedModel&& prepared, const ConvertOptions& options);
+
+// prepareModule, then convertPreparedModule.
 ConvertedModule convertModule(
     const torch::jit::Module& module,
     const std::vector<c10::IValue>& exampleInputs,

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "jit/fold_attribute_reads.h"
+#include "jit/ir_utils.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
@@ -111,11 +112,6 @@ class StateFinder {
 };
 
 } // namespace
-
-bool isModule(const Value* value) {
-  const c10::ClassTypePtr type = value->type()->cast<c10::ClassType>();
-  return type && type->is_module();
-}
 
 std::optional<StateContainers> findStateContainers(const torch::jit::Graph& graph, const c10::IValue& module) {
   return StateFinder(graph, module).find(graph.block());

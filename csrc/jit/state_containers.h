@@ -24,10 +24,6 @@
 
 namespace torch_mp::jit {
 
-
-// Whether the value holds a module (not a tensor container: its containers are planned where they are read).
-bool isModule(const torch::jit::Value* value);
-
 // `module` is the object the graph's first input holds.
 std::optional<StateContainers> findStateContainers(const torch::jit::Graph& graph, const c10::IValue& module);
 

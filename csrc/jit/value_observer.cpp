@@ -9,7 +9,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "jit/cancel_casts.h"
+#include "core/op_facts.h"
+#include "jit/casts.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -91,20 +92,6 @@ struct ScopedRecorder {
 };
 
 // Ops whose tensor output always has the dtype of their first tensor input.
-const std::unordered_set<c10::Symbol>& dtypePreservingOps() {
-  static const std::unordered_set<c10::Symbol> ops = [] {
-    std::unordered_set<c10::Symbol> symbols;
-    for (const char* name :
-         {"aten::view", "aten::reshape", "aten::flatten", "aten::unflatten", "aten::squeeze", "aten::unsqueeze",
-          "aten::permute", "aten::transpose", "aten::t", "aten::contiguous", "aten::expand", "aten::slice",
-          "aten::select", "aten::narrow", "aten::clone", "aten::detach", "aten::dropout", "prim::unchecked_cast"}) {
-      symbols.insert(c10::Symbol::fromQualString(name));
-    }
-    return symbols;
-  }();
-  return ops;
-}
-
 // `value`, never seen running, has what `source` was seen holding: same dtype, device and sizes, but no elements
 // moved (a cast of it costs nothing on the example inputs' path).
 void inferFrom(const Value* value, const ObservedValue& source, ObservedValues& observed, int& added) {
@@ -175,7 +162,8 @@ int inferUnreachedDtypes(const std::shared_ptr<Graph>& graph, ObservedValues& ob
 }
 
 bool preservesDtype(const Node* node) {
-  return dtypePreservingOps().count(node->kind()) && node->outputs().size() == 1 && !node->inputs().empty();
+  return core::factsOf(node->kind().toQualString()).preservesDtype && node->outputs().size() == 1 &&
+      !node->inputs().empty();
 }
 
 bool blockRan(const Block* block, const ObservedValues& observed) {
@@ -190,28 +178,6 @@ const Block* outermostUntakenBlock(const Block* block, const Block* stop, const 
     }
   }
   return untaken;
-}
-
-bool containsTensor(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::TensorType) {
-    return true;
-  }
-  for (const c10::TypePtr& contained : type->containedTypes()) {
-    if (containsTensor(contained)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool definedInLoopBody(const torch::jit::Value* value) {
-  for (const torch::jit::Block* block = value->node()->owningBlock(); block->owningNode();
-       block = block->owningNode()->owningBlock()) {
-    if (block->owningNode()->kind() == c10::prim::Loop) {
-      return true;
-    }
-  }
-  return false;
 }
 
 namespace {
@@ -242,16 +208,6 @@ std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(const to
   std::unordered_set<const torch::jit::Value*> varying;
   collectInputDependentRank(block, varying);
   return varying;
-}
-
-bool mayHoldTensor(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::TensorType) {
-    return true;
-  }
-  if (auto optional = type->cast<c10::OptionalType>()) {
-    return optional->getElementType()->kind() == c10::TypeKind::TensorType;
-  }
-  return false;
 }
 
 Observation observeValues(
@@ -335,14 +291,15 @@ double largestFiniteMagnitude(const at::Tensor& tensor) {
       return largest;
     }
   }
-  // aminmax needs no tensor-sized temporary; only a tensor holding infinities pays for a masked copy
+  // aminmax needs no tensor-sized temporary; only a tensor holding infinities or NaN (which aminmax propagates) pays
+  // for a masked copy
   auto [smallest, largest] = tensor.aminmax();
-  double magnitude = std::max(-smallest.item<double>(), largest.item<double>());
-  if (std::isinf(magnitude)) {
-    const at::Tensor absolute = tensor.abs();
-    magnitude = absolute.masked_fill(absolute.isinf(), 0).max().item<double>();
+  const double magnitude = std::max(-smallest.item<double>(), largest.item<double>());
+  if (std::isfinite(magnitude)) {
+    return magnitude;
   }
-  return std::isnan(magnitude) ? 0.0 : magnitude;
+  const at::Tensor absolute = tensor.abs();
+  return absolute.masked_fill(absolute.isfinite().logical_not(), 0).max().item<double>();
 }
 
 void recordObservedDtypes(const ObservedValues& observed) {

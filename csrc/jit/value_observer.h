@@ -18,6 +18,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "jit/ir_utils.h"
+
 namespace torch_mp::jit {
 
 struct ObservedValue {
@@ -91,19 +93,9 @@ double largestFiniteMagnitude(const at::Tensor& tensor);
 // Below this magnitude every integer is exact in both low dtypes, so integrality is not checked (it costs a pass).
 constexpr double kIntegerCheckAbove = 256.0;
 
-// Whether a static type is or contains a tensor type (a list, tuple, dict or optional of tensors).
-bool containsTensor(const c10::TypePtr& type);
-
-// Whether the value is defined inside a loop body (at any depth), where its sizes may change between iterations:
-// the observation keeps the largest, which need not be every iteration's.
-bool definedInLoopBody(const torch::jit::Value* value);
-
 // The values whose number of dimensions can differ from what the example inputs showed: results of squeeze (it
 // drops the dims that happen to have size 1: a [B, 1] tensor squeezes to 0-dim at batch 1) and everything computed
 // from them. Their observed (or traced) rank holds for the example inputs only.
 std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(const torch::jit::Block* block);
-
-// Whether a static type may hold a tensor at run time (Tensor or Optional[Tensor]).
-bool mayHoldTensor(const c10::TypePtr& type);
 
 } // namespace torch_mp::jit

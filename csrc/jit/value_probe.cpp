@@ -6,37 +6,33 @@
 
 namespace torch_mp::jit {
 
-std::vector<at::Tensor> probeValues(
+std::vector<at::Tensor> probeNodeOutputs(
     const torch::jit::Module& module,
     const std::vector<c10::IValue>& inputs,
-    const std::vector<std::string>& names) {
-  // Names come from the module's graph: a copy renumbers the values that have no name of their own, so values
-  // are matched to the copy by position.
-  const std::shared_ptr<torch::jit::Graph>& original = module.get_method("forward").graph();
-  std::shared_ptr<torch::jit::Graph> graph = original->copy();
-  std::unordered_map<std::string, torch::jit::Value*> byName;
-  auto copied = graph->nodes().begin();
-  for (torch::jit::Node* node : original->nodes()) {  // top-level block only: block values cannot be returned
-    for (size_t i = 0; i < node->outputs().size(); ++i) {
-      byName.emplace(node->output(i)->debugName(), copied->output(i));
+    const std::vector<NodeId>& ids) {
+  std::shared_ptr<torch::jit::Graph> graph = module.get_method("forward").graph()->copy();  // ids come along
+  std::unordered_map<NodeId, torch::jit::Value*> firstOutput;
+  for (torch::jit::Node* node : graph->nodes()) {  // top-level block only: block values cannot be returned
+    const std::optional<NodeId> id = nodeIdOf(node);
+    if (id && !node->outputs().empty()) {
+      firstOutput.emplace(*id, node->output(0));
     }
-    ++copied;
   }
-  std::vector<int> slot(names.size(), -1);
-  for (size_t i = 0; i < names.size(); ++i) {
-    auto it = byName.find(names[i]);
-    if (it != byName.end() && it->second->type()->kind() == c10::TypeKind::TensorType) {
+  std::vector<int> slot(ids.size(), -1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = firstOutput.find(ids[i]);
+    if (it != firstOutput.end() && it->second->type()->kind() == c10::TypeKind::TensorType) {
       slot[i] = static_cast<int>(graph->registerOutput(it->second));
     }
   }
-  torch::jit::Stack stack{module._ivalue()};
+  torch::jit::Stack stack{c10::IValue(module._ivalue()).deepcopy()};  // what the module keeps stays as it is
   for (const c10::IValue& input : inputs) {
     stack.push_back(input.deepcopy());
   }
   torch::jit::Code code(graph, "torch_mp_probe");
   torch::jit::InterpreterState(code).run(stack);
-  std::vector<at::Tensor> probed(names.size());
-  for (size_t i = 0; i < names.size(); ++i) {
+  std::vector<at::Tensor> probed(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
     if (slot[i] >= 0) {
       probed[i] = stack[slot[i]].toTensor();
     }

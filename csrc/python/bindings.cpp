@@ -1,4 +1,6 @@
-// Python bindings: graph-level entry points only. The Python package (torch_mp/) builds on these.
+// Python bindings. The options, the op policy, the prepared model and the report are bound C++ objects; the Python
+// package (torch_mp/) is a view of them: it keeps no second copy of the policy, and only the user's rule callables
+// are called back from C++.
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
@@ -21,8 +23,6 @@ namespace py = pybind11;
 namespace torch_mp {
 namespace {
 
-using PolicyRows = std::vector<std::tuple<std::string, std::string, std::string>>;  // op, category, reason
-
 // "a, b, c": the names of an enum's values.
 template <typename Enum, size_t N>
 std::string joinedNames(const Enum (&values)[N]) {
@@ -31,6 +31,16 @@ std::string joinedNames(const Enum (&values)[N]) {
     joined += (i ? ", " : "") + std::string(core::toString(values[i]));
   }
   return joined;
+}
+
+// The names of an enum's values, in the order of `values`.
+template <typename Enum, size_t N>
+py::tuple namesOf(const Enum (&values)[N]) {
+  py::tuple names(N);
+  for (size_t i = 0; i < N; ++i) {
+    names[i] = core::toString(values[i]);
+  }
+  return names;
 }
 
 core::OpCategory parseCategory(const std::string& name) {
@@ -48,6 +58,19 @@ c10::ScalarType parseDtype(const std::string& name) {
     return c10::ScalarType::BFloat16;
   }
   TORCH_CHECK_VALUE(false, "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", name);
+}
+
+std::string dtypeName(c10::ScalarType dtype) {
+  return dtype == c10::ScalarType::Half ? "float16" : "bfloat16";
+}
+
+core::PlanMethod parsePlanner(const std::string& planner) {
+  TORCH_CHECK_VALUE(planner == "min-cut" || planner == "greedy", "torch_mp: planner must be 'min-cut' or 'greedy'");
+  return planner == "min-cut" ? core::PlanMethod::kMinCut : core::PlanMethod::kGreedy;
+}
+
+std::string plannerName(core::PlanMethod planner) {
+  return planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
 }
 
 // The host's CPU features, or those `declared` names ("all", "none", "avx512_bf16,amx_bf16").
@@ -68,16 +91,6 @@ std::vector<std::string> cpuFeatureNames(const std::optional<std::string>& decla
   return names;
 }
 
-// The names of an enum's values, in the order of `values`.
-template <typename Enum, size_t N>
-py::tuple namesOf(const Enum (&values)[N]) {
-  py::tuple names(N);
-  for (size_t i = 0; i < N; ++i) {
-    names[i] = core::toString(values[i]);
-  }
-  return names;
-}
-
 core::Target targetNamed(const std::string& name) {
   auto target = core::targetFromString(name);
   TORCH_CHECK_VALUE(target, "torch_mp: unknown policy target '", name, "' (expected one of ",
@@ -87,24 +100,13 @@ core::Target targetNamed(const std::string& name) {
 
 using Capability = std::optional<std::pair<int, int>>;  // (major, minor)
 
-std::optional<core::CudaCapability> cudaCapability(const Capability& capability) {
-  if (!capability) {
-    return std::nullopt;
+core::OpPolicy defaultPolicy(
+    const std::string& targetName, const std::optional<std::string>& cpu, const Capability& gpu) {
+  std::optional<core::CudaCapability> capability;
+  if (gpu) {
+    capability = core::CudaCapability{gpu->first, gpu->second};
   }
-  return core::CudaCapability{capability->first, capability->second};
-}
-
-// The default policy's rows, and why its heavy ops were kept fp32 (or None).
-std::pair<PolicyRows, std::optional<std::string>> defaultPolicy(
-    const std::string& targetName,
-    const std::optional<std::string>& cpu,
-    const Capability& gpu) {
-  const core::OpPolicy policy = core::OpPolicy::defaults(targetNamed(targetName), cpuFeatures(cpu), cudaCapability(gpu));
-  PolicyRows rows;
-  for (const auto& [op, entry] : policy.entries()) {
-    rows.emplace_back(op, core::toString(entry.category), entry.reason);
-  }
-  return {rows, policy.slowKernels()};
+  return core::OpPolicy::defaults(targetNamed(targetName), cpuFeatures(cpu), capability);
 }
 
 // The forward's inputs from Python values, defaults filling trailing arguments left out. Errors call the values
@@ -140,17 +142,40 @@ std::vector<c10::IValue> forwardInputs(
   return inputs;
 }
 
+std::vector<std::vector<c10::IValue>> calibrationStacks(
+    const torch::jit::Module& module, const std::vector<py::tuple>& calibrationInputs) {
+  const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
+  std::vector<std::vector<c10::IValue>> calibration;
+  for (size_t i = 0; i < calibrationInputs.size(); ++i) {
+    const std::string name = "calibration_inputs[" + std::to_string(i) + "]";
+    calibration.push_back(forwardInputs(schema.arguments(), calibrationInputs[i], name, name + " input"));
+  }
+  return calibration;
+}
+
+std::vector<c10::IValue> exampleStack(const torch::jit::Module& module, const py::tuple& exampleInputs) {
+  const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
+  return forwardInputs(schema.arguments(), exampleInputs, "example_inputs", "example input");
+}
+
 py::object shapeOrNone(const std::optional<std::vector<int64_t>>& shape) {
   return shape ? py::object(py::tuple(py::cast(*shape))) : py::none();
 }
 
-// A C++ node rule calling the Python one: rule(op, scope, output, input_shapes, input_dtypes, constants) returns
-// None or (category, kind, reason). Python exceptions become a ValueError naming the node.
+py::object dtypeObject(c10::ScalarType dtype) {
+  return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype)));
+}
+
+// A C++ node rule calling the Python one: rule(id, op, scope, output, input_shapes, input_dtypes, constants) returns
+// None or (category, reason). Python exceptions become a ValueError naming the node.
 jit::NodeRule nodeRuleFrom(py::object rule) {
   if (rule.is_none()) {
     return {};
   }
-  auto shared = std::make_shared<py::object>(std::move(rule));
+  auto shared = std::shared_ptr<py::object>(new py::object(std::move(rule)), [](py::object* held) {
+    py::gil_scoped_acquire acquire;  // the last owner may be a thread without the GIL
+    delete held;
+  });
   return [shared](const jit::NodeDescription& node) -> std::optional<jit::NodeOverride> {
     py::gil_scoped_acquire acquire;
     py::object verdict;
@@ -159,15 +184,13 @@ jit::NodeRule nodeRuleFrom(py::object rule) {
       py::list dtypes;
       for (size_t i = 0; i < node.inputShapes.size(); ++i) {
         shapes.append(shapeOrNone(node.inputShapes[i]));
-        dtypes.append(node.inputDtypes[i] ? py::reinterpret_borrow<py::object>(
-                                                 reinterpret_cast<PyObject*>(torch::getTHPDtype(*node.inputDtypes[i])))
-                                           : py::none());
+        dtypes.append(node.inputDtypes[i] ? dtypeObject(*node.inputDtypes[i]) : py::none());
       }
       py::dict constants;
       for (const auto& [name, value] : node.constants) {
         constants[py::str(name)] = torch::jit::toPyObject(value);
       }
-      verdict = (*shared)(node.op, node.scope, node.output, py::tuple(shapes), py::tuple(dtypes), constants);
+      verdict = (*shared)(node.id, node.op, node.scope, node.output, py::tuple(shapes), py::tuple(dtypes), constants);
     } catch (py::error_already_set& error) {
       TORCH_CHECK_VALUE(false, "torch_mp: a node rule failed on ", node.op, " (output %", node.output, ", module '",
                         node.scope, "'): ", error.what());
@@ -175,31 +198,109 @@ jit::NodeRule nodeRuleFrom(py::object rule) {
     if (verdict.is_none()) {
       return std::nullopt;
     }
-    auto [category, kind, reason] = verdict.cast<std::tuple<std::string, std::string, std::string>>();
-    const std::optional<core::RuleKind> ruleKind = core::ruleKindFromString(kind);
-    TORCH_CHECK_VALUE(ruleKind, "torch_mp: a node rule named an unknown rule kind '", kind, "'");
-    return jit::NodeOverride{parseCategory(category), *ruleKind, reason};
+    auto [category, reason] = verdict.cast<std::tuple<std::string, std::string>>();
+    return jit::NodeOverride{parseCategory(category), core::RuleKind::kCallable, reason};
   };
 }
 
-core::PlanMethod parsePlanner(const std::string& planner) {
-  TORCH_CHECK_VALUE(planner == "min-cut" || planner == "greedy", "torch_mp: planner must be 'min-cut' or 'greedy'");
-  return planner == "min-cut" ? core::PlanMethod::kMinCut : core::PlanMethod::kGreedy;
+const char* precisionName(core::Precision precision) {
+  return precision == core::Precision::kLow ? "low" : "fp32";
 }
 
-core::OpPolicy policyFrom(const PolicyRows& rows) {
-  core::OpPolicy policy;
-  for (const auto& [op, category, reason] : rows) {
-    policy.set(op, parseCategory(category), reason);
+py::object ruleKindOrNone(const std::optional<core::RuleKind>& kind) {
+  return kind ? py::object(py::str(core::toString(*kind))) : py::none();
+}
+
+// The report as Python values (dicts, lists, numbers, strings): what `Report.data` holds and `json` writes.
+py::dict reportDict(const jit::ConversionReport& report) {
+  py::dict phases;
+  for (const auto& [name, seconds] : report.phases) {
+    phases[py::str(name)] = seconds;
   }
-  return policy;
+  py::list nodes;
+  for (const jit::NodeDecision& node : report.nodes) {
+    py::dict entry;
+    entry["id"] = node.id;
+    entry["op"] = node.op;
+    entry["output"] = node.output;
+    entry["scope"] = node.scope;
+    entry["precision"] = precisionName(node.precision);
+    entry["category"] = core::toString(node.category);
+    entry["forced_to_fp32"] = node.forcedToFp32;
+    entry["rule"] = node.rule;
+    entry["rule_kind"] = core::toString(node.ruleKind);
+    entry["amax"] = node.amax < 0 ? py::object(py::none()) : py::object(py::float_(node.amax));
+    entry["flops"] = node.flops;
+    nodes.append(std::move(entry));
+  }
+  py::list weights;
+  for (const jit::KeptFp32Weight& weight : report.weightsKeptFp32) {
+    py::dict entry;
+    entry["name"] = weight.name;
+    entry["bytes"] = weight.bytes;
+    entry["readers"] = py::cast(weight.readers);
+    entry["decided_by"] = weight.decidedBy ? py::object(py::int_(*weight.decidedBy)) : py::object(py::none());
+    entry["rule"] = weight.rule;
+    entry["rule_kind"] = ruleKindOrNone(weight.ruleKind);
+    weights.append(std::move(entry));
+  }
+  py::list casts;
+  for (const jit::CastRecord& cast : report.casts) {
+    py::dict entry;
+    entry["id"] = cast.id;
+    entry["value"] = cast.value;
+    entry["from"] = cast.from;
+    entry["to"] = cast.to;
+    entry["bytes"] = cast.bytes;
+    entry["reached"] = cast.reached;
+    casts.append(std::move(entry));
+  }
+  py::list graph;
+  for (const jit::GraphItem& item : report.graph) {
+    py::dict entry;
+    entry["id"] = item.id;
+    entry["kind"] = jit::toString(item.kind);
+    entry["op"] = item.op;
+    entry["inputs"] = py::cast(item.inputs);
+    if (item.kind == jit::GraphItem::Kind::kCast) {
+      entry["cast"] = item.cast;
+    }
+    graph.append(std::move(entry));
+  }
+  py::dict data;
+  data["dtype"] = report.dtype;
+  data["policy"] = report.policy;
+  data["planner"] = report.planner;
+  data["seconds"] = report.seconds;
+  data["phases"] = phases;
+  data["weight_bytes_before"] = report.weightBytesBefore;
+  data["weight_bytes_after"] = report.weightBytesAfter;
+  data["weight_bytes_kept_fp32"] = report.weightBytesKeptFp32;
+  data["cast_bytes"] = report.castBytes;
+  data["fused_casts"] = report.fusedCasts;
+  data["fused_cast_bytes"] = report.fusedCastBytes;
+  data["fused_pointwise"] = report.fusedPointwise;
+  data["channels_last_convolutions"] = report.channelsLastConvolutions;
+  data["fused_convolutions"] = report.fusedConvolutions;
+  data["unobserved_nodes"] = report.unobservedNodes;
+  data["ranges_observed"] = report.rangesObserved;
+  data["low_precision_flop_fraction"] = report.lowPrecisionFlopFraction();
+  data["unknown_ops"] = py::cast(report.unknownOps);
+  data["nodes"] = nodes;
+  data["weights_kept_fp32"] = weights;
+  data["casts"] = casts;
+  data["graph"] = graph;
+  return data;
 }
 
-// policyRows: None for each graph's default policy.
+std::tuple<std::string, std::optional<std::vector<std::string>>, std::string> exclusionRow(const core::Exclusion& e) {
+  return {e.pattern, e.ops, e.reason};
+}
+
+// The load-time pass: policy None for each graph's default policy.
 void enableJitPass(
     const std::string& dtype,
-    const std::optional<std::string>& policyName,
-    const std::optional<PolicyRows>& policyRows,
+    const std::optional<core::OpPolicy>& policy,
     const std::string& planner,
     bool fuseCasts,
     bool fusedKernels,
@@ -207,10 +308,7 @@ void enableJitPass(
     bool fuseConvolutions) {
   jit::JitPassOptions options;
   options.dtype = parseDtype(dtype);
-  if (policyRows) {
-    options.policy = policyFrom(*policyRows);
-    options.policyName = policyName.value_or("custom");
-  }
+  options.policy = policy;
   options.planner = parsePlanner(planner);
   options.fuseCasts = fuseCasts;
   options.fusedKernels = fusedKernels;
@@ -219,105 +317,189 @@ void enableJitPass(
   jit::enableMixedPrecisionPass(options);
 }
 
-// (converted, skipped, last outcome, last report JSON or None, last error)
-std::tuple<int64_t, int64_t, std::string, std::optional<std::string>, std::string> jitPassActivity() {
+// (converted, skipped, last outcome, last report or None, last error)
+std::tuple<int64_t, int64_t, std::string, std::optional<jit::ConversionReport>, std::string> jitPassActivity() {
   const jit::PassActivity activity = jit::mixedPrecisionPassActivity();
-  return {activity.converted, activity.skipped, jit::toString(activity.lastOutcome),
-          activity.lastReport ? std::make_optional(activity.lastReport->toJson()) : std::nullopt, activity.lastError};
+  return {activity.converted, activity.skipped, jit::toString(activity.lastOutcome), activity.lastReport,
+          activity.lastError};
 }
 
-std::pair<torch::jit::Module, std::string> convertModule(
+std::shared_ptr<jit::PreparedModel> prepareModule(
     const torch::jit::Module& module,
     const py::tuple& exampleInputs,
-    const std::string& dtype,
-    const std::string& policyName,
-    const PolicyRows& policyRows,
-    const std::string& planner,
-    bool verifyOutputs,
-    py::object nodeRule,
-    const std::vector<py::tuple>& calibrationInputs,
-    bool lowPrecisionIO,
-    bool fuseCasts,
-    bool fusedKernels,
-    bool channelsLast,
-    bool fuseConvolutions) {
-  jit::ConvertOptions options;
-  options.lowDtype = parseDtype(dtype);
-  options.policyName = policyName;
-  options.policy = policyFrom(policyRows);
-  options.planner = parsePlanner(planner);
-  options.verifyOutputs = verifyOutputs;
-  options.nodeRule = nodeRuleFrom(std::move(nodeRule));
-  options.lowPrecisionIO = lowPrecisionIO;
-  options.fuseCasts = fuseCasts;
-  options.fusedKernels = fusedKernels;
-  options.channelsLast = channelsLast;
-  options.fuseConvolutions = fuseConvolutions;
-
-  const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
-  std::vector<c10::IValue> inputs = forwardInputs(schema.arguments(), exampleInputs, "example_inputs", "example input");
-  std::vector<std::vector<c10::IValue>> calibration;
-  for (size_t i = 0; i < calibrationInputs.size(); ++i) {
-    calibration.push_back(
-        forwardInputs(schema.arguments(), calibrationInputs[i], "calibration_inputs[" + std::to_string(i) + "]",
-                      "calibration_inputs[" + std::to_string(i) + "] input"));
-  }
-  jit::ConvertedModule converted;
-  {
-    py::gil_scoped_release release;
-    converted = jit::convertModule(module, inputs, options, calibration);
-  }
-  return {std::move(converted.module), converted.report.toJson()};
+    const std::vector<py::tuple>& calibrationInputs) {
+  const std::vector<c10::IValue> inputs = exampleStack(module, exampleInputs);
+  const std::vector<std::vector<c10::IValue>> calibration = calibrationStacks(module, calibrationInputs);
+  py::gil_scoped_release release;
+  return std::make_shared<jit::PreparedModel>(jit::prepareModule(module, inputs, calibration));
 }
 
-std::vector<at::Tensor> probeValues(
-    const torch::jit::Module& module,
-    const py::tuple& inputs,
-    const std::vector<std::string>& names) {
+std::pair<torch::jit::Module, jit::ConversionReport> convertPrepared(
+    const jit::PreparedModel& prepared, const jit::ConvertOptions& options) {
+  py::gil_scoped_release release;
+  jit::ConvertedModule converted = jit::convertPreparedModule(prepared, options);
+  return {std::move(converted.module), std::move(converted.report)};
+}
+
+std::pair<torch::jit::Module, jit::ConversionReport> convertPreparedInPlace(
+    jit::PreparedModel& prepared, const jit::ConvertOptions& options) {
+  py::gil_scoped_release release;
+  jit::ConvertedModule converted = jit::convertPreparedModule(std::move(prepared), options);
+  return {std::move(converted.module), std::move(converted.report)};
+}
+
+std::vector<at::Tensor> probeNodes(
+    const torch::jit::Module& module, const py::tuple& inputs, const std::vector<jit::NodeId>& ids) {
   const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
   std::vector<c10::IValue> values = forwardInputs(schema.arguments(), inputs, "inputs", "input");
   py::gil_scoped_release release;
-  return jit::probeValues(module, values, names);
+  return jit::probeNodeOutputs(module, values, ids);
 }
 
 } // namespace
 } // namespace torch_mp
 
 PYBIND11_MODULE(_C, m) {
+  using namespace torch_mp;
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
-  m.attr("MODEL_RUN_FAILED") = torch_mp::jit::kModelRunFailed;
-  m.attr("CATEGORIES") = torch_mp::namesOf(torch_mp::core::kAllCategories);
-  m.attr("TARGETS") = torch_mp::namesOf(torch_mp::core::kAllTargets);
+  m.attr("MODEL_RUN_FAILED") = jit::kModelRunFailed;
+  m.attr("CATEGORIES") = namesOf(core::kAllCategories);
+  m.attr("TARGETS") = namesOf(core::kAllTargets);
   {
-    py::tuple kinds(std::size(torch_mp::core::kRuleKindNames));
+    py::tuple kinds(std::size(core::kRuleKindNames));
     for (size_t i = 0; i < kinds.size(); ++i) {
-      kinds[i] = torch_mp::core::kRuleKindNames[i].name;
+      kinds[i] = core::kRuleKindNames[i].name;
     }
     m.attr("RULE_KINDS") = kinds;  // what a node's rule_kind in the report can be
   }
   m.def(
-      "target_for",
-      [](bool cuda, bool float16) { return torch_mp::core::toString(torch_mp::core::targetFor(cuda, float16)); },
+      "target_for", [](bool cuda, bool float16) { return core::toString(core::targetFor(cuda, float16)); },
       py::arg("cuda"), py::arg("float16"), "The default policy target's name for the device kind and low dtype.");
-  m.def("default_policy", &torch_mp::defaultPolicy, py::arg("target"), py::arg("cpu_features") = py::none(),
-        py::arg("cuda_capability") = py::none(),
-        "The default op policy for a target as (op, category, reason) rows, for the CPU features named (default: "
-        "this CPU's, or TORCH_MP_CPU_FEATURES) and the GPU's (major, minor) compute capability (default: unknown), "
-        "with why its heavy ops were kept fp32 (no fast kernels there) or None.");
-  m.def("cpu_features", &torch_mp::cpuFeatureNames, py::arg("declared") = py::none(),
+  m.def("cpu_features", &cpuFeatureNames, py::arg("declared") = py::none(),
         "The CPU features that decide fast low-precision kernels: this CPU's (or TORCH_MP_CPU_FEATURES), or those "
         "`declared` names.");
-  m.def("convert_module", &torch_mp::convertModule, py::arg("module"), py::arg("example_inputs"), py::arg("dtype"),
-        py::arg("policy_name"), py::arg("policy"), py::arg("planner"), py::arg("verify_outputs"),
-        py::arg("node_rule"), py::arg("calibration_inputs"), py::arg("low_precision_io"), py::arg("fuse_casts"),
-        py::arg("fused_kernels"), py::arg("channels_last"), py::arg("fuse_convolutions"), "Freezes a copy of a scripted module and converts it; returns (module, report JSON).");
-  m.def("enable_jit_pass", &torch_mp::enableJitPass, py::arg("dtype"), py::arg("policy_name"), py::arg("policy"),
-        py::arg("planner"), py::arg("fuse_casts"), py::arg("fused_kernels"), py::arg("channels_last"),
-        py::arg("fuse_convolutions"), "Enables the load-time mixed-precision pass (registered once per process).");
-  m.def("disable_jit_pass", &torch_mp::jit::disableMixedPrecisionPass, "Disables the load-time pass.");
-  m.def("jit_pass_enabled", &torch_mp::jit::mixedPrecisionPassEnabled);
-  m.def("jit_pass_activity", &torch_mp::jitPassActivity,
-        "(graphs converted, graphs skipped, last outcome, last report JSON or None, last error)");
-  m.def("probe_values", &torch_mp::probeValues, py::arg("module"), py::arg("inputs"), py::arg("names"),
-        "Runs a converted module's forward and returns the named top-level values (undefined where absent).");
+
+  py::class_<core::OpPolicy>(m, "OpPolicy", "The op table (op -> category, reason), module-path exclusions, a name.")
+      .def(py::init<>())
+      .def(py::init<const core::OpPolicy&>())
+      .def_static("defaults", &defaultPolicy, py::arg("target"), py::arg("cpu_features") = py::none(),
+                  py::arg("cuda_capability") = py::none(),
+                  "The default policy for a target, for the CPU features named (default: this CPU's, or "
+                  "TORCH_MP_CPU_FEATURES) and the GPU's (major, minor) compute capability (default: unknown).")
+      .def_property("name", &core::OpPolicy::name, &core::OpPolicy::setName)
+      .def_property_readonly("slow_kernels", &core::OpPolicy::slowKernels,
+                             "Why defaults() kept the heavy ops fp32 (no fast kernels there), or None.")
+      .def(
+          "set",
+          [](core::OpPolicy& policy, const std::string& op, const std::string& category, std::string reason) {
+            policy.set(op, parseCategory(category), std::move(reason));
+          },
+          py::arg("op"), py::arg("category"), py::arg("reason"))
+      .def("remove", &core::OpPolicy::remove, py::arg("op"), "Returns whether the op was listed.")
+      .def(
+          "category",
+          [](const core::OpPolicy& policy, const std::string& op) { return core::toString(policy.categoryOf(op)); },
+          py::arg("op"), "The op's category; fp32 for an op in no list.")
+      .def(
+          "entry",
+          [](const core::OpPolicy& policy, const std::string& op) -> py::object {
+            const core::PolicyEntry* entry = policy.find(op);
+            return entry ? py::make_tuple(core::toString(entry->category), entry->reason) : py::object(py::none());
+          },
+          py::arg("op"), "(category, reason) of an op, or None when it is in no list.")
+      .def(
+          "rows",
+          [](const core::OpPolicy& policy) {
+            std::vector<std::tuple<std::string, std::string, std::string>> rows;
+            for (const auto& [op, entry] : policy.entries()) {
+              rows.emplace_back(op, core::toString(entry.category), entry.reason);
+            }
+            return rows;
+          },
+          "(op, category, reason) per listed op, sorted by op.")
+      .def("__len__", [](const core::OpPolicy& policy) { return policy.entries().size(); })
+      .def("__contains__",
+           [](const core::OpPolicy& policy, const std::string& op) { return policy.find(op) != nullptr; })
+      .def(
+          "exclude",
+          [](core::OpPolicy& policy, std::string pattern, std::optional<std::vector<std::string>> ops,
+             std::string reason) { policy.exclude({std::move(pattern), std::move(ops), std::move(reason)}); },
+          py::arg("pattern"), py::arg("ops"), py::arg("reason"))
+      .def(
+          "exclusions",
+          [](const core::OpPolicy& policy) {
+            std::vector<std::tuple<std::string, std::optional<std::vector<std::string>>, std::string>> rows;
+            for (const core::Exclusion& exclusion : policy.exclusions()) {
+              rows.push_back(exclusionRow(exclusion));
+            }
+            return rows;
+          },
+          "(pattern, ops or None, reason) per exclusion, in the order added.")
+      .def(
+          "excluded_by",
+          [](const core::OpPolicy& policy, const std::string& op, const std::string& scope) -> py::object {
+            const core::Exclusion* exclusion = policy.exclusionFor(op, scope);
+            return exclusion ? py::cast(exclusionRow(*exclusion)) : py::none();
+          },
+          py::arg("op"), py::arg("scope"), "The first exclusion matching a node of `op` in module `scope`, or None.");
+
+  py::class_<jit::ConvertOptions>(m, "ConvertOptions", "Everything a conversion is asked to do but its inputs.")
+      .def(py::init([](const std::string& dtype, const core::OpPolicy& policy) {
+             jit::ConvertOptions options;
+             options.lowDtype = parseDtype(dtype);
+             options.policy = policy;
+             return options;
+           }),
+           py::arg("dtype"), py::arg("policy"))
+      .def("__copy__", [](const jit::ConvertOptions& options) { return options; })
+      .def_property(
+          "dtype", [](const jit::ConvertOptions& o) { return dtypeName(o.lowDtype); },
+          [](jit::ConvertOptions& o, const std::string& dtype) { o.lowDtype = parseDtype(dtype); })
+      .def_readwrite("policy", &jit::ConvertOptions::policy)
+      .def_property(
+          "planner", [](const jit::ConvertOptions& o) { return plannerName(o.planner); },
+          [](jit::ConvertOptions& o, const std::string& planner) { o.planner = parsePlanner(planner); })
+      .def_readwrite("verify_outputs", &jit::ConvertOptions::verifyOutputs)
+      .def_readwrite("keep_fp32", &jit::ConvertOptions::keepFp32, "Node ids kept fp32 (the accuracy fallback's).")
+      .def_readwrite("low_precision_io", &jit::ConvertOptions::lowPrecisionIO)
+      .def_readwrite("fuse_casts", &jit::ConvertOptions::fuseCasts)
+      .def_readwrite("fused_kernels", &jit::ConvertOptions::fusedKernels)
+      .def_readwrite("channels_last", &jit::ConvertOptions::channelsLast)
+      .def_readwrite("fuse_convolutions", &jit::ConvertOptions::fuseConvolutions)
+      .def_readwrite("keep_node_ids", &jit::ConvertOptions::keepNodeIds)
+      .def(
+          "set_node_rule",
+          [](jit::ConvertOptions& o, py::object rule) { o.nodeRule = nodeRuleFrom(std::move(rule)); },
+          py::arg("rule"),
+          "rule(id, op, scope, output, input_shapes, input_dtypes, constants) -> None or (category, reason), or "
+          "None for no rule.");
+
+  py::class_<jit::ConversionReport>(m, "ConversionReport", "What a conversion decided and what it cost.")
+      .def("to_dict", &reportDict, "The report as dicts and lists (what Report.data holds).")
+      .def_readonly("seconds", &jit::ConversionReport::seconds)
+      .def("low_precision_nodes", &jit::ConversionReport::lowPrecisionNodes);
+
+  py::class_<jit::PreparedModel, std::shared_ptr<jit::PreparedModel>>(
+      m, "PreparedModel", "A model frozen, cleaned up and observed once, planned any number of times.")
+      .def("convert", &convertPrepared, py::arg("options"),
+           "Converts a copy with these options; returns (module, ConversionReport).")
+      .def("convert_in_place", &convertPreparedInPlace, py::arg("options"),
+           "Converts the prepared module itself, using the preparation up; returns (module, ConversionReport).")
+      .def_property_readonly(
+          "frozen", [](const jit::PreparedModel& prepared) { return prepared.frozen; },
+          "The prepared fp32 module, its nodes numbered as in every conversion of it (for probe_nodes).")
+      .def_property_readonly("phases", [](const jit::PreparedModel& prepared) { return prepared.forward.phases; });
+  m.def("prepare_module", &prepareModule, py::arg("module"), py::arg("example_inputs"), py::arg("calibration_inputs"),
+        "Freezes a copy of a scripted module, cleans it up and observes it on the inputs.");
+  m.def("probe_nodes", &probeNodes, py::arg("module"), py::arg("inputs"), py::arg("ids"),
+        "Runs a module whose nodes carry ids and returns the first output of each node named (undefined where "
+        "absent).");
+
+  m.def("enable_jit_pass", &enableJitPass, py::arg("dtype"), py::arg("policy"), py::arg("planner"),
+        py::arg("fuse_casts"), py::arg("fused_kernels"), py::arg("channels_last"), py::arg("fuse_convolutions"),
+        "Enables the load-time mixed-precision pass (registered once per process).");
+  m.def("disable_jit_pass", &jit::disableMixedPrecisionPass, "Disables the load-time pass.");
+  m.def("jit_pass_enabled", &jit::mixedPrecisionPassEnabled);
+  m.def("jit_pass_activity", &jitPassActivity,
+        "(graphs converted, graphs skipped, last outcome, last ConversionReport or None, last error)");
 }

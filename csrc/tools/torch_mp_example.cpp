@@ -5,7 +5,8 @@
 //                                                   prints each output tensor's dtype, shape and sum
 //   torch_mp_example convert IN.pt OUT.pt DTYPE SHAPE...
 //                                                   converts a scripted eval-mode or frozen model in C++ (fp16 or
-//                                                   bf16, CPU policy) and saves it; prints the report as JSON
+//                                                   bf16, CPU policy) and saves it; prints the report's summary as
+//                                                   "key: value" lines
 //   torch_mp_example run-mixed MODEL.pt fp16|bf16 SHAPE...
 //                                                   loads a frozen fp32 file, enables the load-time pass
 //                                                   (torch_mp/jit_pass.h) and runs the model on the same input
@@ -72,7 +73,12 @@ int convert(const std::string& in, const std::string& out, const std::string& dt
   torch_mp::jit::ConvertedModule converted = torch_mp::jit::convertModule(
       module, {torch::randn(shape)}, torch_mp::jit::defaultOptions(c10::DeviceType::CPU, low));
   converted.module.save(out);
-  std::cout << converted.report.toJson() << "\n";
+  const torch_mp::jit::ConversionReport& report = converted.report;
+  std::cout << "dtype: " << report.dtype << "\npolicy: " << report.policy
+            << "\nlow-precision nodes: " << report.lowPrecisionNodes() << "\nnodes: " << report.nodes.size()
+            << "\ncasts: " << report.casts.size() << "\ncast bytes: " << report.castBytes
+            << "\nweight bytes before: " << report.weightBytesBefore
+            << "\nweight bytes after: " << report.weightBytesAfter << "\nseconds: " << report.seconds << "\n";
   return 0;
 }
 

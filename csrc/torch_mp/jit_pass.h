@@ -27,9 +27,9 @@ namespace torch_mp::jit {
 
 struct JitPassOptions {
   c10::ScalarType dtype = c10::ScalarType::Half;  // float16 or bfloat16
-  // The op policy; by default the one for each graph's device (from its profile) and the dtype.
+  // The op policy (its name goes to the report); by default the one for each graph's device (from its profile) and
+  // the dtype.
   std::optional<core::OpPolicy> policy;
-  std::string policyName = "custom";  // names a given policy in the report
   core::PlanMethod planner = core::PlanMethod::kMinCut;
   bool fuseCasts = true;
   bool fusedKernels = false;  // torch_mp::fused_pointwise calls (need the torch_mp library loaded, as it is here)

@@ -7,7 +7,8 @@
 #include <memory>
 #include <regex>
 
-#include "jit/apply_precision_plan.h"
+#include "jit/casts.h"
+#include "jit/ir_utils.h"
 #include "jit/fuse_pointwise.h"
 #include "jit/pipeline.h"
 #include "kernels/fused_pointwise.h"
@@ -52,12 +53,21 @@ struct Fused {
   int castsRemoved = 0;
 };
 
+// FusePointwise with a ledger of its own.
+int fusePointwise(const std::shared_ptr<torch::jit::Graph>& graph, const ObservedValues& observed) {
+  CastLedger ledger(observed);
+  return FusePointwise(graph, observed, ledger);
+}
+
 // Runs FusePointwise, lints, and compares outputs with the unfused graph within `tolerance` (0: bit for bit).
 Fused fuse(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
            const ObservedValues& observed, double tolerance = 0.0) {
   auto before = runGraph(graph, inputs);
   Fused result;
-  result.calls = FusePointwise(graph, observed, [&](const torch::jit::Node*) { ++result.castsRemoved; });
+  const int castsBefore = countNodes(*graph, c10::aten::to);
+  CastLedger ledger(observed);
+  result.calls = FusePointwise(graph, observed, ledger);
+  result.castsRemoved = castsBefore - countNodes(*graph, c10::aten::to);
   graph->lint();
   expectCloseOutputs(before, runGraph(graph, inputs), tolerance);
   return result;
@@ -181,9 +191,9 @@ std::pair<std::vector<int64_t>, std::vector<double>> programOf(const torch::jit:
 TEST(FusePointwiseTest, NumbersAsTheCudaKernelsOfAtenTakeThem) {
   const StandInCudaKernel kernel;
   auto onCpu = parseGraph(kInexactNumbers);
-  ASSERT_EQ(FusePointwise(onCpu, observeAll(*onCpu, {8, 100})), 1);
+  ASSERT_EQ(fusePointwise(onCpu, observeAll(*onCpu, {8, 100})), 1);
   auto onCuda = parseGraph(onDevice(kInexactNumbers, "cuda:0"));
-  ASSERT_EQ(FusePointwise(onCuda, observeAll(*onCuda, {8, 100}, {}, c10::Device(c10::kCUDA, 0))), 1);
+  ASSERT_EQ(fusePointwise(onCuda, observeAll(*onCuda, {8, 100}, {}, c10::Device(c10::kCUDA, 0))), 1);
   onCuda->lint();
   const auto [cpuProgram, cpuScalars] = programOf(*onCpu);
   const auto [cudaProgram, cudaScalars] = programOf(*onCuda);
@@ -240,7 +250,7 @@ TEST(FusePointwiseTest, ValueWithAnotherReaderIsAnInputNotAMember) {
 // Fuses kUpcastAddReluDowncast observed on cuda:0 and lints; returns the number of fused calls.
 int fuseOnCuda(std::shared_ptr<torch::jit::Graph>& graph) {
   graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
-  const int calls = FusePointwise(graph, observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0)));
+  const int calls = fusePointwise(graph, observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0)));
   graph->lint();
   return calls;
 }
@@ -283,7 +293,7 @@ TEST(FusePointwiseTest, ChainsNeverMixDevices) {
     auto graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
     const ObservedValues observed =
         observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0), {{"r", elsewhere}});
-    EXPECT_EQ(FusePointwise(graph, observed), 1) << elsewhere;
+    EXPECT_EQ(fusePointwise(graph, observed), 1) << elsewhere;
     graph->lint();
     FileCheck().check("aten::to(%x")->check("aten::add(")->check(", %r,")->check("prim::ListConstruct(%")
         ->check("torch_mp::fused_pointwise")->check_not("aten::relu")->run(*graph);
@@ -293,7 +303,7 @@ TEST(FusePointwiseTest, ChainsNeverMixDevices) {
     auto graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
     const ObservedValues observed =
         observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0), {{"x", c10::Device(c10::kCPU)}});
-    EXPECT_EQ(FusePointwise(graph, observed), 1);
+    EXPECT_EQ(fusePointwise(graph, observed), 1);
     graph->lint();
     FileCheck().check("aten::to(%x")->check_not("aten::")->check("prim::ListConstruct(%")->check(", %r)")
         ->check("torch_mp::fused_pointwise")->check_not("aten::")->run(*graph);
@@ -303,7 +313,7 @@ TEST(FusePointwiseTest, ChainsNeverMixDevices) {
 TEST(FusePointwiseTest, NotOnDevicesWithoutAKernelNorInLoops) {
   {
     auto graph = parseGraph(kUpcastAddReluDowncast);
-    EXPECT_EQ(FusePointwise(graph, observeAll(*graph, {4, 300}, {}, c10::Device(c10::kXPU, 0))), 0);
+    EXPECT_EQ(fusePointwise(graph, observeAll(*graph, {4, 300}, {}, c10::Device(c10::kXPU, 0))), 0);
   }
   {
     auto graph = parseGraph(R"IR(
@@ -320,7 +330,7 @@ TEST(FusePointwiseTest, NotOnDevicesWithoutAKernelNorInLoops) {
     for (const torch::jit::Node* node : loop->blocks()[0]->nodes()) {
       observed.emplace(node->output(), observedTensor({4, 300}));
     }
-    EXPECT_EQ(FusePointwise(graph, observed), 0);
+    EXPECT_EQ(fusePointwise(graph, observed), 0);
     FileCheck().check("aten::tanh")->check("aten::relu")->run(*graph);
   }
 }
@@ -397,7 +407,7 @@ TEST(FusePointwiseTest, PipelineFusesOnlyWhenAsked) {
     auto converted = graph->copy();
     ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kBFloat16, core::CpuFeatures::all());
     options.fusedKernels = fusedKernels;
-    ConversionReport report = ConvertToMixedPrecision(converted, inputs, options);
+    ConversionReport report = convertGraphInPlace(converted, inputs, options);
     converted->lint();
     expectCloseOutputs(expected, runGraph(converted, inputs), 3e-2);
     return std::make_pair(converted, report);

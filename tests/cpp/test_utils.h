@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/pipeline.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
@@ -38,6 +39,18 @@ inline ObservedValue observedTensor(std::vector<int64_t> sizes, c10::ScalarType 
   seen.numel = c10::multiply_integers(sizes);
   seen.sizes = std::move(sizes);
   return seen;
+}
+
+// Prepares a frozen graph (stages 1-2) and converts it (stages 3-7), in place.
+inline ConversionReport convertGraphInPlace(
+    std::shared_ptr<torch::jit::Graph>& graph,
+    const std::vector<c10::IValue>& inputs,
+    const ConvertOptions& options,
+    const std::vector<std::vector<c10::IValue>>& calibration = {}) {
+  PreparedGraph prepared = prepareGraph(graph, inputs, calibration);
+  ConversionReport report = convertPrepared(prepared, options);
+  graph = prepared.graph;
+  return report;
 }
 
 inline std::shared_ptr<torch::jit::Graph> parseGraph(const std::string& ir) {
@@ -78,6 +91,22 @@ inline void expectCloseOutputs(const std::vector<c10::IValue>& expected, const s
     const double error = (e.to(at::kDouble) - a.to(at::kDouble)).abs().max().item<double>();
     EXPECT_LE(error, relativeTolerance * scale) << "output " << i;
   }
+}
+
+// Nodes of one kind in the graph, nested blocks included.
+inline int countNodes(const torch::jit::Block* block, c10::Symbol kind) {
+  int count = 0;
+  for (const torch::jit::Node* node : block->nodes()) {
+    count += node->kind() == kind;
+    for (const torch::jit::Block* sub : node->blocks()) {
+      count += countNodes(sub, kind);
+    }
+  }
+  return count;
+}
+
+inline int countNodes(const torch::jit::Graph& graph, c10::Symbol kind) {
+  return countNodes(graph.block(), kind);
 }
 
 inline void expectSameOutputs(const std::vector<c10::IValue>& expected, const std::vector<c10::IValue>& actual) {

@@ -235,17 +235,20 @@ def test_example_inputs_are_not_modified():
 
 
 class _FailingExtension:
-    @staticmethod
-    def convert_module(*args, **kwargs):
-        raise RuntimeError("simulated internal failure")
+    """torch_mp._C, but its conversion fails inside."""
 
-    default_policy = staticmethod(torch_mp._C.default_policy)
+    def __getattr__(self, name):
+        return getattr(torch_mp._C, name)
+
+    @staticmethod
+    def prepare_module(*args, **kwargs):
+        raise RuntimeError("simulated internal failure")
 
 
 def test_internal_failure_raises_conversion_error_and_leaves_model(monkeypatch):
     model, x = small()
     snapshot = _snapshot(model)
-    monkeypatch.setattr(torch_mp._convert, "_C", _FailingExtension)
+    monkeypatch.setattr(torch_mp._convert, "_C", _FailingExtension())
     with pytest.raises(torch_mp.ConversionError, match="could not convert ConvBnNet: simulated internal failure"):
         torch_mp.convert(model, (x,))
     _assert_same_state(model, snapshot)

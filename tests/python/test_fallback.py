@@ -67,11 +67,11 @@ def test_fallback_with_a_metric_callable(model):
 
 def test_bisection_baseline_reaches_the_tolerance_too(model):
     calibration = batches(2)
-    from torch_mp._convert import Conversion, _capture
+    from torch_mp._convert import Conversion, _checked_options
 
-    scripted, _ = _capture(model, calibration[0])
-    job = Conversion(scripted, calibration[0], "float16", torch_mp.OpPolicy.default("cpu_fp16"), "min-cut", True,
-                     [], False)
+    options = _checked_options(torch.float16, torch_mp.OpPolicy.default("cpu_fp16"), "min-cut", True, True,
+                               "portable", True, False, True, None, None)
+    job = Conversion(torch_mp.prepare(model, calibration[0]), options)
     kept, error, conversions = bisect_fallback(job, calibration, 5e-3)
     assert error <= 5e-3 and 1 <= len(kept) <= 3 and conversions > len(kept)
 

@@ -1,5 +1,4 @@
 """torch_mp.visualize: the converted graph as DOT / SVG, coloured by precision, with casts, collapsed by module."""
-import io
 import os
 import re
 import shutil
@@ -32,18 +31,24 @@ def convert(model, x, **kwargs):
 
 
 def node_line(dot, name):
-    lines = [line for line in dot.splitlines() if line.strip().startswith(f'"{name}" [')]
+    lines = [line for line in dot.splitlines() if re.match(rf'\s*"?{re.escape(name)}"? \[', line)]
     assert len(lines) == 1, (name, lines)
     return lines[0]
 
 
 def attr(line, key):
-    match = re.search(rf'\b{key}="([^"]*)"', line)
-    return match.group(1) if match else None
+    """An attribute's value, quoted or not (the graphviz package quotes only what needs it)."""
+    match = re.search(rf'\b{key}=(?:"((?:[^"\\]|\\.)*)"|([^\s\]]+))', line)
+    return (match.group(1) if match.group(1) is not None else match.group(2)) if match else None
 
 
-def drawn_nodes(dot, prefix):
-    return re.findall(rf'^\s*"({prefix}[^"]*)" \[', dot, flags=re.M)
+def drawn_nodes(dot, pattern):
+    """Names of the drawn nodes matching a regular expression (n12: a planned node, cast17, box/layer1, ...)."""
+    return re.findall(rf'^\s*"?({pattern})"? \[', dot, flags=re.M)
+
+
+def edges_of(dot):
+    return re.findall(r'^\s*"?([^"\s]+)"? -> "?([^"\s]+)"?', dot.split("cluster_legend")[0], flags=re.M)
 
 
 @pytest.fixture(scope="module")
@@ -62,40 +67,40 @@ def test_marks_and_summary_name_rule_kinds_the_report_writes():
 
 def test_low_and_fp32_nodes_have_their_colours(net):
     module, report = net
-    dot = visualize.to_dot(module, report, collapse_depth=None)
+    dot = visualize.to_dot(report, collapse_depth=None)
     linear = next(n for n in report.nodes if n["op"] == "aten::linear" and n["scope"].startswith("body"))
     norm = next(n for n in report.nodes if n["op"] == "aten::layer_norm")
     assert linear["precision"] == "low" and norm["precision"] == "fp32"
-    low_line, fp32_line = node_line(dot, f"n:{linear['output']}"), node_line(dot, f"n:{norm['output']}")
+    low_line, fp32_line = node_line(dot, f"n{linear['id']}"), node_line(dot, f"n{norm['id']}")
     assert attr(low_line, "fillcolor") == COLORS["low"] and attr(low_line, "penwidth") is None
     assert attr(fp32_line, "fillcolor") == COLORS["fp32"] and attr(fp32_line, "penwidth") is None
     # every planned node is drawn once, in the colour of its precision
     for node in report.nodes:
-        line = node_line(dot, f"n:{node['output']}")
+        line = node_line(dot, f"n{node['id']}")
         expected = {"low": {COLORS["low"], COLORS["follow_low"]}, "fp32": {COLORS["fp32"]}}[node["precision"]]
         assert attr(line, "fillcolor") in expected, (node, line)
-        if "planned low" in node["rule"]:
+        if node["precision"] == "low" and node["category"] in ("follow", "widest"):
             assert attr(line, "fillcolor") == COLORS["follow_low"]
 
 
 def test_title_and_legend(net):
     module, report = net
-    dot = visualize.to_dot(module, report)
+    dot = visualize.to_dot(report)
     low = sum(1 for n in report.nodes if n["precision"] == "low")
-    title = re.search(r'^  label="([^"]*)";', dot, flags=re.M).group(1)
+    title = attr(next(line for line in dot.splitlines() if line.strip().startswith("graph [")), "label")
     assert f"{low} low-precision nodes" in title and f"{len(report.nodes) - low} fp32 nodes" in title
     assert f"{len(report.casts)} casts" in title and "fp16" in title
     assert "subgraph cluster_legend" in dot
-    legend = drawn_nodes(dot, "legend:")
-    assert {f"legend:{k}" for k in ("low", "follow_low", "fp32", "cast", "unplanned")} <= set(legend)
-    assert {f"legend:{k}" for k in MARKS} <= set(legend)
+    legend = drawn_nodes(dot, "legend/[^\"]+")
+    assert {f"legend/{k}" for k in ("low", "follow_low", "fp32", "cast", "unplanned")} <= set(legend)
+    assert {f"legend/{k}" for k in MARKS} <= set(legend)
 
 
 def test_one_cast_node_per_report_cast(net):
     module, report = net
-    dot = visualize.to_dot(module, report, collapse_depth=None)
-    casts = drawn_nodes(dot, "cast:")
-    assert report.casts and len(casts) == len(report.casts)
+    dot = visualize.to_dot(report, collapse_depth=None)
+    casts = drawn_nodes(dot, r"cast\d+")
+    assert report.casts and sorted(casts) == sorted(f"cast{c['id']}" for c in report.casts)
     labels = sorted(attr(node_line(dot, c), "label") for c in casts)
     expected = sorted(f"→{ {'Half': 'fp16', 'Float': 'fp32'}.get(c['to'], c['to'])} " for c in report.casts)
     assert [label.split(" ")[0] + " " for label in labels] == expected, labels
@@ -110,46 +115,46 @@ def test_excluded_nodes_are_marked():
     module, report = convert(Net(), torch.randn(8, 16), policy=policy)
     head = [n for n in report.nodes if n["scope"] == "head"]
     assert head and all(n["rule_kind"] == "exclusion" and n["precision"] == "fp32" for n in head)
-    dot = visualize.to_dot(module, report, collapse_depth=None)
+    dot = visualize.to_dot(report, collapse_depth=None)
     for node in head:
-        line = node_line(dot, f"n:{node['output']}")
+        line = node_line(dot, f"n{node['id']}")
         assert attr(line, "fillcolor") == COLORS["fp32"]
         assert attr(line, "color") == MARKS["exclusion"][0] and attr(line, "penwidth") == "3"
     others = [n for n in report.nodes if n["rule_kind"] != "exclusion"]
-    assert all(attr(node_line(dot, f"n:{n['output']}"), "color") is None for n in others)
-    collapsed = visualize.to_dot(module, report, collapse_depth=1)
-    assert attr(node_line(collapsed, "box:head"), "color") == MARKS["exclusion"][0]
-    assert "1 excluded" in attr(node_line(collapsed, "box:head"), "label")
+    assert all(attr(node_line(dot, f"n{n['id']}"), "color") is None for n in others)
+    collapsed = visualize.to_dot(report, collapse_depth=1)
+    assert attr(node_line(collapsed, "box/head"), "color") == MARKS["exclusion"][0]
+    assert "1 excluded" in attr(node_line(collapsed, "box/head"), "label")
 
 
 def test_collapse_depth_one_gives_one_box_per_top_level_module():
     torch.manual_seed(0)
     module, report = convert(ConvBnNet(), torch.randn(2, 3, 16, 16))
-    dot = visualize.to_dot(module, report, collapse_depth=1)
-    boxes = drawn_nodes(dot, "box:")
-    assert sorted(boxes) == ["box:classifier", "box:features"]
+    dot = visualize.to_dot(report, collapse_depth=1)
+    boxes = drawn_nodes(dot, "box/[^\"]+")
+    assert sorted(boxes) == ["box/classifier", "box/features"]
     # the top module's own code (flatten) runs between its children: drawn node by node, not as a box
     top = [n for n in report.nodes if n["scope"] == ""]
-    assert top and sorted(drawn_nodes(dot, "n:")) == sorted(f"n:{n['output']}" for n in top)
-    assert not drawn_nodes(dot, "cast:")
-    features = attr(node_line(dot, "box:features"), "label")
+    assert top and sorted(drawn_nodes(dot, r"n\d+")) == sorted(f"n{n['id']}" for n in top)
+    assert not drawn_nodes(dot, r"cast\d+")
+    features = attr(node_line(dot, "box/features"), "label")
     low = sum(1 for n in report.nodes if n["scope"].startswith("features") and n["precision"] == "low")
     assert features.startswith(f"features: {low} low, ")
     # edges between boxes are drawn once
-    edges = re.findall(r'^\s*("[^"]+" -> "[^"]+")', dot, flags=re.M)
-    assert len(edges) == len(set(edges))
+    edges = edges_of(dot)
+    assert edges and len(edges) == len(set(edges))
 
 
 def test_collapsed_box_stripes_follow_the_mix():
     torch.manual_seed(0)
     module, report = convert(Net(), torch.randn(8, 16))
-    dot = visualize.to_dot(module, report, collapse_depth=0)
-    (box,) = drawn_nodes(dot, "box:")
-    assert box == "box:" and not drawn_nodes(dot, "n:")
+    dot = visualize.to_dot(report, collapse_depth=0)
+    (box,) = drawn_nodes(dot, "box/[^\"]*")
+    assert box == "box/" and not drawn_nodes(dot, r"n\d+")
     line = node_line(dot, box)
     assert attr(line, "style") == "striped"
     shares = dict(part.split(";") for part in attr(line, "fillcolor").split(":"))
-    low = sum(1 for n in report.nodes if n["precision"] == "low" and "planned low" not in n["rule"])
+    low = sum(1 for n in report.nodes if n["precision"] == "low" and n["category"] not in ("follow", "widest"))
     assert float(shares[COLORS["low"]]) == pytest.approx(low / len(report.nodes), abs=1e-3)
     # casts crossing from the input into the box are edge labels
     assert "→fp16" in dot.split("subgraph cluster_legend")[0]
@@ -168,45 +173,47 @@ def test_a_module_called_twice_gets_one_box_per_call():
 
     torch.manual_seed(0)
     module, report = convert(Twice(), torch.randn(4, 8))
-    dot = visualize.to_dot(module, report, collapse_depth=1)
-    assert drawn_nodes(dot, "box:") == ["box:a", "box:act", "box:b", "box:act#2"]
-    edges = re.findall(r'^\s*"([^"]+)" -> "([^"]+)"', dot.split("subgraph cluster_legend")[0], flags=re.M)
-    assert ("box:act", "box:b") in edges and ("box:b", "box:act#2") in edges and ("box:act#2", "box:act") not in edges
+    dot = visualize.to_dot(report, collapse_depth=1)
+    assert drawn_nodes(dot, "box/[^\"]+") == ["box/a", "box/act", "box/b", "box/act#2"]
+    edges = edges_of(dot)
+    assert ("box/act", "box/b") in edges and ("box/b", "box/act#2") in edges and ("box/act#2", "box/act") not in edges
 
 
 def test_automatic_depth_and_bad_depth(net):
     module, report = net
-    assert drawn_nodes(visualize.to_dot(module, report), "n:")  # small: node by node
+    assert drawn_nodes(visualize.to_dot(report), r"n\d+")  # small: node by node
     with pytest.raises(ValueError, match="collapse_depth"):
-        visualize.to_dot(module, report, collapse_depth=-1)
+        visualize.to_dot(report, collapse_depth=-1)
     with pytest.raises(TypeError, match="torch_mp.Report"):
-        visualize.to_dot(module, {"nodes": []})
+        visualize.to_dot({"nodes": []})
 
 
-def test_labels_escape_quotes_and_backslashes():
-    assert visualize._escape('say "hi"\\n') == 'say \\"hi\\"\\\\n'
-    assert visualize._escape("two\nlines") == "two\\nlines"
-    report = {"dtype": 'Ha"lf', "nodes": [], "casts": [], "cast_bytes": 0}
-    graph = torch.jit.script(nn.Identity()).graph
-    dot = visualize.to_dot(graph, report)
-    assert 'Ha\\"lf' in dot
+def test_labels_keep_quotes_and_backslashes():
+    assert visualize._label('say "hi"\\n') == 'say "hi"\\\\n'  # the graphviz package quotes the rest
+    assert visualize._label("two\nlines") == "two\\nlines"
+    report = {"dtype": 'Ha"lf', "nodes": [], "casts": [], "cast_bytes": 0, "graph": []}
+    assert 'Ha\\"lf' in visualize.to_dot(report)
 
 
-def test_a_saved_and_loaded_module_is_drawn_like_the_original(net):
-    module, report = net
-    buffer = io.BytesIO()
-    torch.jit.save(module, buffer)
-    buffer.seek(0)
-    loaded = torch.jit.load(buffer)
-    original = visualize.to_dot(module, report, collapse_depth=None)
-    reloaded = visualize.to_dot(loaded, report, collapse_depth=None)
+def test_edges_follow_the_report_graph_through_casts(net):
+    _, report = net
+    dot = visualize.to_dot(report, collapse_depth=None)
+    edges = set(edges_of(dot))
+    names = {"input": "in", "node": "n", "cast": "cast", "other": "u", "output": "out"}
+    items = {item["id"]: item for item in report.data["graph"]}
+    expected = {(f"{names[items[source]['kind']]}{source}", f"{names[item['kind']]}{item['id']}")
+                for item in report.data["graph"] for source in item["inputs"]}
+    assert edges == expected
+    # each cast reads one value and is read by the op it feeds
+    for cast in report.casts:
+        assert len(items[cast["id"]]["inputs"]) == 1
+        assert any(cast["id"] in item["inputs"] for item in report.data["graph"])
 
-    def colours(dot):
-        return sorted(attr(node_line(dot, n), "fillcolor") for n in drawn_nodes(dot, "n:"))
 
-    assert colours(reloaded) == colours(original)
-    assert sorted(attr(node_line(reloaded, c), "label") for c in drawn_nodes(reloaded, "cast:")) == sorted(
-        attr(node_line(original, c), "label") for c in drawn_nodes(original, "cast:"))
+def test_a_report_read_back_from_json_is_drawn_alike(net):
+    _, report = net
+    again = torch_mp.Report.from_json(report.to_json())
+    assert visualize.to_dot(again, collapse_depth=None) == visualize.to_dot(report, collapse_depth=None)
 
 
 def require_dot():
@@ -217,28 +224,28 @@ def require_dot():
 def test_render_svg(net, tmp_path):
     require_dot()
     module, report = net
-    path = visualize.render_svg(module, report, tmp_path / "net.svg")
+    path = visualize.render_svg(report, tmp_path / "net.svg")
     text = open(path).read()
     assert text.startswith("<?xml") or text.startswith("<svg")
     assert "</svg>" in text
 
 
 def test_render_svg_without_graphviz_says_how_to_install_it(net, tmp_path, monkeypatch):
-    module, report = net
+    _, report = net
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RuntimeError, match="apt-get install graphviz"):
-        visualize.render_svg(module, report, tmp_path / "net.svg")
-    assert visualize.to_dot(module, report).startswith("digraph")
+        visualize.render_svg(report, tmp_path / "net.svg")
+    assert visualize.to_dot(report).startswith("digraph")
 
 
 def test_resnet50_ibn_a_picture_is_readable(tmp_path):
     require_dot()
     torch.manual_seed(0)
-    module, report = convert(resnet50_ibn_a(), torch.randn(1, 3, 64, 64))
-    path = visualize.render_svg(module, report, tmp_path / "resnet.svg")
+    _, report = convert(resnet50_ibn_a(), torch.randn(1, 3, 64, 64))
+    path = visualize.render_svg(report, tmp_path / "resnet.svg")
     text = open(path).read()
     titles = re.findall(r'<g id="node\d+" class="node">\s*<title>([^<]*)</title>', text)
-    drawn = [t for t in titles if not t.startswith("legend:")]
+    drawn = [t for t in titles if not t.startswith("legend/")]
     assert 10 <= len(drawn) <= 150, len(drawn)
-    assert any(t.startswith("box:layer1") for t in drawn)
+    assert any(t.startswith("box/layer1") for t in drawn)
     assert os.path.getsize(path) < 2 * 1024 * 1024

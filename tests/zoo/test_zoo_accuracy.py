@@ -37,6 +37,9 @@ WIDER = {
         0.985, "the additive attention mask holds float32's minimum: the range guard keeps the six attention calls "
                "fp32"),
     ("hf.t5-small-encoder", BF16, "low_flop_fraction"): (0.985, "the same range guard (beyond bfloat16's max too)"),
+    ("resnet50_ibn_a", BF16, "max_rel_error"): (
+        0.07, "the CPU's bf16 kernels decide the last bits: 0.048 on an AMD EPYC with AVX512-BF16, 0.065 on one with "
+              "AVX2 only (same plan and inputs; cosine 0.99936), 50 layers of bf16 rounding on random weights"),
 }
 
 

@@ -1,0 +1,159 @@
+#include "core/op_facts.h"
+
+#include <unordered_map>
+
+namespace torch_mp::core {
+namespace {
+
+constexpr CastFusion kDtypeArgument = CastFusion::kDtypeArgument;
+constexpr CastFusion kMixedTypeNormOnCpu = CastFusion::kMixedTypeNormOnCpu;
+constexpr FlopFormula kConvolution = FlopFormula::kConvolution;
+constexpr FlopFormula kTransposedConvolution = FlopFormula::kTransposedConvolution;
+constexpr FlopFormula kGenericConvolution = FlopFormula::kGenericConvolution;
+constexpr FlopFormula kContraction = FlopFormula::kContraction;
+constexpr FlopFormula kBiasedContraction = FlopFormula::kBiasedContraction;
+constexpr FlopFormula kAttention = FlopFormula::kAttention;
+constexpr FlopFormula kMultiHeadAttention = FlopFormula::kMultiHeadAttention;
+constexpr FlopFormula kTransformerEncoderLayer = FlopFormula::kTransformerEncoderLayer;
+constexpr FlopFormula kRecurrent = FlopFormula::kRecurrent;
+constexpr LayoutRole kKeeps = LayoutRole::kKeepsChannelsLast;
+constexpr LayoutRole kMetadata = LayoutRole::kReadsMetadataOnly;
+
+// TensorIterator gives an elementwise op's output the layout of its inputs (the first input's when they differ).
+constexpr const char* kElementwiseLayout = "elementwise (TensorIterator): the output takes the inputs' layout";
+constexpr const char* kPerChannelLayout = "per-channel kernel with an NHWC path in cuDNN / ATen";
+constexpr const char* kMetadataOnly = "reads sizes, dtype or device only";
+
+// clang-format off
+const OpFacts kOpFacts[] = {
+    {.op = "aten::__is__", .layout = kMetadata, .layoutReason = "compares identity, reads no element"},
+    {.op = "aten::__isnot__", .layout = kMetadata, .layoutReason = "compares identity, reads no element"},
+    {.op = "aten::_convolution", .flops = kGenericConvolution, .layout = kKeeps,
+     .layoutReason = "traced convolution: same layout rule as aten::conv2d"},
+    {.op = "aten::_native_multi_head_attention", .flops = kMultiHeadAttention},
+    {.op = "aten::_transformer_encoder_layer_fwd", .flops = kTransformerEncoderLayer},
+    {.op = "aten::adaptive_avg_pool2d", .layout = kKeeps,
+     .layoutReason = "NHWC pooling kernel; output keeps the input's layout"},
+    {.op = "aten::add", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::addbmm", .flops = kBiasedContraction},
+    {.op = "aten::addmm", .flops = kBiasedContraction},
+    {.op = "aten::avg_pool2d", .layout = kKeeps,
+     .layoutReason = "NHWC pooling kernel; output keeps the input's layout"},
+    {.op = "aten::baddbmm", .flops = kBiasedContraction},
+    {.op = "aten::batch_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {1, 2, 3, 4}, .layout = kKeeps,
+     .layoutReason = kPerChannelLayout},
+    {.op = "aten::bmm", .flops = kContraction},
+    {.op = "aten::cat", .layout = kKeeps,
+     .layoutReason = "concatenating inputs of one layout writes that layout (the list is read here)"},
+    {.op = "aten::clamp", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::clamp_max", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::clamp_min", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::clone", .preservesDtype = true},
+    {.op = "aten::contiguous", .preservesDtype = true},
+    {.op = "aten::conv1d", .flops = kConvolution},
+    {.op = "aten::conv2d", .flops = kConvolution, .layout = kKeeps,
+     .layoutReason = "cuDNN convolves NHWC natively and writes NHWC when its weight is channels_last"},
+    {.op = "aten::conv3d", .flops = kConvolution},
+    {.op = "aten::conv_transpose1d", .flops = kTransposedConvolution},
+    {.op = "aten::conv_transpose2d", .flops = kTransposedConvolution},
+    {.op = "aten::conv_transpose3d", .flops = kTransposedConvolution},
+    {.op = "aten::convolution", .flops = kGenericConvolution},
+    {.op = "aten::cudnn_convolution_add_relu", .layout = kKeeps,
+     .layoutReason = "cuDNN fused convolution: same layout rule as aten::conv2d"},
+    {.op = "aten::cudnn_convolution_relu", .layout = kKeeps,
+     .layoutReason = "cuDNN fused convolution: same layout rule as aten::conv2d"},
+    {.op = "aten::cumprod", .castFusion = kDtypeArgument},
+    {.op = "aten::cumsum", .castFusion = kDtypeArgument},
+    {.op = "aten::detach", .preservesDtype = true},
+    {.op = "aten::dim", .layout = kMetadata, .layoutReason = kMetadataOnly},
+    {.op = "aten::div", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::dropout", .preservesDtype = true, .layout = kKeeps, .layoutReason = "identity at inference"},
+    {.op = "aten::elu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::embedding", .tableLookup = "gathers rows of an embedding table"},
+    {.op = "aten::expand", .preservesDtype = true},
+    {.op = "aten::flatten", .preservesDtype = true},
+    {.op = "aten::gather", .tableLookup = "reads a table at an index tensor"},
+    {.op = "aten::gelu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::group_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {2, 3}},
+    {.op = "aten::gru", .flops = kRecurrent},
+    {.op = "aten::hardsigmoid", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::hardswish", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::hardtanh", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::index", .tableLookup = "reads a table at index tensors (positional and relative-position tables)"},
+    {.op = "aten::index_select", .tableLookup = "selects rows of a table along one dim"},
+    {.op = "aten::instance_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {1, 2, 3, 4}},
+    {.op = "aten::layer_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {2, 3}},
+    {.op = "aten::leaky_relu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::len", .layout = kMetadata, .layoutReason = kMetadataOnly},
+    {.op = "aten::linear", .flops = kContraction},
+    {.op = "aten::log_softmax", .castFusion = kDtypeArgument},
+    {.op = "aten::lstm", .flops = kRecurrent},
+    {.op = "aten::matmul", .flops = kContraction},
+    {.op = "aten::max_pool2d", .layout = kKeeps,
+     .layoutReason = "NHWC pooling kernel; output keeps the input's layout"},
+    {.op = "aten::mean", .castFusion = kDtypeArgument},
+    {.op = "aten::mish", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::mm", .flops = kContraction},
+    {.op = "aten::mul", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::narrow", .preservesDtype = true},
+    {.op = "aten::neg", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::numel", .layout = kMetadata, .layoutReason = kMetadataOnly},
+    {.op = "aten::permute", .preservesDtype = true},
+    {.op = "aten::prod", .castFusion = kDtypeArgument},
+    {.op = "aten::relu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::relu6", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::reshape", .preservesDtype = true},
+    {.op = "aten::rnn_relu", .flops = kRecurrent},
+    {.op = "aten::rnn_tanh", .flops = kRecurrent},
+    {.op = "aten::scaled_dot_product_attention", .flops = kAttention},
+    {.op = "aten::select", .preservesDtype = true},
+    {.op = "aten::sigmoid", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::silu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::size", .layout = kMetadata, .layoutReason = kMetadataOnly},
+    {.op = "aten::slice", .preservesDtype = true},
+    {.op = "aten::softmax", .castFusion = kDtypeArgument},
+    {.op = "aten::squeeze", .preservesDtype = true},
+    {.op = "aten::sub", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::sum", .castFusion = kDtypeArgument},
+    {.op = "aten::t", .preservesDtype = true},
+    {.op = "aten::take", .tableLookup = "reads a flattened table at an index tensor"},
+    {.op = "aten::tanh", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::to", .layout = kKeeps, .layoutReason = "a dtype cast keeps the memory format (preserve_format)"},
+    {.op = "aten::transpose", .preservesDtype = true},
+    {.op = "aten::type_as", .layout = kKeeps,
+     .layoutReason = "a dtype cast keeps the memory format (preserve_format)"},
+    {.op = "aten::unflatten", .preservesDtype = true},
+    {.op = "aten::unsqueeze", .preservesDtype = true},
+    {.op = "aten::upsample_bilinear2d", .layout = kKeeps,
+     .layoutReason = "NHWC upsampling kernel; output keeps the input's layout"},
+    {.op = "aten::upsample_nearest2d", .layout = kKeeps,
+     .layoutReason = "NHWC upsampling kernel; output keeps the input's layout"},
+    {.op = "aten::view", .preservesDtype = true},
+    {.op = "prim::ListConstruct", .layout = kKeeps,
+     .layoutReason = "a list of tensors is only passed on; its readers decide (cat keeps NHWC)"},
+    {.op = "prim::device", .layout = kMetadata, .layoutReason = kMetadataOnly},
+    {.op = "prim::dtype", .layout = kMetadata, .layoutReason = kMetadataOnly},
+    {.op = "prim::is_cuda", .layout = kMetadata, .layoutReason = kMetadataOnly},
+    {.op = "prim::shape", .layout = kMetadata, .layoutReason = kMetadataOnly},
+    {.op = "prim::unchecked_cast", .preservesDtype = true},
+    {.op = "torch_mp::fused_pointwise", .layout = kKeeps,
+     .layoutReason = "inputs of one dense layout are read in memory order; out is empty_like"},
+};
+// clang-format on
+
+} // namespace
+
+const OpFacts& factsOf(const std::string& op) {
+  static const std::unordered_map<std::string, const OpFacts*> byName = [] {
+    std::unordered_map<std::string, const OpFacts*> map;
+    for (const OpFacts& facts : kOpFacts) {
+      map.emplace(facts.op, &facts);
+    }
+    return map;
+  }();
+  static const OpFacts kNoFacts{""};
+  auto it = byName.find(op);
+  return it == byName.end() ? kNoFacts : *it->second;
+}
+
+} // namespace torch_mp::core

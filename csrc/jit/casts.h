@@ -1,0 +1,83 @@
+// Plain dtype casts, and the ledger of the casts a conversion creates.
+//
+// A plain cast is `aten::to(%x, dtype, false, false, None)`: it keeps sizes, rank, device and layout, and only
+// rounds. Every cast the conversion adds is created by one CastLedger, which marks it (attribute `torch_mp_cast`,
+// the same on every cast, so equal casts still merge in common-subexpression elimination) and accounts for it:
+// passes that fold a cast into its readers hand it to `fuse` (counted, with the bytes it would have moved), passes
+// that find it changes nothing hand it to `cancel`; what is left at the end is read off the graph by its mark, so a
+// cast any pass (PyTorch's dead-code elimination included) destroyed is simply gone. `takeMarks` removes the marks
+// at the end (a graph handed to the user carries none), saying which casts they were.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <optional>
+#include <unordered_set>
+
+#include "jit/conversion_report.h"
+#include "jit/value_observer.h"
+
+namespace torch_mp::jit {
+
+// The target dtype of a plain dtype cast, or nothing for any other node.
+std::optional<c10::ScalarType> plainCastTarget(const torch::jit::Node* node);
+
+// The first answer `ask` gives for `value` or, walking back through plain casts (which keep sizes, rank and device),
+// for the value each cast read; nothing when none answers. `ask` returns an std::optional.
+template <typename Ask>
+auto askThroughPlainCasts(const torch::jit::Value* value, const Ask& ask) -> decltype(ask(value)) {
+  for (;;) {
+    if (auto answer = ask(value)) {
+      return answer;
+    }
+    if (!plainCastTarget(value->node())) {
+      return std::nullopt;
+    }
+    value = value->node()->input(0);
+  }
+}
+
+// Inserts a plain cast of `value` to `dtype` at the insertion point, its output typed with the new dtype. Not the
+// conversion's own: those come from CastLedger::create.
+torch::jit::Value* insertCast(torch::jit::Graph& graph, torch::jit::Value* value, c10::ScalarType dtype);
+
+class CastLedger {
+ public:
+  // Bytes are counted at the sizes `observed` holds (0 for a value it lacks).
+  explicit CastLedger(const ObservedValues& observed) : observed_(observed) {}
+
+  // Inserts a cast of the conversion at the insertion point.
+  torch::jit::Value* create(torch::jit::Graph& graph, torch::jit::Value* value, c10::ScalarType dtype);
+  // Whether a ledger created this node.
+  static bool created(const torch::jit::Node* node);
+
+  // Destroys a cast nobody reads any more because its readers now convert inside their own kernels; counted as
+  // fused when the conversion created it.
+  void fuse(torch::jit::Node* cast);
+  // Destroys a cast whose result always equals `sameValue` (a no-op or a lossless round trip); its readers read
+  // `sameValue` instead.
+  static void cancel(torch::jit::Node* cast, torch::jit::Value* sameValue);
+
+  int fusedCasts() const {
+    return fusedCasts_;
+  }
+  int64_t fusedCastBytes() const {
+    return fusedCastBytes_;
+  }
+
+  // What a cast moves per inference, at the observed size of the value it reads.
+  CastRecord recordOf(const torch::jit::Node* cast) const;
+
+  // Removes the ledger's marks from the graph (the casts stay) and returns the casts that carried them. The set is
+  // valid for nodes still in the graph as long as no pass creates nodes (a new node may take a destroyed one's
+  // address).
+  static std::unordered_set<const torch::jit::Node*> takeMarks(torch::jit::Graph& graph);
+
+ private:
+  const ObservedValues& observed_;
+  int fusedCasts_ = 0;
+  int64_t fusedCastBytes_ = 0;
+};
+
+} // namespace torch_mp::jit

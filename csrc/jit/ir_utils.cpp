@@ -1,0 +1,227 @@
+#include "jit/ir_utils.h"
+
+#include <c10/util/Exception.h>
+#include <c10/util/hash.h>
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Node;
+using torch::jit::Value;
+
+const c10::Symbol kNodeIdAttribute = c10::Symbol::attr("torch_mp_node");
+
+int depthOf(Block* block) {
+  int depth = 0;
+  for (Block* b = parentBlock(block); b; b = parentBlock(b)) {
+    ++depth;
+  }
+  return depth;
+}
+
+bool isNumbered(const Node* node) {
+  return node->kind() != c10::prim::Constant && node->kind() != c10::prim::Param &&
+      node->kind() != c10::prim::Return;
+}
+
+void numberNodes(Block* block, NodeId& next) {
+  for (Node* node : block->nodes()) {
+    if (isNumbered(node)) {
+      node->i_(kNodeIdAttribute, next++);
+    }
+    for (Block* sub : node->blocks()) {
+      numberNodes(sub, next);
+    }
+  }
+}
+
+void takeIds(Block* block, NodeIds& taken) {
+  for (Node* node : block->nodes()) {
+    if (node->hasAttribute(kNodeIdAttribute)) {
+      taken.emplace(node, node->i(kNodeIdAttribute));
+      node->removeAttribute(kNodeIdAttribute);
+    }
+    for (Block* sub : node->blocks()) {
+      takeIds(sub, taken);
+    }
+  }
+}
+
+void restoreIds(Block* block, const NodeIds& ids) {
+  for (Node* node : block->nodes()) {
+    if (auto it = ids.find(node); it != ids.end()) {
+      node->i_(kNodeIdAttribute, it->second);
+    }
+    for (Block* sub : node->blocks()) {
+      restoreIds(sub, ids);
+    }
+  }
+}
+
+void hashBlock(const Block* block, size_t& hash) {
+  for (const Value* input : block->inputs()) {
+    hash = c10::hash_combine(hash, input->unique());
+  }
+  for (const Node* node : block->nodes()) {
+    hash = c10::hash_combine(hash, static_cast<size_t>(node->kind()));
+    for (const Value* input : node->inputs()) {
+      hash = c10::hash_combine(hash, input->unique());
+    }
+    for (const Value* output : node->outputs()) {
+      hash = c10::hash_combine(hash, output->unique());
+    }
+    for (const Block* sub : node->blocks()) {
+      hashBlock(sub, hash);
+    }
+  }
+  for (const Value* output : block->outputs()) {
+    hash = c10::hash_combine(hash, output->unique());
+  }
+}
+
+void pairValues(
+    at::ArrayRef<Value*> original,
+    at::ArrayRef<Value*> copy,
+    std::unordered_map<const Value*, Value*>& map) {
+  TORCH_INTERNAL_ASSERT(original.size() == copy.size(), "torch_mp: a graph copy differs from its original");
+  for (size_t i = 0; i < original.size(); ++i) {
+    map.emplace(original[i], copy[i]);
+  }
+}
+
+void pairBlocks(const Block* original, Block* copy, std::unordered_map<const Value*, Value*>& map) {
+  pairValues(const_cast<Block*>(original)->inputs(), copy->inputs(), map);
+  auto copied = copy->nodes().begin();
+  for (const Node* node : original->nodes()) {
+    TORCH_INTERNAL_ASSERT(
+        copied != copy->nodes().end() && (*copied)->kind() == node->kind(),
+        "torch_mp: a graph copy differs from its original");
+    pairValues(const_cast<Node*>(node)->outputs(), (*copied)->outputs(), map);
+    TORCH_INTERNAL_ASSERT(node->blocks().size() == (*copied)->blocks().size());
+    for (size_t b = 0; b < node->blocks().size(); ++b) {
+      pairBlocks(node->blocks()[b], (*copied)->blocks()[b], map);
+    }
+    ++copied;
+  }
+}
+
+} // namespace
+
+std::optional<c10::ScalarType> recordedDtype(const Value* value) {
+  if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+    return tensorType->scalarType();
+  }
+  return std::nullopt;
+}
+
+void setRecordedDtype(Value* value, c10::ScalarType dtype) {
+  if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+    value->setType(tensorType->withScalarType(dtype));
+  }
+}
+
+Block* parentBlock(Block* block) {
+  Node* owner = block->owningNode();
+  return owner ? owner->owningBlock() : nullptr;
+}
+
+Block* commonBlock(Block* a, Block* b) {
+  int depthA = depthOf(a);
+  int depthB = depthOf(b);
+  for (; depthA > depthB; --depthA) {
+    a = parentBlock(a);
+  }
+  for (; depthB > depthA; --depthB) {
+    b = parentBlock(b);
+  }
+  while (a != b) {
+    a = parentBlock(a);
+    b = parentBlock(b);
+  }
+  return a;
+}
+
+bool definedInLoopBody(const Value* value) {
+  for (const Block* block = value->node()->owningBlock(); block->owningNode();
+       block = block->owningNode()->owningBlock()) {
+    if (block->owningNode()->kind() == c10::prim::Loop) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool containsTensor(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) {
+    return true;
+  }
+  for (const c10::TypePtr& contained : type->containedTypes()) {
+    if (containsTensor(contained)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool mayHoldTensor(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) {
+    return true;
+  }
+  if (auto optional = type->cast<c10::OptionalType>()) {
+    return optional->getElementType()->kind() == c10::TypeKind::TensorType;
+  }
+  return false;
+}
+
+bool isTensorContainer(const c10::TypePtr& type) {
+  return type->kind() != c10::TypeKind::TensorType && !mayHoldTensor(type) && containsTensor(type);
+}
+
+bool isModule(const Value* value) {
+  const c10::ClassTypePtr type = value->type()->cast<c10::ClassType>();
+  return type && type->is_module();
+}
+
+std::optional<NodeId> nodeIdOf(const Node* node) {
+  if (!node->hasAttribute(kNodeIdAttribute)) {
+    return std::nullopt;
+  }
+  return node->i(kNodeIdAttribute);
+}
+
+void assignNodeIds(torch::jit::Graph& graph) {
+  NodeId next = 0;
+  numberNodes(graph.block(), next);
+}
+
+void copyNodeId(const Node* original, Node* replacement) {
+  if (std::optional<NodeId> id = nodeIdOf(original)) {
+    replacement->i_(kNodeIdAttribute, *id);
+  }
+}
+
+NodeIds takeNodeIds(torch::jit::Graph& graph) {
+  NodeIds taken;
+  takeIds(graph.block(), taken);
+  return taken;
+}
+
+void restoreNodeIds(torch::jit::Graph& graph, const NodeIds& ids) {
+  restoreIds(graph.block(), ids);
+}
+
+size_t structureHash(const torch::jit::Graph& graph) {
+  size_t hash = 0;
+  hashBlock(graph.block(), hash);
+  return hash;
+}
+
+std::unordered_map<const Value*, Value*> correspondingValues(
+    const torch::jit::Graph& original, torch::jit::Graph& copy) {
+  std::unordered_map<const Value*, Value*> map;
+  pairBlocks(original.block(), copy.block(), map);
+  return map;
+}
+
+} // namespace torch_mp::jit

@@ -1,0 +1,65 @@
+// IR helpers the passes share: dtypes recorded in value types, blocks, types that hold tensors, node ids.
+//
+// Node ids: preparation (jit/pipeline) numbers every node of the prepared graph but constants, in graph order, as an
+// attribute (`torch_mp_node`). Copies of the graph keep them (Graph::copy and Module::clone copy attributes), so a
+// node has one id in every plan made from one preparation: the report, the picture and the accuracy fallback name
+// nodes by it. A pass that replaces a node by a new one hands the id over (copyNodeId); nodes a pass creates have
+// none. The converted graph handed to a user carries no ids (takeNodeIds).
+#pragma once
+
+#include <c10/core/ScalarType.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+
+namespace torch_mp::jit {
+
+// The dtype a value's type records, if any.
+std::optional<c10::ScalarType> recordedDtype(const torch::jit::Value* value);
+// Records `dtype` in a tensor value's type (other types are left as they are).
+void setRecordedDtype(torch::jit::Value* value, c10::ScalarType dtype);
+
+// The block around the node that owns `block`, or nullptr for the graph's own block.
+torch::jit::Block* parentBlock(torch::jit::Block* block);
+// The innermost block that holds both blocks (each block holds itself).
+torch::jit::Block* commonBlock(torch::jit::Block* a, torch::jit::Block* b);
+// Whether the value is defined inside a loop body (at any depth), where its sizes may change between iterations.
+bool definedInLoopBody(const torch::jit::Value* value);
+
+// Whether a static type is or contains a tensor type (a list, tuple, dict or optional of tensors).
+bool containsTensor(const c10::TypePtr& type);
+// Whether a static type may hold a tensor at run time (Tensor or Optional[Tensor]).
+bool mayHoldTensor(const c10::TypePtr& type);
+// Whether the static type holds tensors inside a list, tuple, dict or optional container.
+bool isTensorContainer(const c10::TypePtr& type);
+// Whether the value is a module object (a method's self, or a submodule read from it).
+bool isModule(const torch::jit::Value* value);
+
+using NodeId = int64_t;
+// The node's id, or nothing for a node created after preparation (casts, fused kernels) or never numbered.
+std::optional<NodeId> nodeIdOf(const torch::jit::Node* node);
+// Numbers the nodes of the graph (blocks included, constants, params and returns excepted) in graph order.
+void assignNodeIds(torch::jit::Graph& graph);
+// `replacement` takes over `original`'s id, if it has one.
+void copyNodeId(const torch::jit::Node* original, torch::jit::Node* replacement);
+// Removes the node ids from the graph and returns them, so that passes comparing nodes (common-subexpression
+// elimination) merge equal nodes whatever their ids. The map is valid for nodes still in the graph as long as no
+// pass creates nodes (a new node may take a destroyed one's address).
+using NodeIds = std::unordered_map<const torch::jit::Node*, NodeId>;
+NodeIds takeNodeIds(torch::jit::Graph& graph);
+// Gives the graph's nodes in `ids` their ids again.
+void restoreNodeIds(torch::jit::Graph& graph, const NodeIds& ids);
+
+// A hash of the graph's structure: per node, in order and through blocks, its kind and the identities of the values it
+// reads and writes. A pass that adds, removes or rewires a node changes it (in all but hash collisions); one that
+// changes nothing leaves it as it was.
+size_t structureHash(const torch::jit::Graph& graph);
+
+// Each value of `original` -> the value at the same place in `copy`, a graph of the same structure (a Graph::copy or
+// a cloned module's method): graph inputs, then per node its outputs and, per block, its inputs, in order.
+std::unordered_map<const torch::jit::Value*, torch::jit::Value*> correspondingValues(
+    const torch::jit::Graph& original, torch::jit::Graph& copy);
+
+} // namespace torch_mp::jit

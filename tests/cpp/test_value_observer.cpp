@@ -1,0 +1,126 @@
+// The observer (jit/value_observer) on its own: what one run records per value (dtype, sizes, the largest finite
+// magnitude, integrality), what calibration runs add, what is never seen, what is completed statically, and that the
+// caller's inputs are not touched.
+#include <gtest/gtest.h>
+
+#include <torch/csrc/jit/ir/irparser.h>
+
+#include <limits>
+#include <unordered_map>
+
+#include "jit/value_observer.h"
+#include "test_utils.h"
+
+namespace torch_mp::jit {
+namespace {
+
+// A graph from IR and its values by the names the IR gives them.
+struct NamedGraph {
+  std::shared_ptr<torch::jit::Graph> graph;
+  std::unordered_map<std::string, torch::jit::Value*> values;
+};
+
+NamedGraph parseNamed(const std::string& ir) {
+  NamedGraph parsed{std::make_shared<torch::jit::Graph>(), {}};
+  torch::jit::parseIR(ir, parsed.graph.get(), parsed.values);
+  return parsed;
+}
+
+TEST(ValueObserverTest, RecordsDtypeSizesMagnitudeAndIntegralityPerValue) {
+  auto [graph, named] = parseNamed(R"IR(
+    graph(%x : Tensor, %i : Tensor):
+      %big : float = prim::Constant[value=1000.]()
+      %y : Tensor = aten::mul(%x, %big)
+      %r : Tensor = aten::round(%y)
+      %s : Tensor = aten::mul(%i, %i)
+      return (%y, %r, %s))IR");
+  const at::Tensor x = torch::tensor({{0.5f, -2.25f, 1.0f}, {3.0f, 0.1234f, -0.75f}});
+  const Observation observation = observeValues(graph, {x, torch::arange(6).reshape({2, 3})});
+  const ObservedValue& y = observation.values.at(named.at("y"));
+  EXPECT_TRUE(y.isTensor);
+  EXPECT_EQ(y.dtype, at::kFloat);
+  EXPECT_EQ(y.sizes, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(y.numel, 6);
+  EXPECT_DOUBLE_EQ(y.largestMagnitude, 3000.0);
+  EXPECT_FALSE(y.onlyIntegers);  // 123.4 among values beyond 256
+  EXPECT_TRUE(y.rangeObserved);
+  const ObservedValue& r = observation.values.at(named.at("r"));
+  EXPECT_TRUE(r.onlyIntegers);
+  const ObservedValue& s = observation.values.at(named.at("s"));
+  EXPECT_EQ(s.dtype, at::kLong);
+  EXPECT_EQ(s.sizes, (std::vector<int64_t>{2, 3}));
+  ASSERT_EQ(observation.outputs.size(), 3u);
+  EXPECT_TRUE(observation.outputs[0].toTensor().equal(x * 1000));
+}
+
+TEST(ValueObserverTest, CalibrationRunsKeepTheLargestSizesAndMagnitudes) {
+  auto [graph, named] = parseNamed(R"IR(
+    graph(%x : Tensor):
+      %r : Tensor = aten::relu(%x)
+      return (%r))IR");
+  const Observation observation = observeValues(
+      graph, {torch::full({2, 2}, 1.5f)}, {{torch::full({4, 2}, 7.0f)}, {torch::full({1, 2}, -9.0f)}});
+  const ObservedValue& r = observation.values.at(named.at("r"));
+  EXPECT_EQ(r.numel, 8);
+  EXPECT_EQ(r.sizes, (std::vector<int64_t>{4, 2}));
+  EXPECT_DOUBLE_EQ(r.largestMagnitude, 7.0);
+  const ObservedValue& x = observation.values.at(graph->inputs()[0]);
+  EXPECT_DOUBLE_EQ(x.largestMagnitude, 9.0);
+  EXPECT_TRUE(observation.outputs[0].toTensor().equal(torch::full({2, 2}, 1.5f)));  // the example inputs' run
+}
+
+TEST(ValueObserverTest, InfinitiesAndNanDoNotCountAsMagnitudes) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor):
+      %r : Tensor = aten::relu(%x)
+      return (%r))IR");
+  const float inf = std::numeric_limits<float>::infinity();
+  const Observation observation =
+      observeValues(graph, {torch::tensor({2.0f, inf, -5.0f, std::numeric_limits<float>::quiet_NaN()})});
+  EXPECT_DOUBLE_EQ(observation.values.at(graph->inputs()[0]).largestMagnitude, 5.0);
+  EXPECT_DOUBLE_EQ(largestFiniteMagnitude(torch::full({5000}, -inf)), 0.0);
+  EXPECT_DOUBLE_EQ(largestFiniteMagnitude(torch::empty({0})), 0.0);
+}
+
+TEST(ValueObserverTest, ABranchNotTakenIsNotSeenAndItsViewsAreCompletedStatically) {
+  auto [graph, named] = parseNamed(R"IR(
+    graph(%x : Tensor, %c : bool):
+      %zero : int = prim::Constant[value=0]()
+      %y : Tensor = prim::If(%c)
+        block0():
+          %u : Tensor = aten::unsqueeze(%x, %zero)
+          -> (%u)
+        block1():
+          %e : Tensor = aten::exp(%x)
+          -> (%e)
+      return (%y))IR");
+  ObservedValues observed = observeValues(graph, {torch::randn({3}), false}).values;
+  const torch::jit::Value* u = named.at("u");
+  const torch::jit::Node* branch = graph->outputs()[0]->node();
+  EXPECT_FALSE(observed.count(u));
+  EXPECT_TRUE(observed.count(named.at("e")));
+  EXPECT_FALSE(blockRan(branch->blocks()[0], observed));
+  EXPECT_TRUE(blockRan(branch->blocks()[1], observed));
+  EXPECT_TRUE(blockRan(graph->block(), observed));
+  EXPECT_EQ(inferUnreachedDtypes(graph, observed), 1);  // the view of a known tensor; exp might change dtypes
+  ASSERT_TRUE(observed.count(u));
+  EXPECT_TRUE(observed.at(u).inferred);
+  EXPECT_EQ(observed.at(u).dtype, at::kFloat);
+  EXPECT_EQ(observed.at(u).numel, 0);  // never ran: moves no bytes
+  EXPECT_FALSE(blockRan(branch->blocks()[0], observed));  // inferred values do not make a block ran
+}
+
+TEST(ValueObserverTest, TheCallersInputsAreNotTouched) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %w : Tensor = aten::add_(%x, %x, %one)
+      return (%w))IR");
+  const at::Tensor x = torch::ones({3});
+  const Observation observation = observeValues(graph, {x});
+  EXPECT_TRUE(x.equal(torch::ones({3})));
+  EXPECT_TRUE(observation.outputs[0].toTensor().equal(torch::full({3}, 2.0f)));
+}
+
+} // namespace
+} // namespace torch_mp::jit
