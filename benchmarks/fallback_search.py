@@ -77,7 +77,8 @@ def main() -> int:
         rows.append(
             f"| {name} | {DTYPE_NAMES[dtype]} | {tolerance:g} | {plain_error:.3g} | {low} "
             f"| {len(fallback['kept_fp32'])} / {fallback['error_after']:.3g} / {fallback['conversions']} / "
-            f"{ranked_seconds:.1f} s | {bisection} | {'>' if kept is None else ''}"
+            f"{ranked_seconds:.1f} s ({fallback['conversion_seconds']:.1f} s converting, "
+            f"{fallback['run_seconds']:.1f} s running) | {bisection} | {'>' if kept is None else ''}"
             f"{bisect_seconds / ranked_seconds:.1f}x |"
         )
         print(rows[-1], flush=True)
@@ -90,7 +91,8 @@ def main() -> int:
         f"Machine: {cpu}, {os.cpu_count()} cores; date {datetime.date.today()}; torch {torch.__version__}.",
         "Command: `python benchmarks/fallback_search.py`. Error: relative L2 error of the outputs against fp32, worst "
         "over the calibration inputs (the fallback's default metric). Each cell: nodes kept in fp32 / error reached / "
-        "conversions run / wall time (the one preparation, the conversions and the calibration runs included).",
+        "conversions run / wall time (the one preparation, the conversions and the calibration runs included; for "
+        "the ranked search, the seconds spent converting and running the converted models).",
         "",
         "| model | dtype | tolerance | error without fallback | low-precision nodes | ranked search | bisection "
         "| bisection time / ranked |",

@@ -255,14 +255,15 @@ class Conversion:
         """The prepared fp32 module, its nodes numbered as in every conversion of it (for torch_mp._C.probe_nodes)."""
         return self.prepared._bound.frozen
 
-    def run(self, keep_fp32: Iterable[int] = (), keep_node_ids: bool = False,
-            in_place: bool = False) -> Tuple[Any, Report]:
+    def run(self, keep_fp32: Iterable[int] = (), keep_node_ids: bool = False, in_place: bool = False,
+            verify: bool = True) -> Tuple[Any, Report]:
         """Converts a copy of the prepared model, the nodes with ids in `keep_fp32` kept in fp32; with
         `keep_node_ids` the result's graph keeps its node ids. `in_place` converts the preparation itself, which is
-        then used up."""
+        then used up. `verify=False` skips the verification run (a caller that runs the result itself checks it)."""
         options = copy.copy(self._options)
         options.keep_fp32 = set(keep_fp32)
         options.keep_node_ids = keep_node_ids
+        options.verify_outputs = options.verify_outputs and verify
         bound = self.prepared._bound
         converted, report = _bound_call(self.scripted, bound.convert_in_place if in_place else bound.convert, options)
         return torch.jit._recursive.wrap_cpp_module(converted), Report(report)

@@ -9,17 +9,19 @@ Search (`search_fallback`):
 2. Rank the low-precision nodes by the error each one adds, from one instrumented run: the same calibration input
    runs through the conversion and through the prepared fp32 graph it was made from (a node has the same id in
    both); a node's score is the error of its output minus the largest error among the values it reads (its inputs
-   in the report's graph, looking through casts). A node that turns accurate inputs into an inaccurate output scores high; one that only passes
-   on its inputs' error scores about 0. Errors are measured two ways and the larger increase counts: relative to
-   the value's norm, and relative to its spread around its mean (a layer whose output is 1000 + a small signal
-   keeps a small error of the first kind while rounding the signal away: the second kind sees it).
+   in the report's graph, looking through casts). A node that turns accurate inputs into an inaccurate output
+   scores high; one that only passes on its inputs' error scores about 0. Errors are measured two ways and the
+   larger increase counts: relative to the value's norm, and relative to its spread around its mean (a layer whose
+   output is 1000 + a small signal keeps a small error of the first kind while rounding the signal away: the second
+   kind sees it).
 3. Keep the top 1, 2, 4, ... ranked nodes in fp32 until the tolerance is met; bisect the count between the last
    two tries; then drop the kept nodes the tolerance does not need (bisection within the kept set, at most
    `PRUNE_BUDGET` conversions: where the error is spread over many nodes, pruning them one by one would cost more
-   than it saves, and the ranked prefix already meets the tolerance).
-The model is prepared (frozen, cleaned up, observed) once; each step is one plan-and-apply of that preparation and one
-run per calibration input. `bisect_fallback` is the plain search without the
-ranking (delta debugging over the nodes in graph order), for comparison in benchmarks/fallback_search.py.
+   than it saves; out of budget, the smallest set tried that meets the tolerance is kept).
+The model is prepared (frozen, cleaned up, observed) once; each step plans and applies on that preparation and runs
+the calibration inputs, stopping at the first one beyond the tolerance (a step only asks whether it is met).
+`bisect_fallback` is the plain search without the ranking (delta debugging over the nodes in graph order), for
+comparison in benchmarks/fallback_search.py.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from . import _C
+from ._convert import ConversionError
 from .report import Report
 
 Metric = Callable[[Any, Any], float]
@@ -38,6 +41,17 @@ PRUNE_BUDGET = 24  # conversions the pruning step may spend
 
 class _OutOfBudget(Exception):
     pass
+
+
+def _tensor_dtypes(value: Any) -> List[torch.dtype]:
+    """The dtype of every tensor in a (nested) output, in order."""
+    if isinstance(value, torch.Tensor):
+        return [value.dtype]
+    if isinstance(value, (tuple, list)):
+        return [dtype for item in value for dtype in _tensor_dtypes(item)]
+    if isinstance(value, dict):
+        return [dtype for key in value for dtype in _tensor_dtypes(value[key])]
+    return []
 
 
 def floating_tensors(value: Any) -> List[torch.Tensor]:
@@ -99,20 +113,46 @@ class Evaluator:
         with torch.no_grad():
             self.references = [job.scripted(*inputs) for inputs in self.calibration]
         self.conversions = 0
+        self.converting = 0.0  # seconds spent converting and running converted models
+        self.running = 0.0
 
-    def error(self, keep_fp32: Sequence[int]) -> Tuple[float, Any, Report]:
-        module, report = self.job.run(keep_fp32)
+    def error(self, keep_fp32: Sequence[int], exact: bool = False) -> Tuple[float, Any, Report]:
+        """Converts keeping `keep_fp32` in fp32 and returns the worst error over the calibration inputs, or, unless
+        `exact`, the first error beyond the tolerance (the search only asks whether it is met: the other inputs are
+        not run). The runs check the outputs' dtypes, so the conversion itself skips its verification run."""
+        start = time.perf_counter()
+        module, report = self.job.run(keep_fp32, verify=False)
         self.conversions += 1
+        self.converting += time.perf_counter() - start
+        start = time.perf_counter()
         worst = 0.0
         with torch.no_grad():
             for inputs, reference in zip(self.calibration, self.references):
-                worst = max(worst, float(self.metric(reference, module(*self._module_inputs(inputs)))))
+                output = module(*self._module_inputs(inputs))
+                self._check_dtypes(reference, output)
+                worst = max(worst, float(self.metric(reference, output)))
+                if not exact and not self.meets(worst):
+                    break
+        self.running += time.perf_counter() - start
         return worst, module, report
+
+    def _check_dtypes(self, reference: Any, output: Any) -> None:
+        """What the conversion's verification run checks: every output tensor has the fp32 model's dtype (with
+        low-precision IO an fp32 output may be low)."""
+        low = self._low_dtype() if self.job.low_precision_io else None
+        expected = _tensor_dtypes(reference)
+        actual = [torch.float32 if dtype == low else dtype for dtype in _tensor_dtypes(output)]
+        if actual != expected:
+            raise ConversionError(f"torch_mp internal error: converted outputs have dtypes {actual} instead of "
+                                  f"{expected}")
+
+    def _low_dtype(self) -> torch.dtype:
+        return torch.float16 if self.job.dtype_name == "float16" else torch.bfloat16
 
     def _module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
         if not self.job.low_precision_io:
             return inputs
-        low = torch.float16 if self.job.dtype_name == "float16" else torch.bfloat16
+        low = self._low_dtype()
         return tuple(x.to(low) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x for x in inputs)
 
     def meets(self, error: float) -> bool:
@@ -122,7 +162,7 @@ class Evaluator:
 def rank_by_added_error(job, report: Report, inputs: Tuple[Any, ...]) -> List[Tuple[int, float]]:
     """Low-precision nodes (by id) with the relative error each adds, highest first."""
     low = [n["id"] for n in report.nodes if n["precision"] == "low"]
-    module, _ = job.run(keep_node_ids=True)  # the same plan, its nodes still numbered
+    module, _ = job.run(keep_node_ids=True, verify=False)  # the same plan, its nodes still numbered
     readers = producers_read(report, set(low))
     ids = sorted(set(low) | {node for reads in readers.values() for node in reads})
     with torch.no_grad():
@@ -173,7 +213,7 @@ def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
     """Ranked search (module docstring); returns (module, report) with report.data["fallback"]."""
     start = time.perf_counter()
     evaluator = Evaluator(job, calibration, tolerance, metric)
-    error, module, report = evaluator.error(())
+    error, module, report = evaluator.error((), exact=True)
     summary = {"tolerance": tolerance, "error_before": error, "method": "ranked", "ranking": []}
     kept: List[int] = []
     if not evaluator.meets(error):
@@ -218,23 +258,32 @@ def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
                 f"the fallback kept all {len(order)} low-precision nodes in fp32 and the error is still "
                 f"{attempt(kept):.3g} > tolerance {tolerance:.3g}: is the metric comparing the right outputs?"
             )
-        # 3. drop kept nodes the tolerance does not need, within the budget
+        # 3. drop kept nodes the tolerance does not need, within the budget; out of it, the smallest set tried that
+        #    meets the tolerance is kept
         budget = evaluator.conversions + PRUNE_BUDGET
+        smallest = list(kept)
 
         def meets_within_budget(nodes) -> bool:
+            nonlocal smallest
             if tuple(sorted(nodes)) not in tried and evaluator.conversions >= budget:
                 raise _OutOfBudget
-            return evaluator.meets(attempt(nodes))
+            met = evaluator.meets(attempt(nodes))
+            if met and len(nodes) < len(smallest):
+                smallest = list(nodes)
+            return met
 
         try:
             kept = _needed(kept, [], meets_within_budget)
         except _OutOfBudget:
-            summary["pruning"] = f"stopped after {PRUNE_BUDGET} conversions; the ranked prefix is kept"
+            kept = smallest
+            summary["pruning"] = (f"stopped after {PRUNE_BUDGET} conversions; the smallest set tried that meets the "
+                                  "tolerance is kept")
         final = tuple(sorted(kept))
-        error, module, report = latest[final] if final in latest else evaluator.error(final)
+        error, module, report = latest[final] if final in latest else evaluator.error(final, exact=True)
         bar.close()
     summary.update(kept_fp32=kept, error_after=error, conversions=evaluator.conversions,
-                   seconds=time.perf_counter() - start)
+                   seconds=time.perf_counter() - start, conversion_seconds=evaluator.converting,
+                   run_seconds=evaluator.running)
     report.annotate("fallback", summary)
     return module, report
 
@@ -245,7 +294,7 @@ def bisect_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
     (kept node ids, error, conversions), or (None, None, conversions) when it needed more than
     `max_conversions`."""
     evaluator = Evaluator(job, calibration, tolerance, metric)
-    error, _, report = evaluator.error(())
+    error, _, report = evaluator.error((), exact=True)
     if evaluator.meets(error):
         return [], error, evaluator.conversions
     order = [n["id"] for n in report.nodes if n["precision"] == "low"]

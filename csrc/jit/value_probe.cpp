@@ -33,7 +33,7 @@ std::vector<at::Tensor> probeNodeOutputs(
   torch::jit::InterpreterState(code).run(stack);
   std::vector<at::Tensor> probed(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (slot[i] >= 0) {
+    if (slot[i] >= 0 && stack[slot[i]].isTensor()) {  // a Tensor-typed value may hold prim::Uninitialized's value
       probed[i] = stack[slot[i]].toTensor();
     }
   }

@@ -82,3 +82,24 @@ def test_fallback_arguments_are_checked(model):
         torch_mp.convert(model, (x,), torch.float16, metric=relative_error)
     with pytest.raises(ValueError, match="tolerance must be"):
         torch_mp.convert(model, (x,), torch.float16, tolerance=-1)
+
+
+def test_out_of_pruning_budget_the_smallest_set_tried_that_meets_the_tolerance_is_kept(model, monkeypatch):
+    """With no budget the ranked prefix is kept; with a little, the pruning keeps the smallest set it tried that
+    meets the tolerance, never more nodes."""
+    import torch_mp.fallback as fallback
+
+    calibration = batches(2)
+    kept, pruning = {}, {}
+    for budget in (0, 3):
+        monkeypatch.setattr(fallback, "PRUNE_BUDGET", budget)
+        converted, report = torch_mp.convert(model, calibration[0], torch.float16, calibration_inputs=calibration,
+                                             tolerance=5e-3, return_report=True, progress=False)
+        summary = report.data["fallback"]
+        kept[budget], pruning[budget] = summary["kept_fp32"], summary.get("pruning")
+        assert summary["error_after"] <= 5e-3
+        with torch.no_grad():
+            assert max(relative_error(model(*b), converted(*b)) for b in calibration) <= 5e-3
+        assert summary["conversion_seconds"] + summary["run_seconds"] <= summary["seconds"]
+    assert pruning[0] or len(kept[0]) == 1  # without budget only a one-node prefix needs no pruning conversion
+    assert len(kept[3]) <= len(kept[0])
