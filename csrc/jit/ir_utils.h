@@ -52,9 +52,9 @@ NodeIds takeNodeIds(torch::jit::Graph& graph);
 // Gives the graph's nodes in `ids` their ids again.
 void restoreNodeIds(torch::jit::Graph& graph, const NodeIds& ids);
 
-// A hash of the graph's structure: per node, in order and through blocks, its kind and the identities of the values it
-// reads and writes. A pass that adds, removes or rewires a node changes it (in all but hash collisions); one that
-// changes nothing leaves it as it was.
+// A hash of the graph's structure: per node but constants, in order and through blocks, its kind and the identities of
+// the values it reads and writes. A pass that adds, removes or rewires a node changes it (in all but hash
+// collisions); one that changes nothing, or only moves constants, leaves it as it was.
 size_t structureHash(const torch::jit::Graph& graph);
 
 // Each value of `original` -> the value at the same place in `copy`, a graph of the same structure (a Graph::copy or
