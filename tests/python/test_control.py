@@ -129,6 +129,7 @@ def test_node_rule_sees_shapes_dtypes_and_constants(policy):
     assert stem["rule_kind"] == "callable" and "keep_narrow_convs_fp32" in stem["rule"]
     assert seen["stem"].input_shapes[0] == (2, 3, 16, 16) and seen["stem"].input_dtypes[0] == torch.float32
     assert seen["conv"].constants["groups"] == 2 and list(seen["conv"].constants["padding"]) == [1, 1]
+    assert seen["stem"].id == stem["id"]  # the rule and the report name the node alike
     torch.testing.assert_close(converted(x), model(x), atol=1e-2, rtol=1e-2)
 
 
