@@ -1,5 +1,6 @@
 #include "jit/value_observer.h"
 
+#include <ATen/Functions.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/runtime/custom_operator.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
@@ -182,16 +183,23 @@ const Block* outermostUntakenBlock(const Block* block, const Block* stop, const 
 
 namespace {
 
-void collectInputDependentRank(const torch::jit::Block* block, std::unordered_set<const torch::jit::Value*>& varying) {
+void collectInputDependentRank(
+    const torch::jit::Block* block,
+    const ObservedValues& observed,
+    std::unordered_set<const torch::jit::Value*>& varying) {
   for (const torch::jit::Node* node : block->nodes()) {
+    std::vector<const torch::jit::Block*> ran;
     for (const torch::jit::Block* sub : node->blocks()) {
-      collectInputDependentRank(sub, varying);
+      if (blockRan(sub, observed)) {
+        ran.push_back(sub);
+        collectInputDependentRank(sub, observed, varying);
+      }
     }
     bool varies = node->kind() == c10::aten::squeeze || node->kind() == c10::aten::squeeze_;
     for (const torch::jit::Value* input : node->inputs()) {
       varies = varies || varying.count(input);
     }
-    for (const torch::jit::Block* sub : node->blocks()) {
+    for (const torch::jit::Block* sub : ran) {
       for (const torch::jit::Value* output : sub->outputs()) {
         varies = varies || varying.count(output);
       }
@@ -204,9 +212,10 @@ void collectInputDependentRank(const torch::jit::Block* block, std::unordered_se
 
 } // namespace
 
-std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(const torch::jit::Block* block) {
+std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(
+    const torch::jit::Block* block, const ObservedValues& observed) {
   std::unordered_set<const torch::jit::Value*> varying;
-  collectInputDependentRank(block, varying);
+  collectInputDependentRank(block, observed, varying);
   return varying;
 }
 
@@ -268,6 +277,24 @@ std::optional<std::vector<int64_t>> knownSizes(const ObservedValue& seen) {
     return std::nullopt;
   }
   return seen.sizes;
+}
+
+const ObservedValue* observedThroughCasts(const ObservedValues& observed, const Value* value) {
+  return askThroughPlainCasts(value, [&](const Value* step) -> std::optional<const ObservedValue*> {
+           auto it = observed.find(step);
+           return it != observed.end() && it->second.isTensor ? std::make_optional(&it->second) : std::nullopt;
+         }).value_or(nullptr);
+}
+
+std::optional<std::vector<int64_t>> sizesOf(const ObservedValues& observed, const Value* value) {
+  if (value->node()->kind() == c10::prim::Constant) {
+    const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
+    if (constant && constant->isTensor()) {
+      return constant->toTensor().sizes().vec();
+    }
+  }
+  const ObservedValue* seen = observedThroughCasts(observed, value);
+  return seen ? knownSizes(*seen) : std::nullopt;
 }
 
 double largestFiniteMagnitude(const at::Tensor& tensor) {

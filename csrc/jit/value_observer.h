@@ -87,6 +87,15 @@ void recordObservedDtypes(const ObservedValues& observed);
 // The sizes the value had (at its largest element count), or nothing for a nested tensor, which has none.
 std::optional<std::vector<int64_t>> knownSizes(const ObservedValue& seen);
 
+// The tensor observation of `value`, or of the value a chain of plain casts made it from: the conversion's casts are
+// new values nobody observed, and a cast changes neither sizes nor device (only the dtype, which the observation
+// then does not tell). Null where neither was observed as a tensor.
+const ObservedValue* observedThroughCasts(const ObservedValues& observed, const torch::jit::Value* value);
+
+// The sizes of a tensor value: a constant's own, else knownSizes of observedThroughCasts (constants the plan made,
+// such as a weight's low-precision copy, were never observed).
+std::optional<std::vector<int64_t>> sizesOf(const ObservedValues& observed, const torch::jit::Value* value);
+
 // max |x| over the finite elements of a floating tensor (0 for an empty one).
 double largestFiniteMagnitude(const at::Tensor& tensor);
 
@@ -95,7 +104,10 @@ constexpr double kIntegerCheckAbove = 256.0;
 
 // The values whose number of dimensions can differ from what the example inputs showed: results of squeeze (it
 // drops the dims that happen to have size 1: a [B, 1] tensor squeezes to 0-dim at batch 1) and everything computed
-// from them. Their observed (or traced) rank holds for the example inputs only.
-std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(const torch::jit::Block* block);
+// from them. Their observed (or traced) rank holds for the example inputs only. A block the example inputs never ran
+// counts for nothing (InstanceNorm's branch for an unbatched input squeezes): an If's outputs were observed with the
+// rank of the branch taken, which every pass reading observed sizes already assumes is the branch taken later.
+std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(
+    const torch::jit::Block* block, const ObservedValues& observed);
 
 } // namespace torch_mp::jit

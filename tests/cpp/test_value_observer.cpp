@@ -110,6 +110,35 @@ TEST(ValueObserverTest, ABranchNotTakenIsNotSeenAndItsViewsAreCompletedStaticall
   EXPECT_FALSE(blockRan(branch->blocks()[0], observed));  // inferred values do not make a block ran
 }
 
+// InstanceNorm's shape: a branch for unbatched input squeezes. Only a squeeze the inputs ran makes ranks vary.
+constexpr const char* kSqueezeInOneBranch = R"IR(
+    graph(%x : Tensor, %c : bool):
+      %zero : int = prim::Constant[value=0]()
+      %y : Tensor = prim::If(%c)
+        block0():
+          %u : Tensor = aten::unsqueeze(%x, %zero)
+          %s : Tensor = aten::squeeze(%u, %zero)
+          -> (%s)
+        block1():
+          %e : Tensor = aten::exp(%x)
+          -> (%e)
+      %z : Tensor = aten::relu(%y)
+      return (%z))IR";
+
+TEST(ValueObserverTest, ASqueezeInABranchNotTakenLeavesRanksAsObserved) {
+  auto [graph, named] = parseNamed(kSqueezeInOneBranch);
+  const ObservedValues observed = observeValues(graph, {torch::randn({3}), false}).values;
+  EXPECT_TRUE(valuesOfInputDependentRank(graph->block(), observed).empty());
+}
+
+TEST(ValueObserverTest, ASqueezeTheInputsRanMakesEverythingAfterItVary) {
+  auto [graph, named] = parseNamed(kSqueezeInOneBranch);
+  const ObservedValues observed = observeValues(graph, {torch::randn({3}), true}).values;
+  const auto varying = valuesOfInputDependentRank(graph->block(), observed);
+  EXPECT_TRUE(varying.count(named.at("s")) && varying.count(named.at("y")) && varying.count(named.at("z")));
+  EXPECT_FALSE(varying.count(named.at("u")) || varying.count(named.at("e")));
+}
+
 TEST(ValueObserverTest, TheCallersInputsAreNotTouched) {
   auto graph = parseGraph(R"IR(
     graph(%x : Tensor):
