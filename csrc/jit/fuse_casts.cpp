@@ -78,7 +78,7 @@ class CastFuser {
         casts_(casts),
         kernelExists_(kernelExists),
         aliasDb_(graph, /*isFrozen=*/true),
-        inputDependentRank_(valuesOfInputDependentRank(graph->block())) {}
+        inputDependentRank_(valuesOfInputDependentRank(graph->block(), observed)) {}
 
   bool run() {
     std::vector<Node*> upcasts;
@@ -169,14 +169,13 @@ class CastFuser {
     if (node->kind() != c10::aten::matmul) {
       return std::nullopt;
     }
-    auto left = observed_.find(node->input(0));
-    auto right = observed_.find(node->input(1));
-    if (left == observed_.end() || right == observed_.end() || definedInLoopBody(node->output()) ||
-        inputDependentRank_.count(node->input(0)) || inputDependentRank_.count(node->input(1))) {
+    if (definedInLoopBody(node->output()) || inputDependentRank_.count(node->input(0)) ||
+        inputDependentRank_.count(node->input(1))) {
       return std::nullopt;
     }
-    const std::optional<std::vector<int64_t>> a = knownSizes(left->second);
-    const std::optional<std::vector<int64_t>> b = knownSizes(right->second);
+    // the operands are the plan's casts and low-precision weight copies: sizes through casts and of constants
+    const std::optional<std::vector<int64_t>> a = sizesOf(observed_, node->input(0));
+    const std::optional<std::vector<int64_t>> b = sizesOf(observed_, node->input(1));
     if (!a || !b) {
       return std::nullopt;
     }

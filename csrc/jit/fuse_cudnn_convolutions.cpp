@@ -68,7 +68,7 @@ class ConvolutionFuser {
  public:
   ConvolutionFuser(const std::shared_ptr<Graph>& graph, const ObservedValues& observed)
       : graph_(graph), observed_(observed), aliasDb_(graph),
-        inputDependentRank_(valuesOfInputDependentRank(graph->block())) {}
+        inputDependentRank_(valuesOfInputDependentRank(graph->block(), observed)) {}
 
   FusedConvolutions run() {
     visit(graph_->block());
@@ -123,13 +123,7 @@ class ConvolutionFuser {
     if (inputDependentRank_.count(value) || definedInLoopBody(value)) {
       return std::nullopt;
     }
-    return askThroughPlainCasts(value, [&](const Value* step) -> std::optional<std::vector<int64_t>> {
-      auto it = observed_.find(step);
-      if (it == observed_.end() || !it->second.isTensor) {
-        return std::nullopt;
-      }
-      return knownSizes(it->second);
-    });
+    return sizesOf(observed_, value);
   }
 
   // The residual %z that cuDNN can add to the convolution's output %c as it is.

@@ -403,6 +403,37 @@ TEST(FuseCastsTest, CudaBatchedMatmulWritesFp32ThroughBmmDtype) {
   FileCheck().check_not("aten::to")->check("aten::bmm(%a, %b, %")->run(*graph);
 }
 
+// As the plan writes it: the matmul reads its cast of the fp32 input and the weight's fp16 copy, neither of which the
+// example inputs saw; their sizes come through the cast and from the constant.
+TEST(FuseCastsTest, ProductOfTheCastInputAndALowWeightCopyFindsItsOperandsSizes) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  std::unordered_map<std::string, torch::jit::Value*> named;
+  torch::jit::parseIR(R"IR(
+    graph(%x : Float(3, 4, 8, strides=[32, 8, 1], device=cpu), %w : Half(3, 8, 5, strides=[40, 5, 1], device=cpu)):
+      %fp16 : int = prim::Constant[value=5]()
+      %fp32 : int = prim::Constant[value=6]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %a : Half(3, 4, 8, strides=[32, 8, 1], device=cpu) = aten::to(%x, %fp16, %false, %false, %none)
+      %p : Half(3, 4, 5, strides=[20, 5, 1], device=cpu) = aten::matmul(%a, %w)
+      %up : Float(3, 4, 5, strides=[20, 5, 1], device=cpu) = aten::to(%p, %fp32, %false, %false, %none)
+      return (%up))IR", graph.get(), named);
+  {  // the weight a constant, as in a frozen graph
+    torch::jit::WithInsertPoint start(graph->nodes().front());
+    named.at("w")->replaceAllUsesWith(graph->insertConstant(at::randn({3, 8, 5}).to(at::kHalf)));
+    graph->eraseInput(1);
+  }
+  const c10::Device cuda(c10::kCUDA, 0);
+  ObservedValues observed;
+  observed.emplace(named.at("x"), observedTensor({3, 4, 8}, at::kFloat, cuda));
+  observed.emplace(named.at("p"), observedTensor({3, 4, 5}, at::kHalf, cuda));
+  CudaKernels kernels;
+  CastLedger ledger(observed);
+  EXPECT_TRUE(FuseCasts(graph, ledger, observed, std::ref(kernels)));
+  graph->lint();
+  FileCheck().check("aten::to(%x")->check("aten::bmm(%a, ")->check_not("aten::to")->run(*graph);
+}
+
 TEST(FuseCastsTest, ProductStaysWhereNoOutDtypeKernelOrNoMatchingForm) {
   {  // on CPU: torch has no kernel for aten::mm.dtype there, and the real dispatcher says so
     auto graph = lowMatmulUpcast(2);
