@@ -218,6 +218,34 @@ TEST(FusePointwiseTest, NumbersAsTheCudaKernelsOfAtenTakeThem) {
   EXPECT_EQ(cpuScalars.size(), expected.size());
 }
 
+// 1e-3's fp32 reciprocal formed in fp32 (999.99994) is not the double one rounded to fp32 (1000): which one ATen's
+// CUDA division uses is not pinned down, so on CUDA that division stays an aten op; 0.5's reciprocal is exact.
+constexpr const char* kDivisionsByNumbers = R"IR(
+    graph(%x : Half(8, 100, strides=[100, 1], device=cpu)):
+      %thousandth : float = prim::Constant[value=0.001]()
+      %half : float = prim::Constant[value=0.5]()
+      %a : Half(8, 100, strides=[100, 1], device=cpu) = aten::relu(%x)
+      %b : Half(8, 100, strides=[100, 1], device=cpu) = aten::div(%a, %half)
+      %c : Half(8, 100, strides=[100, 1], device=cpu) = aten::div(%b, %thousandth)
+      %d : Half(8, 100, strides=[100, 1], device=cpu) = aten::neg(%c)
+      return (%d))IR";
+
+TEST(FusePointwiseTest, CudaDivisionByANumberWithAnAmbiguousReciprocalStaysAtenOp) {
+  const StandInCudaKernel kernel;
+  auto onCpu = parseGraph(kDivisionsByNumbers);
+  ASSERT_EQ(fusePointwise(onCpu, observeAll(*onCpu, {8, 100})), 1);
+  FileCheck().check_not("aten::div")->check("torch_mp::fused_pointwise")->run(*onCpu);
+  auto onCuda = parseGraph(onDevice(kDivisionsByNumbers, "cuda:0"));
+  fusePointwise(onCuda, observeAll(*onCuda, {8, 100}, {}, c10::Device(c10::kCUDA, 0)));
+  onCuda->lint();
+  FileCheck()
+      .check("torch_mp::fused_pointwise")
+      ->check_count("aten::div", 1, /*exactly=*/true)
+      ->check("aten::neg")
+      ->run(*onCuda);
+  EXPECT_EQ(programOf(*onCuda).second, std::vector<double>{2.0});  // relu, then times 0.5's reciprocal
+}
+
 TEST(FusePointwiseTest, SingleOpOrBroadcastStaysAsItIs) {
   auto graph = parseGraph(R"IR(
     graph(%x : Float(4, 300, strides=[300, 1], device=cpu), %bias : Float(300, strides=[1], device=cpu)):

@@ -44,6 +44,13 @@ def rounding(dtype):
     return [] if dtype == torch.float32 else [ROUND, SCALAR_TYPE[dtype]]
 
 
+def ambiguous_reciprocal(number):
+    """Whether the fp32 reciprocal formed in fp32 differs from the double one rounded to fp32 (1e-3 among NUMBERS):
+    fuse_pointwise leaves CUDA divisions by such numbers to ATen, so the random programs do not divide by them."""
+    one = torch.tensor(1.0, dtype=torch.float32)
+    return bool(one / torch.tensor(number, dtype=torch.float32) != torch.tensor(1 / number, dtype=torch.float32))
+
+
 def number_operand(op, number, dtype, device):
     """`tensor op number` as fuse_pointwise writes it for the device, from what ATen's kernels there do (stated here
     independently of the pass's table): (program after the tensor's, the scalar). The CPU's add / sub round the number
@@ -77,6 +84,8 @@ def random_chain(rng: random.Random, inputs, depth: int, device: str):
         op = rng.choice(list(BINARY))
         if kind == "number":
             number = rng.choice(NUMBERS)
+            if device == "cuda" and op == DIV and ambiguous_reciprocal(number):
+                op = MUL
             result = BINARY[op](value, number)
             operand, scalar = number_operand(op, number, result.dtype, device)
             operand[1] = len(scalars)
@@ -225,6 +234,17 @@ def test_a_program_computes_the_same_on_cpu_and_cuda():
         on_cuda = fused_pointwise(inputs, program, scalars, out_dtype)
         on_cpu = fused_pointwise([i.cpu() for i in inputs], program, scalars, out_dtype)
         assert_bit_identical(on_cuda.cpu(), on_cpu)
+
+
+def test_cuda_kernel_refuses_inputs_off_cuda_with_a_clear_error():
+    """The CUDA kernel's argument checks, called through the dispatcher on CPU tensors: runs in every build with the
+    CUDA kernel, GPU or not (its message once crashed a GPU run instead of raising)."""
+    needs_kernel("cuda")
+    x = torch.randn(4, 5)
+    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    with pytest.raises(RuntimeError, match="all inputs must be on one CUDA device; input 0 is on cpu"):
+        torch.ops.torch_mp.fused_pointwise.default.redispatch(cuda, [x, x], [INPUT, 0, INPUT, 1, ADD, 0], [],
+                                                              torch.float32)
 
 
 @pytest.mark.cuda

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "kernels/fused_pointwise.h"
@@ -333,9 +334,10 @@ at::Tensor fusedPointwiseCuda(
   TORCH_CHECK(!inputs.empty(), "torch_mp::fused_pointwise: needs at least one input tensor");
   const c10::Device device = inputs[0].device();
   for (size_t i = 0; i < inputs.size(); ++i) {
+    // the index as text: streaming an integer from this nvcc-compiled file crashed (a lent H200, torch 2.11)
     TORCH_CHECK(inputs[i].is_cuda() && inputs[i].device() == device,
-                "torch_mp::fused_pointwise: all inputs must be on one CUDA device; input ", i, " is on ",
-                inputs[i].device(), ", input 0 on ", device);
+                "torch_mp::fused_pointwise: all inputs must be on one CUDA device; input ", std::to_string(i),
+                " is on ", inputs[i].device().str(), ", input 0 on ", device.str());
   }
   const c10::cuda::CUDAGuard guard(device);
   return runFusedPointwise(inputs, program, scalars, outDtype,
