@@ -83,8 +83,11 @@ class CudaGraphModule:
         side = torch.cuda.Stream(device=tensors[0].device)
         side.wait_stream(torch.cuda.current_stream())
         with torch.no_grad(), torch.cuda.stream(side):
-            for _ in range(self.warmup):  # the profiling executor optimises the graph; cuBLAS/cuDNN pick kernels
+            for _ in range(self.warmup - 1):  # the profiling executor optimises the graph; cuBLAS/cuDNN pick kernels
                 self.module(*static_inputs)
+            # The last warm-up run (the graph the capture will see) with host synchronisation made an error: a capture
+            # that fails on one leaves CUDA's random generators in capture mode for the rest of the process.
+            _run_refusing_host_synchronisation(self.module, static_inputs)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         try:
@@ -92,11 +95,26 @@ class CudaGraphModule:
                 static_outputs = self.module(*static_inputs)
         except RuntimeError as error:
             raise CudaGraphCaptureError(
-                "torch_mp.cuda_graphs: the forward cannot be recorded as a CUDA graph, most likely because it "
-                "synchronises with the host (.item(), .tolist(), nonzero, shapes that depend on values, printing). "
-                f"Call the module directly instead, or remove the synchronisation. CUDA said: {error}"
+                f"torch_mp.cuda_graphs: the forward cannot be recorded as a CUDA graph. CUDA said: {error}"
             ) from error
         return _Recording(graph, static_leaves, static_outputs)
+
+
+def _run_refusing_host_synchronisation(module, inputs) -> None:
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        module(*inputs)
+    except RuntimeError as error:
+        if "synchroniz" not in str(error):
+            raise
+        raise CudaGraphCaptureError(
+            "torch_mp.cuda_graphs: the forward cannot be recorded as a CUDA graph because it synchronises with the "
+            "host (.item(), .tolist(), nonzero, shapes that depend on values, printing). Call the module directly "
+            f"instead, or remove the synchronisation. CUDA said: {error}"
+        ) from error
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
 
 
 def cuda_graphs(module, example_inputs: Any = None, warmup: int = 3, clone_outputs: bool = True) -> CudaGraphModule:

@@ -2,6 +2,7 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/core/GradMode.h>
 
@@ -18,6 +19,23 @@ std::vector<at::Tensor> cudaTensorInputs(const std::vector<c10::IValue>& inputs)
   }
   TORCH_CHECK_VALUE(!tensors.empty(), "torch_mp::cuda::CudaGraphRunner: forward needs at least one CUDA tensor");
   return tensors;
+}
+
+// Runs the forward with host synchronisation made an error, so that a forward that cannot be captured is refused
+// before a capture fails on it: a failed capture leaves CUDA's random generators in capture mode for the process.
+void runRefusingHostSynchronisation(torch::jit::Module& module, std::vector<c10::IValue> stack) {
+  c10::cuda::WarningState& state = c10::cuda::warning_state();
+  const c10::cuda::SyncDebugMode previous = state.get_sync_debug_mode();
+  state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  try {
+    module.forward(std::move(stack));
+  } catch (const c10::Error& error) {
+    state.set_sync_debug_mode(previous);
+    TORCH_CHECK(false, "torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA graph because it "
+                "synchronises with the host (item(), nonzero, shapes that depend on values). Call the module directly "
+                "instead. CUDA said: ", error.what_without_backtrace());
+  }
+  state.set_sync_debug_mode(previous);
 }
 
 } // namespace
@@ -45,9 +63,10 @@ CudaGraphRunner::Recording CudaGraphRunner::record(const std::vector<at::Tensor>
     at::cuda::CUDAEvent inputsReady;
     inputsReady.record(caller);
     inputsReady.block(side);
-    for (int i = 0; i < warmup_; ++i) {
+    for (int i = 0; i + 1 < warmup_; ++i) {
       module_.forward(stack);
     }
+    runRefusingHostSynchronisation(module_, stack);
     recording.graph = std::make_unique<at::cuda::CUDAGraph>();
     try {
       recording.graph->capture_begin(pool_);
@@ -58,9 +77,8 @@ CudaGraphRunner::Recording CudaGraphRunner::record(const std::vector<at::Tensor>
         recording.graph->capture_end();  // leave the stream out of capture mode; the recording is unusable anyway
       } catch (const c10::Error&) {
       }
-      TORCH_CHECK(false, "torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA graph, most "
-                  "likely because it synchronises with the host (item(), nonzero, shapes that depend on values). "
-                  "Call the module directly instead. CUDA said: ", error.what_without_backtrace());
+      TORCH_CHECK(false, "torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA graph. CUDA "
+                  "said: ", error.what_without_backtrace());
     }
   }
   caller.synchronize();
