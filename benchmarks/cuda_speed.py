@@ -333,8 +333,16 @@ class Bench:
     def time_calls(self, fn: Callable, sets: List[Tuple[Any, ...]], warmup: int, repeats: int) -> List[float]:
         torch = self.torch
         with self.grad_ctx():
-            for i in range(warmup):
+            # at least `warmup` calls and --warmup-s seconds: with the count alone, one graph timed 2.97-5.09 ms in
+            # one run (BERT-base b32 as torch_mp / _plain / _cudnn, H200, 2026-11-26), each right after a CPU-bound
+            # conversion that lets the GPU idle (its clocks drop from 1980 MHz to a few hundred when idle)
+            deadline = time.perf_counter() + (0.0 if self.args.smoke else self.args.warmup_s)
+            i = 0
+            while i < warmup or time.perf_counter() < deadline:
                 fn(*sets[i % len(sets)])
+                i += 1
+                if i % 8 == 0:
+                    self.sync()
             self.sync()
             times = []
             for i in range(repeats):
@@ -1262,6 +1270,7 @@ def parse_args(argv=None):
     parser.add_argument("--repeats-large", type=int, default=25, help="timed calls at batch > 4")
     parser.add_argument("--warmup-small", type=int, default=10)
     parser.add_argument("--warmup-large", type=int, default=5)
+    parser.add_argument("--warmup-s", type=float, default=1.0, help="warm-up calls go on at least this long")
     parser.add_argument("--input-sets", type=int, default=3, help="input sets the timed calls rotate among")
     parser.add_argument("--grad-mode", choices=("no_grad", "inference_mode"), default="no_grad")
     parser.add_argument("--reference-precision", choices=("strict", "default"), default="strict",
