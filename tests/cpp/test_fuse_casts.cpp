@@ -431,7 +431,11 @@ TEST(FuseCastsTest, ProductOfTheCastInputAndALowWeightCopyFindsItsOperandsSizes)
   CastLedger ledger(observed);
   EXPECT_TRUE(FuseCasts(graph, ledger, observed, std::ref(kernels)));
   graph->lint();
-  FileCheck().check("aten::to(%x")->check("aten::bmm(%a, ")->check_not("aten::to")->run(*graph);
+  FileCheck().check("aten::to(%x")->check("aten::bmm(")->check_not("aten::to")->run(*graph);
+  const torch::jit::Node* product = graph->outputs()[0]->node();
+  EXPECT_EQ(product->input(0)->node()->kind(), c10::aten::to);  // the cast of %x
+  EXPECT_EQ(product->input(1)->node()->kind(), c10::prim::Constant);
+  EXPECT_EQ(torch::jit::toIValue(product->input(2))->toInt(), static_cast<int64_t>(at::kFloat));
 }
 
 TEST(FuseCastsTest, ProductStaysWhereNoOutDtypeKernelOrNoMatchingForm) {
