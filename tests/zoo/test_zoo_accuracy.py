@@ -38,8 +38,13 @@ WIDER = {
                "fp32"),
     ("hf.t5-small-encoder", BF16, "low_flop_fraction"): (0.985, "the same range guard (beyond bfloat16's max too)"),
     ("resnet50_ibn_a", BF16, "max_rel_error"): (
-        0.07, "the CPU's bf16 kernels decide the last bits: 0.048 on an AMD EPYC with AVX512-BF16, 0.065 on one with "
-              "AVX2 only (same plan and inputs; cosine 0.99936), 50 layers of bf16 rounding on random weights"),
+        0.09, "the CPU's bf16 kernels decide the last bits: 0.048 on an AMD EPYC with AVX512-BF16, 0.065 on one with "
+              "AVX2 only (cosine 0.99936), 0.082 on an Intel Xeon with AMX (cosine 0.99877), with the same plan (27 "
+              "casts, 14.94 MB) and inputs: 50 layers of bf16 rounding on random weights"),
+    ("resnet50_ibn_a", BF16, "cosine"): (
+        0.9985, "the AMX row of max_rel_error: 0.99877 on the example input there, where the whole model in "
+                ".bfloat16() reached 0.99978; 0.99940 and 0.99957 on the two other inputs (.bfloat16(): 0.99962, "
+                "0.99940)"),
 }
 
 
