@@ -6,10 +6,12 @@
 //
 // Contract, per graph the executor optimizes while the pass is enabled: a graph with profiled types, no tensor that
 // needs a gradient, and frozen (executor_profile) is converted with convert()'s stages
-// (ConvertTypedGraph), its profile nodes consumed and its types left unspecialized as the executor leaves them; the
-// result runs behind a guard on the tensor inputs' dtype and device (prim::TypeCheck), whose other branch is the
-// unconverted graph as a prim::FallbackGraph, which the executor turns into a function it profiles and optimizes on
-// its own. Any other graph, and any failure, leaves the graph exactly as it was.
+// (ConvertObservedGraph on the inputs calibration_inputs recorded, or ConvertTypedGraph from the profile alone), its
+// profile nodes consumed and its types left unspecialized as the executor leaves them; the result runs behind a
+// guard on the tensor inputs' dtype and device (prim::TypeCheck), whose other branch is the unconverted graph as a
+// prim::FallbackGraph, which the executor turns into a function it profiles and optimizes on its own. With
+// `calibrate`, a graph not yet marked by calibration_inputs becomes its recording graph instead. Any other graph,
+// and any failure, leaves the graph exactly as it was.
 #include "torch_mp/jit_pass.h"
 
 #include <torch/csrc/jit/jit_log.h>
@@ -19,6 +21,7 @@
 #include <mutex>
 #include <vector>
 
+#include "jit/calibration_inputs.h"
 #include "jit/executor_profile.h"
 #include "jit/guard_with_fallback.h"
 #include "jit/pipeline.h"
@@ -75,7 +78,11 @@ ConvertOptions convertOptionsFor(const JitPassOptions& pass, c10::DeviceType dev
   return options;
 }
 
-void record(SkipReason outcome, std::optional<ConversionReport> report = std::nullopt, std::string error = "") {
+void record(
+    SkipReason outcome,
+    std::optional<ConversionReport> report = std::nullopt,
+    std::string error = "",
+    std::shared_ptr<Graph> converted = nullptr) {
   PassState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.activity.lastOutcome = outcome;
@@ -84,6 +91,9 @@ void record(SkipReason outcome, std::optional<ConversionReport> report = std::nu
   }
   if (outcome == SkipReason::kNone) {
     s.activity.converted += 1;
+    s.activity.lastGraph = std::move(converted);
+  } else if (outcome == SkipReason::kCalibrating) {
+    s.activity.calibrating += 1;
   } else {
     s.activity.skipped += 1;
     if (outcome == SkipReason::kFailed) {
@@ -105,17 +115,22 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
     return;
   }
   GRAPH_DEBUG("torch_mp pass: the graph as profiled:\n", *graph);
+  std::shared_ptr<Graph> converted = graph->copy();
+  const std::optional<int64_t> calibrationKey = takeCalibrationMarker(*converted);
+  const std::vector<torch::jit::Stack> calibration =  // taken whatever happens next: they may hold large tensors
+      calibrationKey ? takeCalibrationInputs(*calibrationKey) : std::vector<torch::jit::Stack>{};
   const SkipReason reason = whyNotConvertible(*graph);
   if (reason != SkipReason::kNone) {
     GRAPH_DEBUG("torch_mp pass: leaving the graph as it is: ", toString(reason));
     record(reason);
     return;
   }
-  std::shared_ptr<Graph> converted = graph->copy();
   ConversionReport report;
   try {
     specializeProfiledTypes(converted);
-    report = ConvertTypedGraph(converted, convertOptionsFor(*options, deviceOf(converted->block())));
+    const ConvertOptions convertOptions = convertOptionsFor(*options, deviceOf(converted->block()));
+    report = calibration.empty() ? ConvertTypedGraph(converted, convertOptions)
+                                 : ConvertObservedGraph(converted, calibration, convertOptions);
   } catch (const c10::Error& error) {
     failed(error.what_without_backtrace());
     return;
@@ -123,18 +138,35 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
     failed(error.what());
     return;
   }
-  if (report.lowPrecisionNodes() == 0) {
+  // The plan from the profile alone lowers at least what one with magnitudes lowers (the range guard only keeps
+  // nodes fp32) where the profile typed every value, so such a graph it leaves alone is not made to record. Values
+  // the executor does not profile (what only ops outside its fuser's reach read) keep their nodes fp32 until a run
+  // is observed.
+  const bool calibrating = !calibrationKey && options->calibrate;
+  if (report.lowPrecisionNodes() == 0 && !(calibrating && report.unobservedNodes > 0)) {
     GRAPH_DEBUG("torch_mp pass: leaving the graph as it is: ", toString(SkipReason::kNothingToLower));
     record(SkipReason::kNothingToLower, std::move(report));
     return;
   }
+  if (calibrating) {
+    graph = recordingGraph(unprofiledCopy(*graph));
+    GRAPH_UPDATE("torch_mp pass: recording the inputs to calibrate on:\n", *graph);
+    record(SkipReason::kCalibrating);
+    return;
+  }
   const std::vector<c10::TensorTypePtr> guards = inputGuards(*converted);
   torch::jit::RemoveTensorTypeSpecializations(converted);
-  guardWithFallback(*converted, guards, unprofiledCopy(*graph));  // `graph` is still the one the executor gave
+  // `graph` is still the one the executor gave; other inputs calibrate afresh
+  std::shared_ptr<Graph> fallback = unprofiledCopy(*graph);
+  takeCalibrationMarker(*fallback);
+  guardWithFallback(*converted, guards, std::move(fallback));
   GRAPH_UPDATE("torch_mp pass: ", report.lowPrecisionNodes(), " nodes in ", report.dtype, ", ", report.casts.size(),
-               " casts (dtypes from the profile; magnitudes unknown, so no observed range guard):\n", *converted);
-  graph = std::move(converted);
-  record(SkipReason::kNone, std::move(report));
+               " casts, ",
+               report.rangesObserved ? "magnitudes observed on the recorded inputs"
+                                     : "dtypes from the profile (magnitudes unknown, so no observed range guard)",
+               ":\n", *converted);
+  graph = converted;
+  record(SkipReason::kNone, std::move(report), "", std::move(converted));
 }
 
 const char* toString(SkipReason reason) {
@@ -151,6 +183,8 @@ const char* toString(SkipReason reason) {
       return "the plan put no node in low precision";
     case SkipReason::kFailed:
       return "the conversion failed";
+    case SkipReason::kCalibrating:
+      return "recording its inputs to calibrate on: runs fp32 until the executor optimizes it again";
   }
   return "?";
 }
@@ -170,6 +204,7 @@ void disableMixedPrecisionPass() {
   PassState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   s.options.reset();
+  dropCalibrationInputs();  // graphs still recording would keep their copies of inputs for good
 }
 
 bool mixedPrecisionPassEnabled() {

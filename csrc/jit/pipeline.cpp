@@ -61,7 +61,9 @@ bool lintIsCheap(const Graph& graph) {
 //    simplifications expose (a convolution and its batch norm out of a removed branch) folds in the second round,
 //    so converting the result again finds nothing left to change. Once where the first round changed nothing after
 //    its folding: the folding is at its fixed point, so a second round would run the same passes on the same graph
-//    and change nothing either.
+//    and change nothing either. Shape and type queries are never folded from the values' types: the load-time pass
+//    cleans up graphs typed with the sizes of one profiled run, which other batch sizes and ranks must still run
+//    (its guard checks dtype and device only); dtype queries are answered from the observation instead.
 void cleanUp(std::shared_ptr<Graph>& graph) {
   for (int round = 0; round < 2; ++round) {
     torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
@@ -69,7 +71,7 @@ void cleanUp(std::shared_ptr<Graph>& graph) {
     torch::jit::RemoveTensorMutation(graph);
     torch::jit::RemoveListMutation(graph);
     torch::jit::EliminateCommonSubexpression(graph);
-    torch::jit::PeepholeOptimize(graph);
+    torch::jit::PeepholeOptimize(graph, /*disable_shape_peepholes=*/true);
     torch::jit::ConstantPropagation(graph, /*ignore_custom_classes=*/true);
     torch::jit::ConstantPooling(graph);
     torch::jit::EliminateNoOps(graph);
@@ -319,6 +321,18 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
 ConversionReport ConvertTypedGraph(std::shared_ptr<Graph>& graph, const ConvertOptions& options) {
   checkLowDtype(options.lowDtype);
   PreparedGraph prepared = prepareTypedGraph(graph);
+  ConversionReport report = convertPrepared(prepared, options);
+  graph = prepared.graph;
+  return report;
+}
+
+ConversionReport ConvertObservedGraph(
+    std::shared_ptr<Graph>& graph,
+    const std::vector<Stack>& runs,
+    const ConvertOptions& options) {
+  checkLowDtype(options.lowDtype);
+  TORCH_CHECK(!runs.empty(), "torch_mp: no recorded inputs to observe the graph on");
+  PreparedGraph prepared = prepareGraph(graph, runs.front(), std::vector<Stack>(runs.begin() + 1, runs.end()));
   ConversionReport report = convertPrepared(prepared, options);
   graph = prepared.graph;
   return report;

@@ -124,6 +124,13 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
 // observed magnitudes, so no observed range guard; the caller checks what running needs (outputs' dtypes).
 ConversionReport ConvertTypedGraph(std::shared_ptr<torch::jit::Graph>& graph, const ConvertOptions& options);
 
+// prepareGraph on `runs` (the first as example inputs, the others as calibration), then convertPrepared: the
+// load-time pass's conversion of a graph whose inputs calibration_inputs recorded, in place, with magnitudes.
+ConversionReport ConvertObservedGraph(
+    std::shared_ptr<torch::jit::Graph>& graph,
+    const std::vector<torch::jit::Stack>& runs,
+    const ConvertOptions& options);
+
 // A module prepared once, for any number of conversions: a frozen copy in eval mode (its own dict and list
 // attributes), its forward prepared.
 struct PreparedModel {

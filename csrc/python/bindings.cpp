@@ -300,6 +300,7 @@ std::tuple<std::string, std::optional<std::vector<std::string>>, std::string> ex
 // The load-time pass: policy None for each graph's default policy.
 void enableJitPass(
     const std::string& dtype,
+    bool calibrate,
     const std::optional<core::OpPolicy>& policy,
     const std::string& planner,
     bool fuseCasts,
@@ -308,6 +309,7 @@ void enableJitPass(
     bool fuseConvolutions) {
   jit::JitPassOptions options;
   options.dtype = parseDtype(dtype);
+  options.calibrate = calibrate;
   options.policy = policy;
   options.planner = parsePlanner(planner);
   options.fuseCasts = fuseCasts;
@@ -317,11 +319,19 @@ void enableJitPass(
   jit::enableMixedPrecisionPass(options);
 }
 
-// (converted, skipped, last outcome, last report or None, last error)
-std::tuple<int64_t, int64_t, std::string, std::optional<jit::ConversionReport>, std::string> jitPassActivity() {
+// (converted, skipped, calibrating, last outcome, last report or None, last error, last graph or None)
+std::tuple<
+    int64_t,
+    int64_t,
+    int64_t,
+    std::string,
+    std::optional<jit::ConversionReport>,
+    std::string,
+    std::shared_ptr<torch::jit::Graph>>
+jitPassActivity() {
   const jit::PassActivity activity = jit::mixedPrecisionPassActivity();
-  return {activity.converted, activity.skipped, jit::toString(activity.lastOutcome), activity.lastReport,
-          activity.lastError};
+  return {activity.converted, activity.skipped, activity.calibrating, jit::toString(activity.lastOutcome),
+          activity.lastReport, activity.lastError, activity.lastGraph};
 }
 
 std::shared_ptr<jit::PreparedModel> prepareModule(
@@ -495,11 +505,12 @@ PYBIND11_MODULE(_C, m) {
         "Runs a module whose nodes carry ids and returns the first output of each node named (undefined where "
         "absent).");
 
-  m.def("enable_jit_pass", &enableJitPass, py::arg("dtype"), py::arg("policy"), py::arg("planner"),
-        py::arg("fuse_casts"), py::arg("fused_kernels"), py::arg("channels_last"), py::arg("fuse_convolutions"),
+  m.def("enable_jit_pass", &enableJitPass, py::arg("dtype"), py::arg("calibrate"), py::arg("policy"),
+        py::arg("planner"), py::arg("fuse_casts"), py::arg("fused_kernels"), py::arg("channels_last"), py::arg("fuse_convolutions"),
         "Enables the load-time mixed-precision pass (registered once per process).");
   m.def("disable_jit_pass", &jit::disableMixedPrecisionPass, "Disables the load-time pass.");
   m.def("jit_pass_enabled", &jit::mixedPrecisionPassEnabled);
   m.def("jit_pass_activity", &jitPassActivity,
-        "(graphs converted, graphs skipped, last outcome, last ConversionReport or None, last error)");
+        "(graphs converted, graphs skipped, graphs set to calibrate, last outcome, last ConversionReport or None, "
+        "last error, last converted Graph or None)");
 }

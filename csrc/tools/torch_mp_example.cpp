@@ -82,9 +82,11 @@ int convert(const std::string& in, const std::string& out, const std::string& dt
   return 0;
 }
 
-// The first call of a loaded module profiles it; the executor optimizes (and the pass converts) for the second.
+// The first call of a loaded module profiles it; the executor optimizes for the second, where the pass has the graph
+// record its inputs, and again for the third, which the pass converts on what was recorded.
 at::Tensor runProfiled(torch::jit::Module& module, const at::Tensor& input) {
   torch::NoGradGuard noGrad;
+  module.forward({input});
   module.forward({input});
   const c10::IValue output = module.forward({input});
   TORCH_CHECK(output.isTensor(), "torch_mp_example run-mixed: the model must return one tensor");

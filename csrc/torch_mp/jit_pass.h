@@ -2,12 +2,15 @@
 //
 //   torch_mp::jit::enableMixedPrecisionPass({.dtype = at::kHalf});
 //   auto model = torch::jit::load("model_fp32_frozen.pt");   // any frozen fp32 TorchScript file
-//   model.forward({x});  // the first call profiles (fp32); from the second on the optimized graph runs mixed
+//   model.forward({x});  // the first two calls profile and calibrate (fp32); from the third on it runs mixed
 //
-// The executor optimizes a graph after its profiling run; the pass then converts that graph with the stages
-// convert() runs, reading dtypes, devices and sizes from the profile instead of example inputs, and guards the
-// result: inputs of another dtype or device (or needing gradients) run the unconverted graph, which the executor
-// profiles and optimizes (and the pass converts) on its own. Graphs optimized before the pass was enabled keep
+// The executor optimizes a graph after its profiling run. With `calibrate` (the default) the pass first hands back
+// a graph that records its inputs and runs fp32 (calibration_inputs), and converts when the executor optimizes
+// again, a run later: observing the graph on the recorded inputs as convert() observes it on example inputs, so the
+// observed range guard keeps values beyond fp16's range in fp32. Without `calibrate` it converts at once, reading
+// dtypes, devices and sizes from the profile, without magnitudes. Either way it converts that graph with the stages
+// convert() runs and guards the result: inputs of another dtype or device (or needing gradients) run the unconverted
+// graph, which the executor profiles and optimizes (and the pass converts) on its own. Graphs optimized before the pass was enabled keep
 // their plan; a disabled pass changes no graph.
 #pragma once
 
@@ -27,6 +30,8 @@ namespace torch_mp::jit {
 
 struct JitPassOptions {
   c10::ScalarType dtype = c10::ScalarType::Half;  // float16 or bfloat16
+  // Observe the inputs of the runs before converting (one more fp32 run), for the observed range guard.
+  bool calibrate = true;
   // The op policy (its name goes to the report); by default the one for each graph's device (from its profile) and
   // the dtype.
   std::optional<core::OpPolicy> policy;
@@ -45,6 +50,7 @@ enum class SkipReason {
   kNotFrozen,       // every tensor read from module attributes (prim::GetAttr), none constant: freeze first
   kNothingToLower,  // the plan put no node in low precision
   kFailed,          // the conversion threw; the message is in PassActivity::lastError
+  kCalibrating,     // not yet: the graph records its inputs and runs fp32 until the executor optimizes it again
 };
 const char* toString(SkipReason reason);
 
@@ -63,8 +69,12 @@ void runMixedPrecisionPass(std::shared_ptr<torch::jit::Graph>& graph);
 struct PassActivity {
   int64_t converted = 0;  // graphs the pass rewrote since the process started
   int64_t skipped = 0;    // graphs it saw while enabled and left alone
+  int64_t calibrating = 0;  // graphs it set to record their inputs, to convert them a run later
   SkipReason lastOutcome = SkipReason::kNone;
   std::optional<ConversionReport> lastReport;  // of the last graph planned (converted, or nothing to lower)
+  // The last graph converted, as the executor runs it. With calibration it runs as a function the graph the
+  // executor reports as optimized (torch::jit::lastExecutedOptimizedGraph) calls.
+  std::shared_ptr<torch::jit::Graph> lastGraph;
   std::string lastError;                       // of the last kFailed
 };
 PassActivity mixedPrecisionPassActivity();

@@ -24,7 +24,8 @@ int main() {
 
   torch_mp::jit::enableMixedPrecisionPass({.dtype = at::kBFloat16});
   torch::jit::Module frozen = torch::jit::freeze(module);
-  frozen.forward({x});
+  frozen.forward({x});  // profiles
+  frozen.forward({x});  // records its inputs to calibrate on
   const at::Tensor atLoad = frozen.forward({x}).toTensor();
   const torch_mp::jit::PassActivity activity = torch_mp::jit::mixedPrecisionPassActivity();
 

@@ -1,7 +1,8 @@
 // The load-time pass: graphs with the profile the executor records (prim::profile nodes carrying each tensor's
 // type, built here from the types written in the IR strings), checked with FileCheck where the pass fires (guarded
-// conversion with a fallback) and where it must not (integer tensors, a module not frozen, a disabled pass); and the
-// executor itself running a graph function under the pass, against its fp32 results.
+// conversion with a fallback) and where it must not (integer tensors, a module not frozen, a disabled pass, shape
+// queries); the recording graph a calibrating pass hands back; and the executor itself running a graph function
+// under the pass, calibrating and not, against its fp32 results.
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/api/module.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 
 #include "test_utils.h"
+#include "jit/calibration_inputs.h"
 #include "torch_mp/jit_pass.h"
 
 namespace torch_mp::jit {
@@ -76,7 +78,7 @@ std::shared_ptr<torch::jit::Graph> profiledConvReluSoftmax() {
 
 TEST_F(JitPassTest, ProfiledFrozenGraphIsConvertedBehindADtypeGuard) {
   auto graph = profiledConvReluSoftmax();
-  enableMixedPrecisionPass({.dtype = at::kHalf});
+  enableMixedPrecisionPass({.dtype = at::kHalf, .calibrate = false});
   const int64_t before = mixedPrecisionPassActivity().converted;
   runMixedPrecisionPass(graph);
   graph->lint();
@@ -106,6 +108,36 @@ TEST_F(JitPassTest, ProfiledFrozenGraphIsConvertedBehindADtypeGuard) {
               return value->isTensor() && value->toTensor().scalar_type() == at::kFloat;
             }),
             1);
+}
+
+TEST_F(JitPassTest, ShapeQueriesAreNotFoldedFromTheProfiledSizes) {
+  // the guard checks dtype and device only: a batch size or rank folded from the profile would break other inputs
+  auto graph = parseGraph(R"IR(
+    graph(%x : Float(4, 48, strides=[48, 1], requires_grad=0, device=cpu), %w : Tensor):
+      %none : NoneType = prim::Constant()
+      %zero : int = prim::Constant[value=0]()
+      %minus : int = prim::Constant[value=-1]()
+      %sizes : int[] = aten::size(%x)
+      %n : int = aten::__getitem__(%sizes, %zero)
+      %rank : int = aten::dim(%x)
+      %shape : int[] = prim::ListConstruct(%n, %minus)
+      %r : Float(4, 48, strides=[48, 1], requires_grad=0, device=cpu) = aten::reshape(%x, %shape)
+      %y : Float(4, 5, strides=[5, 1], requires_grad=0, device=cpu) = aten::linear(%r, %w, %none)
+      return (%y, %rank))IR");
+  inlineInputAsConstant(*graph, 1, torch::randn({5, 48}));
+  profileTypedValues(graph);
+  enableMixedPrecisionPass({.dtype = at::kBFloat16, .calibrate = false});
+  runMixedPrecisionPass(graph);
+  graph->lint();
+  EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNone);
+  FileCheck()
+      .check("prim::TypeCheck")
+      ->check("aten::size(")
+      ->check("aten::dim(")
+      ->check("aten::reshape")
+      ->check("aten::linear")
+      ->check("prim::FallbackGraph")
+      ->run(*graph);
 }
 
 TEST_F(JitPassTest, IntegerGraphIsLeftAsItWas) {
@@ -142,7 +174,7 @@ TEST_F(JitPassTest, SlowKernelsKeepTheGraph) {
 
   // the same CPU converts to bfloat16
   auto again = profiledConvReluSoftmax();
-  enableMixedPrecisionPass({.dtype = at::kBFloat16});
+  enableMixedPrecisionPass({.dtype = at::kBFloat16, .calibrate = false});
   runMixedPrecisionPass(again);
   FileCheck().check("prim::TypeCheck")->check("BFloat16(4, 3, 3, 3")->check("aten::conv2d")->run(*again);
 }
@@ -173,11 +205,70 @@ TEST_F(JitPassTest, RejectsFloat32) {
   EXPECT_FALSE(mixedPrecisionPassEnabled());
 }
 
-// Two calls through the executor, as a loaded module's forward goes: the first profiles, the second runs the
-// optimized graph, which the pass converted.
-c10::IValue runTwice(torch::jit::Function& function, const at::Tensor& x) {
+TEST_F(JitPassTest, CalibratingPassHandsBackAGraphRecordingItsInputs) {
+  auto graph = profiledConvReluSoftmax();
+  enableMixedPrecisionPass({.dtype = at::kHalf});
+  const PassActivity before = mixedPrecisionPassActivity();
+  runMixedPrecisionPass(graph);
+  graph->lint();
+  FileCheck()
+      .check("torch_mp::record_calibration_inputs(%")
+      ->check_same("%x")
+      ->check("prim::FallbackGraph")
+      ->check_not("aten::to")
+      ->run(*graph);
+  const PassActivity activity = mixedPrecisionPassActivity();
+  EXPECT_EQ(activity.lastOutcome, SkipReason::kCalibrating);
+  EXPECT_EQ(activity.calibrating, before.calibrating + 1);
+  EXPECT_EQ(activity.converted, before.converted);
+
+  // the fp32 graph the executor will profile, marked for the pass: the marker gives the key the inputs are under
+  torch::jit::Node* record = graph->nodes().front()->next();
+  ASSERT_EQ(record->kind().toQualString(), std::string("torch_mp::record_calibration_inputs"));
+  auto fallback = torch::jit::findAllNodes(*graph, c10::prim::FallbackGraph, false).at(0)->g(c10::attr::Subgraph);
+  FileCheck().check("torch_mp::calibration_marker")->check("aten::conv2d")->check_not("prim::profile")->run(
+      *fallback);
+  const std::optional<int64_t> key = takeCalibrationMarker(*fallback);
+  ASSERT_TRUE(key);
+  FileCheck().check_not("torch_mp::calibration_marker")->run(*fallback);
+
+  // each run records a copy of its inputs until the pass takes them; then nothing more
+  at::Tensor x = torch::randn({1, 3, 8, 8});
+  const at::Tensor original = x.clone();
+  torch::jit::Stack stack{*torch::jit::toIValue(record->input(0)), x};
+  record->getOperation()(stack);
+  EXPECT_TRUE(stack.empty());
+  x.mul_(2);  // as a graph writing to its input would
+  std::vector<torch::jit::Stack> recorded = takeCalibrationInputs(*key);
+  ASSERT_EQ(recorded.size(), 1u);
+  ASSERT_EQ(recorded[0].size(), 1u);
+  EXPECT_TRUE(torch::equal(recorded[0][0].toTensor(), original));
+  stack = {*torch::jit::toIValue(record->input(0)), x};
+  record->getOperation()(stack);
+  EXPECT_TRUE(takeCalibrationInputs(*key).empty());
+
+  // disabling the pass drops what graphs still recording hold: they record nothing more
+  auto another = profiledConvReluSoftmax();
+  runMixedPrecisionPass(another);
+  torch::jit::Node* recordAnother = another->nodes().front()->next();
+  auto marked = torch::jit::findAllNodes(*another, c10::prim::FallbackGraph, false).at(0)->g(c10::attr::Subgraph);
+  const std::optional<int64_t> anotherKey = takeCalibrationMarker(*marked);
+  ASSERT_TRUE(anotherKey);
+  stack = {*torch::jit::toIValue(recordAnother->input(0)), x};
+  recordAnother->getOperation()(stack);
+  disableMixedPrecisionPass();
+  stack = {*torch::jit::toIValue(recordAnother->input(0)), x};
+  recordAnother->getOperation()(stack);
+  EXPECT_TRUE(takeCalibrationInputs(*anotherKey).empty());
+}
+
+// Calls through the executor, as a loaded module's forward goes: the first profiles; the second runs the optimized
+// graph, which the pass converted, or (calibrating) had record its inputs; the third then runs the converted one.
+c10::IValue runCalls(torch::jit::Function& function, const at::Tensor& x, int calls) {
   torch::NoGradGuard noGrad;
-  function({x});
+  for (int i = 1; i < calls; ++i) {
+    function({x});
+  }
   return function({x});
 }
 
@@ -188,15 +279,22 @@ TEST_F(JitPassTest, ExecutorRunsAFrozenGraphMixedAndAModuleNotFrozenInFp32) {
   const at::Tensor x = torch::randn({2, 3, 10, 10});
   const at::Tensor expected = runGraph(graph, {x})[0].toTensor();
 
-  enableMixedPrecisionPass({.dtype = at::kBFloat16});
-  torch::jit::GraphFunction frozen("frozen", graph->copy(), nullptr);
-  const at::Tensor mixed = runTwice(frozen, x).toTensor();
-  EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNone);
-  FileCheck().check("prim::TypeCheck")->check("BFloat16(4, 3, 3, 3")->check("aten::conv2d")->run(
-      *torch::jit::lastExecutedOptimizedGraph());
-  EXPECT_EQ(mixed.scalar_type(), at::kFloat);
-  EXPECT_FALSE(torch::equal(mixed, expected));
-  EXPECT_TRUE(torch::allclose(mixed, expected, /*rtol=*/0, /*atol=*/2e-2));
+  for (const bool calibrate : {true, false}) {
+    SCOPED_TRACE(calibrate ? "calibrating" : "from the profile");
+    enableMixedPrecisionPass({.dtype = at::kBFloat16, .calibrate = calibrate});
+    torch::jit::GraphFunction frozen("frozen", graph->copy(), nullptr);
+    const at::Tensor mixed = runCalls(frozen, x, calibrate ? 3 : 2).toTensor();
+    const PassActivity activity = mixedPrecisionPassActivity();
+    EXPECT_EQ(activity.lastOutcome, SkipReason::kNone);
+    ASSERT_TRUE(activity.lastReport);
+    EXPECT_EQ(activity.lastReport->rangesObserved, calibrate);
+    ASSERT_TRUE(activity.lastGraph);
+    FileCheck().check("prim::TypeCheck")->check("BFloat16(4, 3, 3, 3")->check("aten::conv2d")->run(
+        *activity.lastGraph);
+    EXPECT_EQ(mixed.scalar_type(), at::kFloat);
+    EXPECT_FALSE(torch::equal(mixed, expected));
+    EXPECT_TRUE(torch::allclose(mixed, expected, /*rtol=*/0, /*atol=*/2e-2));
+  }
 
   torch::jit::Module module("NotFrozen");
   module.register_parameter("weight", weight, /*is_buffer=*/false);

@@ -1,5 +1,6 @@
 """The load-time pass (torch_mp.jit_pass): frozen fp32 TorchScript files run mixed precision under TorchScript's
-graph executor once it has profiled them, and fp32 without the pass."""
+graph executor once it has profiled them and (calibrating, the default) observed them on the inputs of a run, and
+fp32 without the pass."""
 import threading
 
 import pytest
@@ -44,10 +45,12 @@ def save_frozen(model, path, *inputs):
     return str(path)
 
 
-def run_profiled(module, *inputs):
-    """The executor profiles on the first call and optimizes for the second: returns the second call's output."""
+def run_profiled(module, *inputs, calibrate=True):
+    """The executor profiles on the first call and optimizes for the second, where the pass converts the graph, or
+    (calibrating) has it record its inputs and converts it for the third: returns the last call's output."""
     with torch.no_grad():
-        module(*inputs)
+        for _ in range(2 if calibrate else 1):
+            module(*inputs)
         return module(*inputs)
 
 
@@ -103,14 +106,18 @@ def test_frozen_resnet_file_runs_mixed_under_the_pass_and_fp32_without(tmp_path,
     assert not low_constants(plain_graph, dtype) and not casts_to(plain_graph, dtype)
     torch.testing.assert_close(plain, expected)
 
-    before = torch_mp.jit_pass.activity().converted
+    before = torch_mp.jit_pass.activity()
     with torch_mp.jit_pass(dtype=dtype):
         module = torch.jit.load(path)
         mixed = run_profiled(module, x)
-        graph = torch.jit.last_executed_optimized_graph()
+        outer = torch.jit.last_executed_optimized_graph()
     activity = torch_mp.jit_pass.activity()
-    assert activity.converted == before + 1 and activity.last_outcome == "converted"
-    assert activity.last_report.data["ranges_observed"] is False
+    graph = activity.last_graph
+    # the graph the executor runs records its inputs (nothing more, once taken) and calls the converted one
+    assert outer.findAllNodes("torch_mp::record_calibration_inputs") and outer.findAllNodes("prim::CallFunction")
+    assert activity.converted == before.converted + 1 and activity.last_outcome == "converted"
+    assert activity.calibrating == before.calibrating + 1
+    assert activity.last_report.data["ranges_observed"] is True
     convolutions = [n for n in activity.last_report.nodes if n["op"] == "aten::conv2d"]
     assert len(convolutions) == 17 and all(n["precision"] == "low" for n in convolutions)
     assert len(low_constants(graph, dtype)) >= 17  # every convolution's weight, pre-cast
@@ -142,8 +149,8 @@ def test_transformer_file_runs_mixed_under_the_pass(tmp_path):
     with torch_mp.jit_pass(dtype=torch.float16):
         module = torch.jit.load(path)
         mixed = run_profiled(module, x)
-        graph = torch.jit.last_executed_optimized_graph()
-    report = torch_mp.jit_pass.activity().last_report
+    activity = torch_mp.jit_pass.activity()
+    report, graph = activity.last_report, activity.last_graph
     # the branches of MultiheadAttention the profiling run did not take are left alone, as convert() leaves them
     linears = [n for n in report.nodes if n["op"] == "aten::linear" and n["rule_kind"] != "unobserved"]
     assert len(linears) >= 4 and all(n["precision"] == "low" for n in linears)
@@ -182,6 +189,36 @@ def test_integer_outputs_and_untaken_branches_keep_their_dtypes(tmp_path):
         assert got.dtype == want.dtype
     for got, want in zip(other, model(-x)):
         assert got.dtype == want.dtype
+
+
+class FlattensByBatchSize(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(48, 5)
+
+    def forward(self, x):
+        if x.dim() == 3:
+            x = x.unsqueeze(0)
+        return self.fc(x.reshape(x.size(0), -1))
+
+
+@pytest.mark.parametrize("calibrate", [True, False])
+def test_other_batch_sizes_and_ranks_than_profiled_run_the_converted_graph(tmp_path, calibrate):
+    # the guard checks dtype and device only: nothing may be folded from the profiled sizes (x.size(0), x.dim())
+    model = FlattensByBatchSize().eval()
+    path = save_frozen(model, tmp_path / "flatten.pt")
+    with torch_mp.jit_pass(dtype=torch.bfloat16, calibrate=calibrate):
+        module = torch.jit.load(path)
+        run_profiled(module, torch.randn(4, 3, 4, 4), calibrate=calibrate)
+        assert torch_mp.jit_pass.activity().last_outcome == "converted"
+        converted = torch_mp.jit_pass.activity().converted
+        with torch.no_grad():
+            for shape in [(2, 3, 4, 4), (7, 3, 4, 4), (3, 4, 4)]:
+                x = torch.randn(*shape)
+                got, want = module(x), model(x)
+                assert got.shape == want.shape
+                torch.testing.assert_close(got, want, rtol=0, atol=5e-2)
+        assert torch_mp.jit_pass.activity().converted == converted  # the converted graph ran them all
 
 
 class CastsItsInput(nn.Module):
@@ -313,3 +350,51 @@ def test_cuda_file_runs_mixed_with_the_cuda_policy_and_channels_last(tmp_path):
     assert mixed.dtype == torch.float32 and mixed.is_cuda
     expected = model(x)
     torch.testing.assert_close(mixed, expected, rtol=0, atol=2e-2 * expected.abs().max().item())
+
+
+class BeyondHalfRange(nn.Module):
+    """Activations beyond float16's largest value (65504) in the middle, from weights and inputs within it,
+    normalised before the head: what random weights often give, and what the observed range guard keeps in fp32."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(16, 32)
+        self.down = nn.Linear(32, 8)
+        self.head = nn.Linear(8, 4)
+        with torch.no_grad():
+            self.up.weight.mul_(2e4)  # at most 5000
+
+    def forward(self, x):
+        h = self.down(self.up(x * 10.0).relu())
+        return self.head(nn.functional.layer_norm(h, [8]))
+
+
+def test_calibration_gives_the_range_guard_convert_applies_and_the_profile_alone_cannot(tmp_path):
+    torch.manual_seed(0)
+    model = BeyondHalfRange().eval()
+    x = torch.randn(4, 16)
+    assert model.up(x * 10.0).abs().max() > 1e5
+    path = save_frozen(model, tmp_path / "beyond.pt")
+    converted, converted_report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    expected = converted(x)
+    assert any(n["rule_kind"] == "range guard" for n in converted_report.nodes)
+
+    with torch_mp.jit_pass(dtype=torch.float16, calibrate=False):
+        uncalibrated = run_profiled(torch.jit.load(path), x, calibrate=False)
+    assert torch_mp.jit_pass.activity().last_report.data["ranges_observed"] is False
+    assert not uncalibrated.isfinite().all()  # the linear's fp16 output overflowed
+
+    with torch_mp.jit_pass(dtype=torch.float16):
+        module = torch.jit.load(path)
+        mixed = run_profiled(module, x)
+    activity = torch_mp.jit_pass.activity()
+    report, graph = activity.last_report, activity.last_graph
+    assert report.data["ranges_observed"] is True
+    def aten(nodes):  # the executor hands the pass a graph returning a tuple: a prim::TupleConstruct more
+        return [(n["op"], n["precision"]) for n in nodes if n["op"].startswith("aten::")]
+
+    assert aten(report.nodes) == aten(converted_report.nodes)
+    assert casts_to(graph, torch.float16)
+    assert mixed.isfinite().all()
+    torch.testing.assert_close(mixed, expected, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(mixed, model(x), rtol=0, atol=5e-2)
