@@ -21,21 +21,33 @@ std::vector<at::Tensor> cudaTensorInputs(const std::vector<c10::IValue>& inputs)
   return tensors;
 }
 
+// Host synchronisation made an error while it lives; the previous mode comes back however the scope ends.
+class HostSynchronisationRefused {
+ public:
+  HostSynchronisationRefused() : previous_(c10::cuda::warning_state().get_sync_debug_mode()) {
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  }
+  ~HostSynchronisationRefused() {
+    c10::cuda::warning_state().set_sync_debug_mode(previous_);
+  }
+  HostSynchronisationRefused(const HostSynchronisationRefused&) = delete;
+  HostSynchronisationRefused& operator=(const HostSynchronisationRefused&) = delete;
+
+ private:
+  c10::cuda::SyncDebugMode previous_;
+};
+
 // Runs the forward with host synchronisation made an error, so that a forward that cannot be captured is refused
 // before a capture fails on it: a failed capture leaves CUDA's random generators in capture mode for the process.
 void runRefusingHostSynchronisation(torch::jit::Module& module, std::vector<c10::IValue> stack) {
-  c10::cuda::WarningState& state = c10::cuda::warning_state();
-  const c10::cuda::SyncDebugMode previous = state.get_sync_debug_mode();
-  state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
   try {
+    HostSynchronisationRefused refused;
     module.forward(std::move(stack));
   } catch (const c10::Error& error) {
-    state.set_sync_debug_mode(previous);
     TORCH_CHECK(false, "torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA graph because it "
                 "synchronises with the host (item(), nonzero, shapes that depend on values). Call the module directly "
                 "instead. CUDA said: ", error.what_without_backtrace());
   }
-  state.set_sync_debug_mode(previous);
 }
 
 } // namespace
