@@ -14,8 +14,8 @@ the graph's runs before the conversion (the second call's and the third's, with 
 profiling run): they are recorded and observed for dtypes, sizes and magnitudes, so the observed range guard keeps
 values beyond fp16's range in fp32. With calibrate=False it converts one call earlier from the executor's profile
 alone (dtypes, devices, sizes), without magnitudes and so without the observed range guard. Inputs of another dtype
-or device than profiled run the unconverted graph. Graphs the executor optimized before enabling keep their plan. The state is
-process-wide (C++ servers enable it with torch_mp::jit::enableMixedPrecisionPass).
+or device than profiled run the unconverted graph. Graphs the executor optimized before enabling keep their plan. The
+state is process-wide (C++ servers enable it with torch_mp::jit::enableMixedPrecisionPass).
 """
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ class jit_pass:
 
     dtype: torch.float16 or torch.bfloat16. calibrate: observe the inputs of the runs before converting (one more
     fp32 call), for the observed range guard; False converts from the executor's profile alone. policy: an OpPolicy
-    of op entries (no exclusions or per-node rules: they need module paths and example inputs, which convert() has); default: per graph, the default policy for the
-    device the profile saw and `dtype`. planner, fuse_casts, fused_kernels, channels_last, fuse_convolutions: as in
-    torch_mp.convert.
+    of op entries (no exclusions or per-node rules: they need module paths and example inputs, which convert() has);
+    default: per graph, the default policy for the device the profile saw and `dtype`. planner, fuse_casts,
+    fused_kernels, channels_last, fuse_convolutions: as in torch_mp.convert.
     """
 
     _current: Optional[Dict[str, Any]] = None  # the options the pass is enabled with, None when disabled

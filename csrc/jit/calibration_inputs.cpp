@@ -32,17 +32,18 @@ Recordings& recordings() {
 torch::jit::Operation recordInputs(const Node* node) {
   const size_t count = node->inputs().size();
   return [count](Stack& stack) {
-    Stack inputs(stack.end() - static_cast<std::ptrdiff_t>(count) + 1, stack.end());
     const int64_t key = stack[stack.size() - count].toInt();
-    torch::jit::drop(stack, count);
     Recordings& r = recordings();
     {
       std::lock_guard<std::mutex> lock(r.mutex);
       auto entry = r.open.find(key);
       if (entry == r.open.end() || entry->second.size() >= kMaxCalibrationRuns) {
+        torch::jit::drop(stack, count);  // every run once converted: nothing copied
         return;
       }
     }
+    Stack inputs(stack.end() - static_cast<std::ptrdiff_t>(count) + 1, stack.end());
+    torch::jit::drop(stack, count);
     for (c10::IValue& input : inputs) {
       if (!input.isObject()) {
         input = input.deepcopy();

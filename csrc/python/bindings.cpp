@@ -506,7 +506,8 @@ PYBIND11_MODULE(_C, m) {
         "absent).");
 
   m.def("enable_jit_pass", &enableJitPass, py::arg("dtype"), py::arg("calibrate"), py::arg("policy"),
-        py::arg("planner"), py::arg("fuse_casts"), py::arg("fused_kernels"), py::arg("channels_last"), py::arg("fuse_convolutions"),
+        py::arg("planner"), py::arg("fuse_casts"), py::arg("fused_kernels"), py::arg("channels_last"),
+        py::arg("fuse_convolutions"),
         "Enables the load-time mixed-precision pass (registered once per process).");
   m.def("disable_jit_pass", &jit::disableMixedPrecisionPass, "Disables the load-time pass.");
   m.def("jit_pass_enabled", &jit::mixedPrecisionPassEnabled);

@@ -10,8 +10,8 @@
 // observed range guard keeps values beyond fp16's range in fp32. Without `calibrate` it converts at once, reading
 // dtypes, devices and sizes from the profile, without magnitudes. Either way it converts that graph with the stages
 // convert() runs and guards the result: inputs of another dtype or device (or needing gradients) run the unconverted
-// graph, which the executor profiles and optimizes (and the pass converts) on its own. Graphs optimized before the pass was enabled keep
-// their plan; a disabled pass changes no graph.
+// graph, which the executor profiles and optimizes (and the pass converts) on its own. Graphs optimized before the
+// pass was enabled keep their plan; a disabled pass changes no graph.
 #pragma once
 
 #include <c10/core/ScalarType.h>
