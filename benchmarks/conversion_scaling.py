@@ -269,6 +269,11 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
+# The phases that are torch_mp's own work (issue 14's conversion target): all but PyTorch's freezing and clean-up
+# passes (`cleanup`, `tidy`) and the model runs (`observe`, `verify`).
+OWN_PHASES = ("plan", "apply", "cancel", "kernels", "report")
+
+
 def fits_text(rows) -> str:
     nodes = [r["nodes"] for r in rows]
     lines = ["| timing | a | exponent b | us/node at the largest size |", "| --- | --- | --- | --- |"]
@@ -282,6 +287,11 @@ def fits_text(rows) -> str:
         if min(values) > 0:
             a, b = fit_power(nodes, values)
             lines.append(f"| phase {phase} | {a:.3g} | {b:.3f} | {1e6 * values[-1] / rows[-1]['nodes']:.2f} |")
+    own = [sum(r["phases"].get(p, 0.0) for p in OWN_PHASES) for r in rows]
+    if min(own) > 0:
+        a, b = fit_power(nodes, own)
+        lines.append(f"| torch_mp's own stages ({' + '.join(OWN_PHASES)}) | {a:.3g} | {b:.3f} | "
+                     f"{1e6 * own[-1] / rows[-1]['nodes']:.2f} |")
     return "\n".join(lines)
 
 
@@ -372,7 +382,8 @@ optimisations); it never runs the model. `torch_mp.convert`: wall time of the wh
 C++, `freeze_module`) and runs PyTorch's frozen-graph optimisations (its `cleanup` phase), **runs the model twice** (once instrumented to observe every
 value's dtype, size and range, once to verify the converted outputs), plans, applies, and builds the report
 (parsed into Python). `pipeline`: `report.data["seconds"]`, the C++ pipeline after freezing; its phases are
-`report.data["phases"]`.
+`report.data["phases"]` (`tidy`: PyTorch's clean-up passes run between torch_mp's stages). "torch_mp's own
+stages" below: {' + '.join(OWN_PHASES)}, everything but PyTorch's freezing and clean-up passes and the model runs.
 
 {text}
 

@@ -56,6 +56,10 @@ class GraphItems {
  public:
   GraphItems(const Graph& graph, const Bookkeeping& bookkeeping, const CastLedger& casts, ConversionReport& report)
       : graph_(graph), bookkeeping_(bookkeeping), casts_(casts), report_(report) {
+    // sized once: growing maps of a whole graph's size, allocation by allocation, costs more than filling them
+    decided_.reserve(report_.nodes.size());
+    itemOf_.reserve(2 * bookkeeping_.ids.size());
+    report_.graph.reserve(bookkeeping_.ids.size() + bookkeeping_.casts.size());
     for (const NodeDecision& decision : report_.nodes) {
       decided_.insert(decision.id);
       nextId_ = std::max(nextId_, decision.id + 1);
@@ -156,6 +160,7 @@ class GraphItems {
 // first reader the plan decided.
 void reportKeptFp32Weights(const Graph& graph, const NodeIds& ids, ConversionReport& report) {
   std::unordered_map<NodeId, const NodeDecision*> decisionOf;
+  decisionOf.reserve(report.nodes.size());
   for (const NodeDecision& decision : report.nodes) {
     decisionOf.emplace(decision.id, &decision);
   }
@@ -204,6 +209,7 @@ std::vector<NodeDecision> decisionsOf(
     const ObservedValues& observed,
     c10::ScalarType lowDtype) {
   std::vector<NodeDecision> decisions;
+  decisions.reserve(mapping.nodes.size());
   for (size_t n = 0; n < mapping.nodes.size(); ++n) {
     const Node* node = mapping.nodes[n];
     if (node->kind() == c10::prim::Param || node->kind() == c10::prim::Return) {

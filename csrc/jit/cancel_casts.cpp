@@ -1,6 +1,5 @@
 #include "jit/cancel_casts.h"
 
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -8,6 +7,7 @@
 
 #include "jit/casts.h"
 #include "jit/ir_utils.h"
+#include "jit/writers.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -56,7 +56,7 @@ class CastCanceller {
       return nullptr;
     }
     Value* original = previous->input(0);
-    if (recordedDtype(original) != *target || aliasDb().hasWriters(source) || aliasDb().hasWriters(original)) {
+    if (recordedDtype(original) != *target || writers().hasWriters(source) || writers().hasWriters(original)) {
       return nullptr;
     }
     return original;
@@ -64,15 +64,15 @@ class CastCanceller {
 
   // Built on the first round trip: most graphs have none, and building it walks the whole graph. The graph changes
   // only where casts go, which aliases nothing, so one analysis serves the whole pass.
-  const torch::jit::AliasDb& aliasDb() const {
-    if (!aliasDb_) {
-      aliasDb_ = std::make_unique<torch::jit::AliasDb>(graph_);
+  const WriterQuery& writers() const {
+    if (!writers_) {
+      writers_ = std::make_unique<WriterQuery>(graph_);
     }
-    return *aliasDb_;
+    return *writers_;
   }
 
   const std::shared_ptr<torch::jit::Graph>& graph_;
-  mutable std::unique_ptr<torch::jit::AliasDb> aliasDb_;
+  mutable std::unique_ptr<WriterQuery> writers_;
 };
 
 } // namespace

@@ -89,7 +89,9 @@ struct ConversionReport {
   bool rangesObserved = true;
   double seconds = 0.0;
   // Seconds per pipeline stage, in order: cleanup and observe (the preparation, measured once however many plans
-  // are made from it), plan, apply, cancel, kernels, report, verify (convert() only: the load-time pass runs nothing).
+  // are made from it), plan, apply, cancel, tidy (PyTorch's clean-up passes between torch_mp's stages: mutation
+  // removal, dead code, constant pooling, common subexpressions), kernels, report, verify (convert() only: the
+  // load-time pass runs nothing).
   std::vector<std::pair<std::string, double>> phases;
 
   int lowPrecisionNodes() const;

@@ -1,12 +1,13 @@
 #include "jit/fold_attribute_reads.h"
 
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/jit_log.h>
 
 #include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
+
+#include "jit/writers.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -29,15 +30,15 @@ bool assignsAttributes(const Block* block) {
   return false;
 }
 
-void foldBlock(Block* block, torch::jit::Graph& graph, const c10::IValue& self, const torch::jit::AliasDb& aliasDb,
+void foldBlock(Block* block, torch::jit::Graph& graph, const c10::IValue& self, const WriterQuery& writers,
                int& folded) {
   for (Node* node : block->nodes()) {
     for (Block* sub : node->blocks()) {
-      foldBlock(sub, graph, self, aliasDb, folded);
+      foldBlock(sub, graph, self, writers, folded);
     }
     // a tensor the graph writes in place (a running total in a buffer) is state, not a weight
     if (node->kind() != c10::prim::GetAttr || node->output()->type()->kind() != c10::TypeKind::TensorType ||
-        aliasDb.hasWriters(node->output())) {
+        writers.hasWriters(node->output())) {
       continue;
     }
     std::optional<c10::IValue> value = attributeValue(node->output(), graph.inputs()[0], self);
@@ -110,8 +111,8 @@ int FoldAttributeReads(const std::shared_ptr<torch::jit::Graph>& graph, const c1
     return 0;
   }
   int folded = 0;
-  const torch::jit::AliasDb aliasDb(graph);
-  foldBlock(graph->block(), *graph, self, aliasDb, folded);
+  const WriterQuery writers(graph);
+  foldBlock(graph->block(), *graph, self, writers, folded);
   return folded;
 }
 

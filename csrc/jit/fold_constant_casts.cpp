@@ -1,6 +1,5 @@
 #include "jit/fold_constant_casts.h"
 
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -8,6 +7,7 @@
 #include <vector>
 
 #include "jit/casts.h"
+#include "jit/writers.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -45,8 +45,8 @@ int FoldConstantCasts(const std::shared_ptr<torch::jit::Graph>& graph) {
   // A cast whose result something writes in place stays: folded, the write would change the constant for every
   // later call.
   {
-    const torch::jit::AliasDb aliasDb(graph);
-    auto written = [&](const Node* cast) { return aliasDb.hasWriters(cast->output()); };
+    const WriterQuery writers(graph);
+    auto written = [&](const Node* cast) { return writers.hasWriters(cast->output()); };
     casts.erase(std::remove_if(casts.begin(), casts.end(), written), casts.end());
   }
   for (Node* cast : casts) {

@@ -1,7 +1,6 @@
 #include "jit/fuse_casts.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -12,11 +11,11 @@
 
 #include "core/op_facts.h"
 #include "jit/ir_utils.h"
+#include "jit/writers.h"
 
 namespace torch_mp::jit {
 namespace {
 
-using torch::jit::AliasDb;
 using torch::jit::Block;
 using torch::jit::Graph;
 using torch::jit::Node;
@@ -77,7 +76,7 @@ class CastFuser {
         observed_(observed),
         casts_(casts),
         kernelExists_(kernelExists),
-        aliasDb_(graph, /*isFrozen=*/true),
+        writers_(graph, /*isFrozen=*/true),
         inputDependentRank_(valuesOfInputDependentRank(graph->block(), observed)) {}
 
   bool run() {
@@ -98,7 +97,7 @@ class CastFuser {
         collectUpcasts(sub, upcasts);
       }
       if (plainCastTarget(node) == c10::ScalarType::Float && isLowFloat(recordedDtype(node->input(0))) &&
-          !aliasDb_.hasWriters(node->input(0)) && !aliasDb_.hasWriters(node->output())) {
+          !writers_.hasWriters(node->input(0)) && !writers_.hasWriters(node->output())) {
         upcasts.push_back(node);
       }
     }
@@ -250,7 +249,7 @@ class CastFuser {
   // Case E: to(norm(to(%x, fp32), fp32 parameters), low) => norm(%x, fp32 parameters) on CPU.
   bool fuseIntoNorm(Node* reader, size_t offset, Value* low) {
     const std::vector<size_t> parameters = offset == 0 ? mixedTypeNormParameters(reader) : std::vector<size_t>();
-    if (parameters.empty() || deviceOf(low) != c10::DeviceType::CPU || aliasDb_.hasWriters(reader->output())) {
+    if (parameters.empty() || deviceOf(low) != c10::DeviceType::CPU || writers_.hasWriters(reader->output())) {
       return false;
     }
     bool anyParameter = false;
@@ -272,7 +271,7 @@ class CastFuser {
       return false;
     }
     for (const Use& use : outputUses) {
-      if (plainCastTarget(use.user) != recordedDtype(low) || aliasDb_.hasWriters(use.user->output())) {
+      if (plainCastTarget(use.user) != recordedDtype(low) || writers_.hasWriters(use.user->output())) {
         return false;  // an fp32 reader needs the fp32 result, or a writer would see the shared result
       }
     }
@@ -331,7 +330,7 @@ class CastFuser {
   const ObservedValues& observed_;
   CastLedger& casts_;
   const KernelQuery& kernelExists_;
-  AliasDb aliasDb_;
+  WriterQuery writers_;
   const std::unordered_set<const Value*> inputDependentRank_;
 };
 

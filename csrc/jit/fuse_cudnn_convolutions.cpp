@@ -1,6 +1,5 @@
 #include "jit/fuse_cudnn_convolutions.h"
 
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -10,11 +9,11 @@
 #include "jit/casts.h"
 #include "jit/ir_utils.h"
 #include "jit/convolution_arguments.h"
+#include "jit/writers.h"
 
 namespace torch_mp::jit {
 namespace {
 
-using torch::jit::AliasDb;
 using torch::jit::Block;
 using torch::jit::Graph;
 using torch::jit::Node;
@@ -67,7 +66,7 @@ Node* soleReader(const Value* value, const char* schema) {
 class ConvolutionFuser {
  public:
   ConvolutionFuser(const std::shared_ptr<Graph>& graph, const ObservedValues& observed)
-      : graph_(graph), observed_(observed), aliasDb_(graph),
+      : graph_(graph), observed_(observed), writers_(graph),
         inputDependentRank_(valuesOfInputDependentRank(graph->block(), observed)) {}
 
   FusedConvolutions run() {
@@ -113,7 +112,7 @@ class ConvolutionFuser {
     if (!allOnes(conv->input(arguments.dilation)) || !isConstantOne(conv->input(arguments.groups))) {
       return std::nullopt;
     }
-    if (recordedDtype(conv->input(0)) != w.scalar_type() || aliasDb_.hasWriters(conv->input(0))) {
+    if (recordedDtype(conv->input(0)) != w.scalar_type() || writers_.hasWriters(conv->input(0))) {
       return std::nullopt;
     }
     return w.scalar_type();
@@ -128,7 +127,7 @@ class ConvolutionFuser {
 
   // The residual %z that cuDNN can add to the convolution's output %c as it is.
   bool isFusibleResidual(const Value* z, const Value* c, c10::ScalarType dtype) const {
-    if (z == c || recordedDtype(z) != dtype || aliasDb_.hasWriters(z)) {
+    if (z == c || recordedDtype(z) != dtype || writers_.hasWriters(z)) {
       return false;
     }
     const auto zSizes = observedSizes(z);
@@ -185,7 +184,7 @@ class ConvolutionFuser {
 
   std::shared_ptr<Graph> graph_;
   const ObservedValues& observed_;
-  AliasDb aliasDb_;
+  WriterQuery writers_;
   const std::unordered_set<const Value*> inputDependentRank_;
   FusedConvolutions fused_;
 };

@@ -1,6 +1,5 @@
 #include "jit/fuse_pointwise.h"
 
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -11,13 +10,13 @@
 #include <vector>
 
 #include "jit/ir_utils.h"
+#include "jit/writers.h"
 #include "kernels/fused_pointwise.h"
 
 namespace torch_mp::jit {
 namespace {
 
 using kernels::PointwiseOp;
-using torch::jit::AliasDb;
 using torch::jit::Block;
 using torch::jit::Graph;
 using torch::jit::Node;
@@ -155,7 +154,7 @@ class PointwiseFuser {
       const std::shared_ptr<Graph>& graph,
       const ObservedValues& observed,
       CastLedger& casts)
-      : graph_(graph), observed_(observed), casts_(casts), aliasDb_(graph, /*isFrozen=*/true) {}
+      : graph_(graph), observed_(observed), casts_(casts), writers_(graph, /*isFrozen=*/true) {}
 
   int run() {
     visit(graph_->block());
@@ -193,7 +192,7 @@ class PointwiseFuser {
   std::optional<Placement> fusiblePlacement(const Node* node) const {
     const std::optional<PointwiseForm> form = formOf(node);
     if (node->outputs().size() != 1 || (!form && !isFusibleDtype(plainCastTarget(node))) ||
-        aliasDb_.hasWriters(node->output())) {
+        writers_.hasWriters(node->output())) {
       return std::nullopt;
     }
     const std::optional<Placement> written = placementOf(node->output());
@@ -354,7 +353,7 @@ class PointwiseFuser {
       return false;
     }
     for (const Value* input : producer->inputs()) {
-      if (aliasDb_.hasWriters(input)) {
+      if (writers_.hasWriters(input)) {
         return false;
       }
     }
@@ -369,7 +368,7 @@ class PointwiseFuser {
   std::shared_ptr<Graph> graph_;
   const ObservedValues& observed_;
   CastLedger& casts_;
-  AliasDb aliasDb_;
+  WriterQuery writers_;
   mutable std::map<c10::DeviceType, bool> hasKernel_;
   int fused_ = 0;
 };

@@ -1,6 +1,5 @@
 #include "jit/graph_to_dataflow.h"
 
-#include <torch/csrc/jit/ir/alias_analysis.h>
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include "jit/module_scope.h"
 #include "jit/numeric_guards.h"
 #include "jit/state_containers.h"
+#include "jit/writers.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -54,7 +54,7 @@ class DataflowBuilder {
         nodeRule_(nodeRule),
         keepFp32_(keepFp32),
         state_(state),
-        aliasDb_(graph),
+        writers_(graph),
         lowDtype_(lowDtype),
         guards_(observed, lowDtype) {
     if (state_) {
@@ -65,6 +65,7 @@ class DataflowBuilder {
   }
 
   DataflowMapping run() {
+    reserve(nodeCount(*graph_->block()) + 2);  // with the graph's inputs and outputs
     visitGraph();
     if (state_) {
       tieStateContainerReads();
@@ -297,7 +298,7 @@ class DataflowBuilder {
     if (kind != ValueKind::kFp32Tensor || output->type()->kind() != c10::TypeKind::TensorType) {
       return core::Tie::kAll;  // a container or an Optional: one cast cannot convert what it holds
     }
-    if (!aliasDb_.hasWriters(output) || neverWrittenThroughItsUses(output)) {
+    if (!writers_.hasWriters(output) || neverWrittenThroughItsUses(output)) {
       return core::Tie::kNone;
     }
     return returnsFresh(producer, output) ? core::Tie::kReaders : core::Tie::kAll;
@@ -457,6 +458,19 @@ class DataflowBuilder {
     }
   }
 
+  // Sized once for a graph of `nodes` nodes (at most one planner node each, and as many values as a node has outputs,
+  // most of them one): growing them a doubling at a time costs more than filling them.
+  void reserve(size_t nodes) {
+    mapping_.dataflow.nodes.reserve(nodes);
+    mapping_.dataflow.values.reserve(nodes);
+    mapping_.nodes.reserve(nodes);
+    mapping_.blockBoundaries.reserve(nodes);
+    mapping_.rules.reserve(nodes);
+    mapping_.ruleKinds.reserve(nodes);
+    mapping_.unobserved.reserve(nodes);
+    mapping_.values.reserve(nodes);
+  }
+
   void visitGraph() {
     addNode(graph_->block()->param_node());
     visitNodes(graph_->block());
@@ -494,7 +508,7 @@ class DataflowBuilder {
   const std::unordered_set<NodeId>& keepFp32_;
   const StateContainers* state_;
   std::unordered_set<const Value*> stateReads_;
-  torch::jit::AliasDb aliasDb_;
+  WriterQuery writers_;
   c10::ScalarType lowDtype_;
   DataflowMapping mapping_;
   NumericGuards guards_;

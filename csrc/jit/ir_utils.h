@@ -25,6 +25,8 @@ void setRecordedDtype(torch::jit::Value* value, c10::ScalarType dtype);
 torch::jit::Block* parentBlock(torch::jit::Block* block);
 // The innermost block that holds both blocks (each block holds itself).
 torch::jit::Block* commonBlock(torch::jit::Block* a, torch::jit::Block* b);
+// How many nodes the block holds, its blocks' included.
+size_t nodeCount(const torch::jit::Block& block);
 // Whether the value is defined inside a loop body (at any depth), where its sizes may change between iterations.
 bool definedInLoopBody(const torch::jit::Value* value);
 

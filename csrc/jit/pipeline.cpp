@@ -3,7 +3,6 @@
 #include <torch/csrc/jit/passes/common_subexpression_elimination.h>
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
-#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/eliminate_no_ops.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
@@ -26,6 +25,7 @@
 #include "jit/state_containers.h"
 #include "jit/typed_observation.h"
 #include "jit/verify_outputs.h"
+#include "jit/writers.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -76,7 +76,7 @@ void cleanUp(std::shared_ptr<Graph>& graph) {
     torch::jit::ConstantPooling(graph);
     torch::jit::EliminateNoOps(graph);
     torch::jit::LowerSimpleTuples(graph);
-    torch::jit::EliminateDeadCode(graph);
+    eliminateDeadCode(graph);
     if (structureHash(*graph) == folded) {
       break;
     }
@@ -139,7 +139,7 @@ void planAndApply(
 }
 
 // 5. Cancel casts that change nothing (low-precision IO first: its casts meet the plan's head to head), fuse casts into
-//    the ops that read them, drop what nobody reads any more.
+//    the ops that read them.
 void cancelAndFuseCasts(
     std::shared_ptr<Graph>& graph, const PreparedGraph& prepared, const ConvertOptions& options, CastLedger& casts) {
   if (options.lowPrecisionIO) {
@@ -150,15 +150,20 @@ void cancelAndFuseCasts(
   if (options.fuseCasts) {
     FuseCasts(graph, casts, prepared.observed);
   }
-  // Mutation removal once more: the fp32 clean-up keeps some in-place writes (timm DLA-34's residual add_ and
-  // relu_) that it removes from the converted graph, so a second conversion would make them out of place.
+}
+
+// PyTorch's clean-up passes after 5 (the `tidy` phase): mutation removal once more (the fp32 clean-up keeps some
+// in-place writes, timm DLA-34's residual add_ and relu_, that it removes from the converted graph, so a second
+// conversion would make them out of place), then what nobody reads any more goes.
+void removeMutationAndDeadCode(std::shared_ptr<Graph>& graph) {
   torch::jit::RemoveTensorMutation(graph);
-  torch::jit::EliminateDeadCode(graph);
+  eliminateDeadCode(graph);
 }
 
 // 6. CUDA layout and kernels: channels_last before the convolution fusion (which keeps the re-laid weights), both
-//    before fused pointwise kernels, which would otherwise take the relus and adds cuDNN can fuse.
-void layOutAndFuseKernels(
+//    before fused pointwise kernels, which would otherwise take the relus and adds cuDNN can fuse. Returns whether
+//    any of them rewrote the graph (which leaves dead code).
+bool layOutAndFuseKernels(
     std::shared_ptr<Graph>& graph,
     const PreparedGraph& prepared,
     const ConvertOptions& options,
@@ -174,16 +179,19 @@ void layOutAndFuseKernels(
   if (options.fusedKernels) {
     report.fusedPointwise = FusePointwise(graph, prepared.observed, casts);
   }
-  torch::jit::EliminateDeadCode(graph);
+  return report.channelsLastConvolutions + report.fusedConvolutions + report.fusedPointwise > 0;
 }
 
-// 7. The bookkeeping taken off the graph, then equal constants shared and equal nodes merged (the casts of equal
-//    constants: unreached readers of one weight's views), whatever their ids; the report; the ids back where asked.
-void tidyAndReport(
-    std::shared_ptr<Graph>& graph, const ConvertOptions& options, const CastLedger& casts, ConversionReport& report) {
-  const Bookkeeping bookkeeping = takeBookkeeping(*graph);
-  torch::jit::ConstantPooling(graph);  // neither creates a node: the bookkeeping stays valid for what is left
-  torch::jit::EliminateCommonSubexpression(graph);
+// 7. The report, from the bookkeeping taken off the graph before PyTorch's pooling and common-subexpression
+//    elimination (in `tidy`) merge equal constants and equal nodes (the casts of equal constants: unreached readers
+//    of one weight's views) whatever their ids; neither creates a node, so the bookkeeping stays valid for what is
+//    left. The ids go back where asked.
+void reportConversion(
+    std::shared_ptr<Graph>& graph,
+    const Bookkeeping& bookkeeping,
+    const ConvertOptions& options,
+    const CastLedger& casts,
+    ConversionReport& report) {
   if (lintIsCheap(*graph)) {
     graph->lint();
   }
@@ -263,7 +271,7 @@ PreparedGraph prepareGraph(std::shared_ptr<Graph> graph, const Stack& inputs, co
     // fast-path checks); folded now, on a graph observed afresh, they leave nothing for a second conversion to fold.
     if (SpecializeDtypeQueries(graph, observation.values) &&
         torch::jit::ConstantPropagation(graph, /*ignore_custom_classes=*/true)) {
-      torch::jit::EliminateDeadCode(graph);
+      eliminateDeadCode(graph);
       observation = observeRunning(graph, inputs, calibration);
     }
     completeObservation(graph, observation.values);
@@ -302,8 +310,16 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
   CastLedger casts(prepared.observed);
   planAndApply(graph, prepared, options, casts, report, stages);
   stages.run("cancel", graph, [&] { cancelAndFuseCasts(graph, prepared, options, casts); });
-  stages.run("kernels", graph, [&] { layOutAndFuseKernels(graph, prepared, options, casts, report); });
-  stages.run("report", graph, [&] { tidyAndReport(graph, options, casts, report); });
+  stages.run("tidy", graph, [&] { removeMutationAndDeadCode(graph); });
+  if (stages.run("kernels", graph, [&] { return layOutAndFuseKernels(graph, prepared, options, casts, report); })) {
+    stages.run("tidy", graph, [&] { eliminateDeadCode(graph); });
+  }
+  const Bookkeeping bookkeeping = stages.run("report", graph, [&] { return takeBookkeeping(*graph); });
+  stages.run("tidy", graph, [&] {
+    torch::jit::ConstantPooling(graph);
+    torch::jit::EliminateCommonSubexpression(graph);
+  });
+  stages.run("report", graph, [&] { reportConversion(graph, bookkeeping, options, casts, report); });
   if (options.verifyOutputs && !prepared.inputs.empty()) {
     stages.run("verify", graph, [&] {
       const std::optional<c10::ScalarType> lowIO =

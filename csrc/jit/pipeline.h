@@ -17,12 +17,14 @@
 //   5. cancel casts      low-precision IO on request (low_precision_io); lossless round trips and no-op casts
 //      and fuse casts    (cancel_casts); the model's own casts of constants folded (fold_constant_casts); casts
 //                        fused into the ops that read them (fuse_casts: dtype= arguments, mixed-dtype arithmetic,
-//                        cast chains, out-dtype matmuls); dead code
+//                        cast chains, out-dtype matmuls); then (phase `tidy`, PyTorch's passes) mutation removal
+//                        and dead code
 //   6. CUDA layout       CUDA convolutions channels_last (channels_last_convolutions); conv (+add) +relu as one cuDNN
 //      and kernels       call (fuse_cudnn_convolutions); with fused kernels, elementwise chains into
 //                        torch_mp::fused_pointwise calls (fuse_pointwise)
-//   7. report and check  lint, report (assemble_report); outputs keep their dtypes (verify_outputs, where inputs
-//                        exist); node ids and the cast ledger's marks cleared
+//   7. report and check  node ids and the cast ledger's marks taken off the graph, then (`tidy`) PyTorch's constant
+//                        pooling and common-subexpression elimination; lint, report (assemble_report); outputs keep
+//                        their dtypes (verify_outputs, where inputs exist)
 // Every cast stages 4-6 create, fold or remove goes through one CastLedger (jit/casts); each stage runs through a
 // StageRunner (jit/stage_runner), which times it and dumps the graph around it.
 #pragma once

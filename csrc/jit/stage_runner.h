@@ -1,11 +1,13 @@
 // Runs the pipeline's stages: each is timed into a list of phases and, with PYTORCH_JIT_LOG_LEVEL=">stage_runner", the
 // graph is dumped before and after it (GRAPH_DUMP), as PyTorch's passes log. The passes log their own rewrites
-// (GRAPH_UPDATE) under their file names.
+// (GRAPH_UPDATE) under their file names. A stage run more than once (PyTorch's clean-up passes between torch_mp's
+// own stages) adds to its one phase.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/csrc/jit/jit_log.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -18,7 +20,7 @@ using Phases = std::vector<std::pair<std::string, double>>;
 
 class StageRunner {
  public:
-  // Appends one (name, seconds) per stage to `phases`.
+  // Appends one (name, seconds) per stage to `phases`, or adds to the stage's entry.
   explicit StageRunner(Phases& phases) : phases_(phases) {}
 
   // Runs `stage()` as the stage `name` on `graph` and returns what it returns.
@@ -38,7 +40,13 @@ class StageRunner {
     Timing(const Timing&) = delete;
     Timing& operator=(const Timing&) = delete;
     ~Timing() {
-      phases_.emplace_back(name_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      auto phase = std::find_if(phases_.begin(), phases_.end(), [&](const auto& p) { return p.first == name_; });
+      if (phase == phases_.end()) {
+        phases_.emplace_back(name_, seconds);
+      } else {
+        phase->second += seconds;
+      }
       GRAPH_DUMP(std::string("After stage ") + name_, graph_);
     }
 

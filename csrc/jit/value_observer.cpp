@@ -263,6 +263,7 @@ Observation observeValues(
   }
 
   Observation observation;
+  observation.values.reserve(originals.size());
   for (size_t id = 0; id < originals.size(); ++id) {
     if (seen[id]) {
       observation.values.emplace(originals[id], recorded[id]);

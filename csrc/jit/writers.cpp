@@ -1,0 +1,103 @@
+#include "jit/writers.h"
+
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::Node;
+
+// Unschematized nodes AliasDb analyses without a write: they create, pack, unpack or read values.
+bool isNonWritingSpecialCase(c10::Symbol kind) {
+  switch (kind) {
+    case c10::prim::Constant:
+    case c10::prim::ListConstruct:
+    case c10::prim::TupleConstruct:
+    case c10::prim::DictConstruct:
+    case c10::prim::ListUnpack:
+    case c10::prim::TupleUnpack:
+    case c10::prim::TupleIndex:
+    case c10::prim::GetAttr:
+    case c10::prim::unchecked_cast:
+    case c10::prim::Uninitialized:
+    case c10::prim::If:    // its blocks' nodes are checked themselves
+    case c10::prim::Loop:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// batch_norm and instance_norm update their running statistics unless their mode input is a constant false.
+bool mayUpdateRunningStats(const Node* node) {
+  if (node->kind() != c10::aten::batch_norm && node->kind() != c10::aten::instance_norm) {
+    return false;
+  }
+  constexpr size_t kModeInput = 5;  // batch_norm's `training`, instance_norm's `use_input_stats`
+  if (node->inputs().size() <= kModeInput) {
+    return true;
+  }
+  const std::optional<c10::IValue> mode = torch::jit::toIValue(node->input(kModeInput));
+  return !mode || !mode->isBool() || mode->toBool();
+}
+
+bool blockMayWrite(const torch::jit::Block* block) {
+  for (const Node* node : block->nodes()) {
+    if (mayWrite(node)) {
+      return true;
+    }
+    for (const torch::jit::Block* sub : node->blocks()) {
+      if (blockMayWrite(sub)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+} // namespace
+
+bool mayWrite(const Node* node) {
+  if (isNonWritingSpecialCase(node->kind())) {
+    return false;
+  }
+  if (mayUpdateRunningStats(node)) {
+    return true;
+  }
+  const torch::jit::Operator* op = node->maybeOperator();
+  if (!op) {
+    return true;
+  }
+  switch (op->aliasAnalysisKind()) {
+    case c10::AliasAnalysisKind::PURE_FUNCTION:
+      return false;
+    case c10::AliasAnalysisKind::FROM_SCHEMA:
+      return node->schema().is_mutable();
+    default:  // CONSERVATIVE writes every input; INTERNAL_SPECIAL_CASE kinds not listed above may write
+      return true;
+  }
+}
+
+bool graphMayWrite(const torch::jit::Graph& graph) {
+  return blockMayWrite(graph.block());
+}
+
+WriterQuery::WriterQuery(const std::shared_ptr<torch::jit::Graph>& graph, bool isFrozen) {
+  if (graphMayWrite(*graph)) {
+    aliasDb_ = std::make_unique<torch::jit::AliasDb>(graph, isFrozen);
+  }
+}
+
+bool WriterQuery::hasWriters(const torch::jit::Value* value) const {
+  return aliasDb_ && aliasDb_->hasWriters(value);
+}
+
+void eliminateDeadCode(const std::shared_ptr<torch::jit::Graph>& graph) {
+  if (graphMayWrite(*graph)) {
+    torch::jit::EliminateDeadCode(graph);
+  } else {
+    torch::jit::EliminateDeadCode(graph->block(), /*recurse=*/true);
+  }
+}
+
+} // namespace torch_mp::jit
