@@ -6,7 +6,14 @@
 
 #include <iostream>
 
+// bf16 keeps 8 significant bits: over 200 random seeds of this net the outputs' error, relative in norm, was at most
+// 0.0034, while the largest elementwise error passed 0.1 for 1.5% of seeds. The norm bound leaves a 6x margin.
+bool closeToFp32(const at::Tensor& actual, const at::Tensor& expected) {
+  return (actual - expected).norm().item<double>() <= 0.02 * expected.norm().item<double>();
+}
+
 int main() {
+  torch::manual_seed(0);
   torch::jit::Module module("Net");
   module.register_parameter("weight", torch::randn({4, 3, 3, 3}), /*is_buffer=*/false);
   module.define(R"(
@@ -30,8 +37,8 @@ int main() {
   const torch_mp::jit::PassActivity activity = torch_mp::jit::mixedPrecisionPassActivity();
 
   const bool ok = ahead.scalar_type() == at::kFloat && atLoad.scalar_type() == at::kFloat &&
-      converted.report.lowPrecisionNodes() > 0 && activity.converted == 1 && torch::allclose(ahead, expected, 0, 0.1) &&
-      torch::allclose(atLoad, expected, 0, 0.1);
+      converted.report.lowPrecisionNodes() > 0 && activity.converted == 1 && closeToFp32(ahead, expected) &&
+      closeToFp32(atLoad, expected);
   std::cout << "convertModule: " << converted.report.lowPrecisionNodes() << " low-precision nodes; pass: "
             << torch_mp::jit::toString(activity.lastOutcome) << "; " << (ok ? "ok" : "FAILED") << "\n";
   return ok ? 0 : 1;
