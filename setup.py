@@ -7,6 +7,11 @@ TORCH_MP_WITH_CUDA=1 defined, when the installed torch was built with CUDA and n
 the CPU sources. TORCH_MP_CUDA=1 requires the CUDA build (an error says why it cannot be), TORCH_MP_CUDA=0 builds for
 CPU only. Without TORCH_CUDA_ARCH_LIST the kernels are compiled for the visible GPUs, or for sm_80 and sm_90 (+PTX)
 where none is visible.
+
+TORCH_MP_LIBRARY=/path/to/libtorch_mp.so links the library of a CMake build of this tree (the same sources) instead of
+compiling them again: the extension is then csrc/python/bindings.cpp alone, with that library's folder on its run
+path, and holds CUDA code where the library does (TORCH_MP_CUDA=1 / 0 are checked against it). CI uses it to compile
+the library once per stage.
 """
 import glob
 import os
@@ -71,15 +76,25 @@ def cuda_library_headers(cuda_home):
     return sorted(glob.glob(os.path.join(site_packages, "nvidia", "*", "include")))
 
 
-def use_cuda():
-    """Whether to build the CUDA kernels: TORCH_MP_CUDA=1 / 0 decide, else whether torch has CUDA and nvcc is found.
-    Points torch.utils.cpp_extension at the toolkit it found."""
+def cuda_setting():
+    """TORCH_MP_CUDA as True (1), False (0) or None (unset: automatic)."""
     setting = os.environ.get("TORCH_MP_CUDA", "").strip().lower()
     if setting in ("0", "off", "false", "no"):
         return False
-    if setting not in ("", "auto", "1", "on", "true", "yes"):
+    if setting in ("1", "on", "true", "yes"):
+        return True
+    if setting not in ("", "auto"):
         raise SystemExit(f"TORCH_MP_CUDA={setting!r}: expected 1 (CUDA build), 0 (CPU build) or unset (automatic)")
-    forced = setting not in ("", "auto")
+    return None
+
+
+def use_cuda():
+    """Whether to build the CUDA kernels: TORCH_MP_CUDA=1 / 0 decide, else whether torch has CUDA and nvcc is found.
+    Points torch.utils.cpp_extension at the toolkit it found."""
+    setting = cuda_setting()
+    if setting is False:
+        return False
+    forced = setting is True
     if torch.version.cuda is None:
         if forced:
             raise SystemExit(f"TORCH_MP_CUDA={setting}: the installed torch {torch.__version__} has no CUDA; "
@@ -95,7 +110,38 @@ def use_cuda():
     return True
 
 
+def links_cuda(library):
+    """Whether a shared library was linked against torch's CUDA libraries (its dynamic section needs libc10_cuda)."""
+    needed = subprocess.run(["readelf", "-dW", library], capture_output=True, text=True, check=True).stdout
+    return "libc10_cuda.so" in needed
+
+
+def extension_over(library):
+    """The extension as bindings.cpp linked to a CMake-built libtorch_mp.so (TORCH_MP_LIBRARY)."""
+    library = os.path.abspath(library)
+    if not os.path.basename(library).startswith("libtorch_mp.") or not os.path.isfile(library):
+        raise SystemExit(f"TORCH_MP_LIBRARY={library}: not a libtorch_mp.so; build the CMake target torch_mp (see "
+                         "README) and point to build/libtorch_mp.so, or unset TORCH_MP_LIBRARY")
+    with_cuda, wanted = links_cuda(library), cuda_setting()
+    if wanted is not None and wanted != with_cuda:
+        raise SystemExit(f"TORCH_MP_CUDA={os.environ['TORCH_MP_CUDA']} but {library} was built "
+                         f"{'with' if with_cuda else 'without'} CUDA kernels; rebuild it with -DTORCH_MP_CUDA="
+                         f"{'ON' if wanted else 'OFF'} or unset TORCH_MP_CUDA")
+    folder = os.path.dirname(library)
+    return CppExtension(
+        name="torch_mp._C",
+        sources=[os.path.join("csrc", "python", "bindings.cpp")],
+        include_dirs=[os.path.join(ROOT, "csrc")],
+        library_dirs=[folder],
+        libraries=["torch_mp"],
+        extra_compile_args=["-O2"],
+        extra_link_args=[f"-Wl,-rpath,{folder}"],
+    )
+
+
 def extension():
+    if os.environ.get("TORCH_MP_LIBRARY"):
+        return extension_over(os.environ["TORCH_MP_LIBRARY"])
     cxx_flags = ["-O2", "-fopenmp"]
     # -fopenmp: at::parallel_for (kernels/) is an OpenMP pragma in torch's headers; without the flag it runs on one
     # thread. Not linked: the symbols resolve to the OpenMP runtime torch itself loads.
