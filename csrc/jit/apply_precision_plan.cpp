@@ -51,7 +51,13 @@ class PlanApplier {
       const ObservedValues& observed,
       c10::ScalarType lowDtype,
       CastLedger& casts)
-      : graph_(graph), mapping_(mapping), plan_(plan), observed_(observed), lowDtype_(lowDtype), casts_(casts) {}
+      : graph_(graph),
+        castArguments_(*graph),
+        mapping_(mapping),
+        plan_(plan),
+        observed_(observed),
+        lowDtype_(lowDtype),
+        casts_(casts) {}
 
   void run() {
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
@@ -84,7 +90,7 @@ class PlanApplier {
     }
     for (const ReaderCast& own : readerCasts_) {
       torch::jit::WithInsertPoint guard(own.reader);
-      Value* cast = casts_.create(*graph_, own.reader->input(own.index), own.dtype);
+      Value* cast = casts_.create(castArguments_, own.reader->input(own.index), own.dtype);
       own.reader->replaceInput(own.index, cast);
     }
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
@@ -127,7 +133,7 @@ class PlanApplier {
         continue;
       }
       torch::jit::WithInsertPoint guard(node->next());
-      Value* cast = casts_.create(*graph_, output, c10::ScalarType::Float);
+      Value* cast = casts_.create(castArguments_, output, c10::ScalarType::Float);
       output->replaceAllUsesWith(cast);
       cast->node()->replaceInput(0, output);
     }
@@ -252,7 +258,7 @@ class PlanApplier {
       insertBefore = (*it)->param_node()->next();
     }
     torch::jit::WithInsertPoint guard(insertBefore);
-    return casts_.create(*graph_, value, request.dtype);
+    return casts_.create(castArguments_, value, request.dtype);
   }
 
   // A constant with every fp32 tensor inside it cast to the low dtype; other entries are kept as they are.
@@ -317,6 +323,7 @@ class PlanApplier {
   }
 
   const std::shared_ptr<Graph>& graph_;
+  CastArguments castArguments_;
   const DataflowMapping& mapping_;
   const core::PrecisionPlan& plan_;
   const ObservedValues& observed_;

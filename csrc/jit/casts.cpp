@@ -1,5 +1,7 @@
 #include "jit/casts.h"
 
+#include <algorithm>
+
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -44,15 +46,43 @@ std::optional<c10::ScalarType> plainCastTarget(const Node* node) {
   return static_cast<c10::ScalarType>(*dtype);
 }
 
-Value* insertCast(Graph& graph, Value* value, c10::ScalarType dtype) {
-  Node* cast = graph.create(
-      c10::aten::to,
-      {value,
-       graph.insertConstant(dtype),
-       graph.insertConstant(false),
-       graph.insertConstant(false),
-       graph.insertConstant(c10::IValue())});
-  graph.insertNode(cast);
+Node* CastArguments::nodeAheadOfInsertPoint() {
+  Node* point = graph_.insertPoint();
+  // A pass inserting at the top of the graph may point at one of these constants: its casts go after them instead.
+  if (std::find(constants_.begin(), constants_.end(), point) != constants_.end()) {
+    while (std::find(constants_.begin(), constants_.end(), point) != constants_.end()) {
+      point = point->next();
+    }
+    graph_.setInsertPoint(point);
+  }
+  while (point->owningBlock() != graph_.block()) {
+    point = point->owningBlock()->owningNode();
+  }
+  return point;
+}
+
+Value* CastArguments::shared(Value*& cached, const c10::IValue& constant, Node* ahead) {
+  if (!cached) {
+    torch::jit::WithInsertPoint guard(ahead);
+    cached = graph_.insertConstant(constant);
+    constants_.push_back(cached->node());
+  } else if (!cached->node()->isBefore(ahead)) {
+    cached->node()->moveBefore(ahead);  // a constant reads nothing: earlier, it still dominates its other readers
+  }
+  return cached;
+}
+
+std::array<Value*, 5> CastArguments::of(Value* value, c10::ScalarType dtype) {
+  Node* ahead = nodeAheadOfInsertPoint();
+  Value* target = shared(dtypes_[dtype], dtype, ahead);
+  Value* no = shared(false_, false, ahead);
+  return {value, target, no, no, shared(none_, c10::IValue(), ahead)};
+}
+
+Value* insertCast(CastArguments& arguments, Value* value, c10::ScalarType dtype) {
+  const std::array<Value*, 5> inputs = arguments.of(value, dtype);
+  Graph& graph = arguments.graph();
+  Node* cast = graph.insertNode(graph.create(c10::aten::to, inputs));
   c10::TypePtr type = c10::TensorType::get();
   if (auto tensorType = value->type()->cast<c10::TensorType>()) {
     type = tensorType->withScalarType(dtype);
@@ -61,8 +91,8 @@ Value* insertCast(Graph& graph, Value* value, c10::ScalarType dtype) {
   return cast->output();
 }
 
-Value* CastLedger::create(Graph& graph, Value* value, c10::ScalarType dtype) {
-  Value* cast = insertCast(graph, value, dtype);
+Value* CastLedger::create(CastArguments& arguments, Value* value, c10::ScalarType dtype) {
+  Value* cast = insertCast(arguments, value, dtype);
   cast->node()->i_(kCastMark, 1);
   GRAPH_UPDATE("Cast ", value->debugName(), " to ", c10::toString(dtype));
   return cast;

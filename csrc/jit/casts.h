@@ -11,9 +11,12 @@
 
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "jit/conversion_report.h"
 #include "jit/value_observer.h"
@@ -38,17 +41,45 @@ auto askThroughPlainCasts(const torch::jit::Value* value, const Ask& ask) -> dec
   }
 }
 
-// Inserts a plain cast of `value` to `dtype` at the insertion point, its output typed with the new dtype. Not the
-// conversion's own: those come from CastLedger::create.
-torch::jit::Value* insertCast(torch::jit::Graph& graph, torch::jit::Value* value, c10::ScalarType dtype);
+// The constant arguments of plain casts (dtype, non_blocking=false, copy=false, memory_format=None), one constant each
+// shared by all the casts made through one CastArguments: thousands of casts add a handful of constants, not four each
+// for PyTorch's pooling to merge again. A constant is placed ahead of the first cast that reads it, in the graph's top
+// block, and moved ahead of any later cast inserted before it, so it dominates every reader. One per pass: a later
+// pass (dead-code elimination, constant pooling) may remove or merge them.
+class CastArguments {
+ public:
+  explicit CastArguments(torch::jit::Graph& graph) : graph_(graph) {}
+
+  torch::jit::Graph& graph() const {
+    return graph_;
+  }
+  // The inputs of `aten::to` casting `value` to `dtype`.
+  std::array<torch::jit::Value*, 5> of(torch::jit::Value* value, c10::ScalarType dtype);
+
+ private:
+  // The node of the graph's top block that holds the insertion point or that it is at.
+  torch::jit::Node* nodeAheadOfInsertPoint();
+  // `cached`, or a new constant of that value, placed or moved before `ahead`.
+  torch::jit::Value* shared(torch::jit::Value*& cached, const c10::IValue& constant, torch::jit::Node* ahead);
+
+  torch::jit::Graph& graph_;
+  std::unordered_map<c10::ScalarType, torch::jit::Value*> dtypes_;
+  torch::jit::Value* false_ = nullptr;
+  torch::jit::Value* none_ = nullptr;
+  std::vector<torch::jit::Node*> constants_;  // the nodes of the above
+};
+
+// Inserts a plain cast of `value` to `dtype` at the graph's insertion point, its output typed with the new dtype. Not
+// the conversion's own: those come from CastLedger::create.
+torch::jit::Value* insertCast(CastArguments& arguments, torch::jit::Value* value, c10::ScalarType dtype);
 
 class CastLedger {
  public:
   // Bytes are counted at the sizes `observed` holds (0 for a value it lacks).
   explicit CastLedger(const ObservedValues& observed) : observed_(observed) {}
 
-  // Inserts a cast of the conversion at the insertion point.
-  torch::jit::Value* create(torch::jit::Graph& graph, torch::jit::Value* value, c10::ScalarType dtype);
+  // Inserts a cast of the conversion at the insertion point of the arguments' graph.
+  torch::jit::Value* create(CastArguments& arguments, torch::jit::Value* value, c10::ScalarType dtype);
   // Whether a ledger created this node.
   static bool created(const torch::jit::Node* node);
 

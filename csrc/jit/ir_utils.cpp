@@ -112,7 +112,7 @@ void pairBlocks(const Block* original, Block* copy, std::unordered_map<const Val
 } // namespace
 
 std::optional<c10::ScalarType> recordedDtype(const Value* value) {
-  if (auto tensorType = value->type()->cast<c10::TensorType>()) {
+  if (const auto* tensorType = value->type()->castRaw<c10::TensorType>()) {  // no reference count to touch
     return tensorType->scalarType();
   }
   return std::nullopt;
@@ -182,7 +182,7 @@ bool isTensorContainer(const c10::TypePtr& type) {
 }
 
 bool isModule(const Value* value) {
-  const c10::ClassTypePtr type = value->type()->cast<c10::ClassType>();
+  const auto* type = value->type()->castRaw<c10::ClassType>();
   return type && type->is_module();
 }
 

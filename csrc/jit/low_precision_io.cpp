@@ -18,7 +18,7 @@ bool isFp32Tensor(const Value* value) {
 class IOLowering {
  public:
   IOLowering(const std::shared_ptr<Graph>& graph, c10::ScalarType lowDtype, CastLedger& casts)
-      : graph_(graph), lowDtype_(lowDtype), casts_(casts) {}
+      : graph_(graph), castArguments_(*graph), lowDtype_(lowDtype), casts_(casts) {}
 
   bool run() {
     for (Value* input : graph_->inputs()) {
@@ -37,7 +37,7 @@ class IOLowering {
  private:
   void lowerInput(Value* input) {
     torch::jit::WithInsertPoint guard(graph_->block()->nodes().front());
-    Value* fp32 = casts_.create(*graph_, input, c10::ScalarType::Float);
+    Value* fp32 = casts_.create(castArguments_, input, c10::ScalarType::Float);
     input->replaceAllUsesWith(fp32);
     fp32->node()->replaceInput(0, input);
     input->setType(input->type()->expectRef<c10::TensorType>().withScalarType(lowDtype_));
@@ -50,7 +50,7 @@ class IOLowering {
     if (isFp32Tensor(value)) {
       changed_ = true;
       GRAPH_UPDATE("output %", value->debugName(), " is returned in ", lowDtype_);
-      return casts_.create(*graph_, value, lowDtype_);
+      return casts_.create(castArguments_, value, lowDtype_);
     }
     auto tuple = value->type()->cast<c10::TupleType>();
     if (!tuple || tuple->schema() || !holdsFp32Tensor(value)) {
@@ -77,6 +77,7 @@ class IOLowering {
   }
 
   const std::shared_ptr<Graph>& graph_;
+  CastArguments castArguments_;
   c10::ScalarType lowDtype_;
   CastLedger& casts_;
   bool changed_ = false;

@@ -29,10 +29,11 @@ TEST(CastLedgerTest, CreatesMarkedCastsAndPlainInsertsUnmarkedOnes) {
   auto graph = parseGraph(kTwoReaders);
   const ObservedValues observed = observedInput(*graph);
   CastLedger ledger(observed);
+  CastArguments arguments(*graph);
   torch::jit::Node* relu = graph->outputs()[0]->node();
   torch::jit::WithInsertPoint guard(relu);
-  torch::jit::Value* ours = ledger.create(*graph, graph->inputs()[0], at::kHalf);
-  torch::jit::Value* plain = insertCast(*graph, graph->inputs()[0], at::kBFloat16);
+  torch::jit::Value* ours = ledger.create(arguments, graph->inputs()[0], at::kHalf);
+  torch::jit::Value* plain = insertCast(arguments, graph->inputs()[0], at::kBFloat16);
   EXPECT_TRUE(CastLedger::created(ours->node()));
   EXPECT_FALSE(CastLedger::created(plain->node()));
   EXPECT_EQ(plainCastTarget(ours->node()), at::kHalf);
@@ -46,14 +47,48 @@ TEST(CastLedgerTest, CreatesMarkedCastsAndPlainInsertsUnmarkedOnes) {
   graph->lint();
 }
 
+TEST(CastArgumentsTest, CastsShareOneConstantPerArgumentAheadOfThemAll) {
+  auto graph = parseGraph(kTwoReaders);
+  CastArguments arguments(*graph);
+  torch::jit::Value* x = graph->inputs()[0];
+  std::vector<torch::jit::Node*> casts;
+  for (int i = 1; i >= 0; --i) {  // before the second reader, then before the first: the constants move up
+    torch::jit::WithInsertPoint guard(graph->outputs()[i]->node());
+    casts.push_back(insertCast(arguments, x, at::kHalf)->node());
+    casts.push_back(insertCast(arguments, x, at::kBFloat16)->node());
+  }
+  {  // a pass inserting at the top of the graph, where the constants now are: the cast goes after them
+    torch::jit::WithInsertPoint guard(graph->block()->nodes().front());
+    casts.push_back(insertCast(arguments, x, at::kHalf)->node());
+  }
+  EXPECT_EQ(casts[0]->input(1), casts[2]->input(1));  // one dtype constant per dtype
+  EXPECT_NE(casts[0]->input(1), casts[1]->input(1));
+  for (torch::jit::Node* cast : casts) {
+    EXPECT_EQ(cast->input(0), x);
+    EXPECT_EQ(cast->input(2), casts[0]->input(2));
+    EXPECT_EQ(cast->input(3), casts[0]->input(2));
+    EXPECT_EQ(cast->input(4), casts[0]->input(4));
+  }
+  EXPECT_EQ(plainCastTarget(casts[1]), at::kBFloat16);
+  EXPECT_EQ(plainCastTarget(casts[2]), at::kHalf);
+  // half, bf16, false, None: all ahead of the first cast
+  FileCheck()
+      .check_count("prim::Constant", 4, /*exactly=*/true)
+      ->check_not("prim::Constant")
+      ->check("aten::to(%x")
+      ->run(*graph);
+  graph->lint();
+}
+
 TEST(CastLedgerTest, FusedCastsAreCountedOnlyWhenTheConversionMadeThem) {
   auto graph = parseGraph(kTwoReaders);
   const ObservedValues observed = observedInput(*graph);
   CastLedger ledger(observed);
+  CastArguments arguments(*graph);
   torch::jit::Value* x = graph->inputs()[0];
   torch::jit::WithInsertPoint guard(graph->outputs()[0]->node());
-  torch::jit::Node* ours = ledger.create(*graph, x, at::kHalf)->node();
-  torch::jit::Node* model = insertCast(*graph, x, at::kHalf)->node();
+  torch::jit::Node* ours = ledger.create(arguments, x, at::kHalf)->node();
+  torch::jit::Node* model = insertCast(arguments, x, at::kHalf)->node();
   ledger.fuse(ours);
   ledger.fuse(model);
   EXPECT_EQ(ledger.fusedCasts(), 1);
@@ -66,11 +101,12 @@ TEST(CastLedgerTest, CancelledCastHandsItsReadersTheSameValue) {
   auto graph = parseGraph(kTwoReaders);
   const ObservedValues observed = observedInput(*graph);
   CastLedger ledger(observed);
+  CastArguments arguments(*graph);
   torch::jit::Value* x = graph->inputs()[0];
   torch::jit::Node* relu = graph->outputs()[0]->node();
   {
     torch::jit::WithInsertPoint guard(relu);
-    relu->replaceInput(0, ledger.create(*graph, x, at::kFloat));  // a no-op cast
+    relu->replaceInput(0, ledger.create(arguments, x, at::kFloat));  // a no-op cast
   }
   const at::Tensor input = torch::randn({2, 3});
   const auto before = runGraph(graph, {input});
@@ -86,10 +122,11 @@ TEST(CastLedgerTest, MarksLetEqualCastsMergeAndAreReleased) {
   auto graph = parseGraph(kTwoReaders);
   const ObservedValues observed = observedInput(*graph);
   CastLedger ledger(observed);
+  CastArguments arguments(*graph);
   torch::jit::Value* x = graph->inputs()[0];
   for (torch::jit::Value* output : graph->outputs()) {
     torch::jit::WithInsertPoint guard(output->node());
-    output->node()->replaceInput(0, ledger.create(*graph, x, at::kHalf));
+    output->node()->replaceInput(0, ledger.create(arguments, x, at::kHalf));
   }
   const at::Tensor input = torch::randn({2, 3});
   const auto before = runGraph(graph, {input});
@@ -117,11 +154,13 @@ TEST(CastLedgerTest, ACastInABranchTheInputsDidNotTakeMovesNoBytes) {
   ObservedValues observed = observedInput(*graph);
   torch::jit::Block* branch = graph->outputs()[0]->node()->blocks()[0];
   CastLedger ledger(observed);
+  CastArguments arguments(*graph);
   torch::jit::WithInsertPoint guard(branch->nodes().front());
-  torch::jit::Value* cast = ledger.create(*graph, graph->inputs()[0], at::kHalf);
+  torch::jit::Value* cast = ledger.create(arguments, graph->inputs()[0], at::kHalf);
   const CastRecord record = ledger.recordOf(cast->node());  // %r was never seen: the branch did not run
   EXPECT_FALSE(record.reached);
   EXPECT_EQ(record.bytes, 0);
+  graph->lint();  // the cast's constants, in the top block ahead of the branch, dominate it
 }
 
 } // namespace

@@ -68,8 +68,9 @@ TEST(FoldConstantCastsTest, InsertedCastsAndWideningCastsStay) {
     torch::jit::Node* modelCast = graph->outputs()[0]->node();
     const ObservedValues observed;
     CastLedger ledger(observed);
+    CastArguments arguments(*graph);
     torch::jit::WithInsertPoint guard(modelCast);
-    modelCast->output()->replaceAllUsesWith(ledger.create(*graph, modelCast->input(0), at::kFloat));
+    modelCast->output()->replaceAllUsesWith(ledger.create(arguments, modelCast->input(0), at::kFloat));
     modelCast->destroy();
   }
   EXPECT_EQ(FoldConstantCasts(graph), 0);  // one is the conversion's, the other would store more bytes
