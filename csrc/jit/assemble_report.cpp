@@ -57,15 +57,19 @@ class GraphItems {
   GraphItems(const Graph& graph, const Bookkeeping& bookkeeping, const CastLedger& casts, ConversionReport& report)
       : graph_(graph), bookkeeping_(bookkeeping), casts_(casts), report_(report) {
     // sized once: growing maps of a whole graph's size, allocation by allocation, costs more than filling them
-    decided_.reserve(report_.nodes.size());
     itemOf_.reserve(2 * bookkeeping_.ids.size());
     report_.graph.reserve(bookkeeping_.ids.size() + bookkeeping_.casts.size());
     for (const NodeDecision& decision : report_.nodes) {
-      decided_.insert(decision.id);
       nextId_ = std::max(nextId_, decision.id + 1);
     }
     for (const auto& [node, id] : bookkeeping_.ids) {
       nextId_ = std::max(nextId_, id + 1);
+    }
+    decided_.assign(nextId_, false);
+    for (const NodeDecision& decision : report_.nodes) {
+      if (decision.id >= 0) {
+        decided_[decision.id] = true;
+      }
     }
   }
 
@@ -119,7 +123,7 @@ class GraphItems {
         auto numbered = bookkeeping_.ids.find(node);
         const std::optional<NodeId> id =
             numbered == bookkeeping_.ids.end() ? std::nullopt : std::make_optional(numbered->second);
-        GraphItem::Kind kind = id && decided_.count(*id) ? GraphItem::Kind::kNode : GraphItem::Kind::kOther;
+        GraphItem::Kind kind = id && *id >= 0 && decided_[*id] ? GraphItem::Kind::kNode : GraphItem::Kind::kOther;
         if (bookkeeping_.casts.count(node)) {
           kind = GraphItem::Kind::kCast;
         }
@@ -138,7 +142,8 @@ class GraphItems {
       if (index) {  // what a branch or loop body returns flows into the node's outputs
         for (const Block* sub : node->blocks()) {
           for (const Value* returned : sub->outputs()) {
-            if (itemOf_.count(returned) && itemOf_.at(returned) != report_.graph[*index].id) {
+            auto item = itemOf_.find(returned);
+            if (item != itemOf_.end() && item->second != report_.graph[*index].id) {
               appendItemOf(returned, report_.graph[*index].inputs);
             }
           }
@@ -151,8 +156,8 @@ class GraphItems {
   const Bookkeeping& bookkeeping_;
   const CastLedger& casts_;
   ConversionReport& report_;
-  std::unordered_set<NodeId> decided_;
-  std::unordered_map<const Value*, NodeId> itemOf_;
+  std::vector<bool> decided_;  // per node id
+  ska::flat_hash_map<const Value*, NodeId> itemOf_;
   NodeId nextId_ = 0;
 };
 
@@ -210,16 +215,17 @@ std::vector<NodeDecision> decisionsOf(
     c10::ScalarType lowDtype) {
   std::vector<NodeDecision> decisions;
   decisions.reserve(mapping.nodes.size());
+  ModuleScopes scopes;
   for (size_t n = 0; n < mapping.nodes.size(); ++n) {
     const Node* node = mapping.nodes[n];
     if (node->kind() == c10::prim::Param || node->kind() == c10::prim::Return) {
       continue;
     }
     NodeDecision decision;
-    decision.id = nodeIdOf(node).value_or(-1);
+    decision.id = mapping.ids[n];
     decision.op = node->kind().toQualString();
     decision.output = node->outputs().empty() ? "" : node->output(0)->debugName();
-    decision.scope = moduleScope(node);
+    decision.scope = scopes.of(node);
     bool low = plan.precision[n] == core::Precision::kLow;
     if (mapping.ruleKinds[n] == core::RuleKind::kNotFp32) {  // left as it is: say what it runs in
       low = runsIn(node, observed, lowDtype);

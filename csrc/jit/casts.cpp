@@ -1,7 +1,5 @@
 #include "jit/casts.h"
 
-#include <algorithm>
-
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -49,12 +47,10 @@ std::optional<c10::ScalarType> plainCastTarget(const Node* node) {
 Node* CastArguments::nodeAheadOfInsertPoint() {
   Node* point = graph_.insertPoint();
   // A pass inserting at the top of the graph may point at one of these constants: its casts go after them instead.
-  if (std::find(constants_.begin(), constants_.end(), point) != constants_.end()) {
-    while (std::find(constants_.begin(), constants_.end(), point) != constants_.end()) {
-      point = point->next();
-    }
-    graph_.setInsertPoint(point);
+  while (constants_.count(point)) {
+    point = point->next();
   }
+  graph_.setInsertPoint(point);
   while (point->owningBlock() != graph_.block()) {
     point = point->owningBlock()->owningNode();
   }
@@ -62,10 +58,10 @@ Node* CastArguments::nodeAheadOfInsertPoint() {
 }
 
 Value* CastArguments::shared(Value*& cached, const c10::IValue& constant, Node* ahead) {
-  if (!cached) {
+  if (!cached || cached->uses().size() >= kReadersPerConstant) {
     torch::jit::WithInsertPoint guard(ahead);
     cached = graph_.insertConstant(constant);
-    constants_.push_back(cached->node());
+    constants_.insert(cached->node());
   } else if (!cached->node()->isBefore(ahead)) {
     cached->node()->moveBefore(ahead);  // a constant reads nothing: earlier, it still dominates its other readers
   }

@@ -41,11 +41,13 @@ auto askThroughPlainCasts(const torch::jit::Value* value, const Ask& ask) -> dec
   }
 }
 
-// The constant arguments of plain casts (dtype, non_blocking=false, copy=false, memory_format=None), one constant each
-// shared by all the casts made through one CastArguments: thousands of casts add a handful of constants, not four each
-// for PyTorch's pooling to merge again. A constant is placed ahead of the first cast that reads it, in the graph's top
-// block, and moved ahead of any later cast inserted before it, so it dominates every reader. One per pass: a later
-// pass (dead-code elimination, constant pooling) may remove or merge them.
+// The constant arguments of plain casts (dtype, non_blocking=false, copy=false, memory_format=None), each constant
+// shared by up to kReadersPerConstant casts made through one CastArguments: thousands of casts add a few constants,
+// not four each for PyTorch's pooling to merge again. Not one for all of them: a value's uses are a vector that
+// destroying a reader scans and shifts (Node::dropInput), so cancelling or fusing thousands of casts that share one
+// constant is quadratic (0.26 s at 96k nodes). A constant is placed ahead of the first cast that reads it, in the
+// graph's top block, and moved ahead of any later cast inserted before it, so it dominates every reader. One per
+// pass: a later pass (dead-code elimination, constant pooling) may remove or merge them.
 class CastArguments {
  public:
   explicit CastArguments(torch::jit::Graph& graph) : graph_(graph) {}
@@ -59,14 +61,17 @@ class CastArguments {
  private:
   // The node of the graph's top block that holds the insertion point or that it is at.
   torch::jit::Node* nodeAheadOfInsertPoint();
-  // `cached`, or a new constant of that value, placed or moved before `ahead`.
+  // `cached`, or a new constant of that value where it has none or it has kReadersPerConstant uses, placed or moved
+  // before `ahead`.
   torch::jit::Value* shared(torch::jit::Value*& cached, const c10::IValue& constant, torch::jit::Node* ahead);
+
+  static constexpr size_t kReadersPerConstant = 64;
 
   torch::jit::Graph& graph_;
   std::unordered_map<c10::ScalarType, torch::jit::Value*> dtypes_;
   torch::jit::Value* false_ = nullptr;
   torch::jit::Value* none_ = nullptr;
-  std::vector<torch::jit::Node*> constants_;  // the nodes of the above
+  std::unordered_set<const torch::jit::Node*> constants_;  // every node the above held
 };
 
 // Inserts a plain cast of `value` to `dtype` at the graph's insertion point, its output typed with the new dtype. Not

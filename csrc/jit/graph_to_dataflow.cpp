@@ -9,6 +9,7 @@
 #include "core/op_facts.h"
 #include "jit/module_scope.h"
 #include "jit/numeric_guards.h"
+#include "jit/overload_facts.h"
 #include "jit/state_containers.h"
 #include "jit/writers.h"
 
@@ -117,7 +118,7 @@ class DataflowBuilder {
   // floating tensor that is not fp32; the observed-range guard; control flow; the constant-range guard; the user's
   // choices (userChoice); the op policy (a constant-table lookup it lets follow runs low); unknown ops. A node that
   // would compute low or follow keeps fp32 where a scalar it reads is lost in the low dtype.
-  std::optional<Classification> classify(Node* node, const std::vector<Node*>& boundaries) {
+  std::optional<Classification> classify(Node* node, const std::vector<Node*>& boundaries, std::optional<NodeId> id) {
     bool relevant = false;
     bool unknown = false;
     bool otherFloating = false;
@@ -192,7 +193,7 @@ class DataflowBuilder {
       decided.rule = "follow: control flow; values crossing its block boundaries share one precision";
     } else if (constantGuard = guards_.constantOutOfRange(node); constantGuard) {
       return fp32Because(core::RuleKind::kRangeGuard, std::move(constantGuard->reason));
-    } else if (std::optional<NodeOverride> chosen = userChoice(node)) {
+    } else if (std::optional<NodeOverride> chosen = userChoice(node, id)) {
       decided.category = chosen->category;
       decided.kind = chosen->kind;
       decided.rule = std::string(core::toString(chosen->category)) + ": " + chosen->reason;
@@ -226,14 +227,16 @@ class DataflowBuilder {
 
   // What the user asks of the node, first match wins: the accuracy fallback's kept nodes, the policy's exclusions,
   // the node rule.
-  std::optional<NodeOverride> userChoice(const Node* node) const {
-    const std::optional<NodeId> id = nodeIdOf(node);
+  std::optional<NodeOverride> userChoice(const Node* node, std::optional<NodeId> id) {
     if (id && keepFp32_.count(*id)) {
       return NodeOverride{OpCategory::kFp32, core::RuleKind::kFallback,
                           "accuracy fallback: keeping it in fp32 brings the error within tolerance"};
     }
+    if (policy_.exclusions().empty() && !nodeRule_) {
+      return std::nullopt;
+    }
     const std::string op = node->kind().toQualString();
-    const std::string scope = moduleScope(node);
+    const std::string& scope = scopes_.of(node);
     if (const core::Exclusion* exclusion = policy_.exclusionFor(op, scope)) {
       return NodeOverride{OpCategory::kFp32, core::RuleKind::kExclusion, "excluded: " + exclusion->reason};
     }
@@ -270,12 +273,17 @@ class DataflowBuilder {
   }
 
   // A tensor argument the schema neither writes nor lets the result alias is only read: a cast of it made right
-  // before the node reads the same data. Anything else (containers, blocks, ops without a schema) shares it.
-  static core::Access accessOf(const Node* consumer, size_t offset) {
+  // before the node reads the same data. Anything else (containers, blocks, ops without a schema) shares it. Where no
+  // overload of the op aliases the argument, the node's own overload is not matched.
+  core::Access accessOf(const Node* consumer, size_t offset) {
+    if (!consumer->blocks().empty() || consumer->input(offset)->type()->kind() != c10::TypeKind::TensorType) {
+      return core::Access::kShares;
+    }
+    if (overloads_.noneAliasesArgument(consumer, offset)) {
+      return core::Access::kReadsOnly;
+    }
     const c10::FunctionSchema* schema = consumer->maybeSchema();
-    const bool readsOnly = schema && consumer->blocks().empty() && offset < schema->arguments().size() &&
-        consumer->input(offset)->type()->kind() == c10::TypeKind::TensorType &&
-        !schema->arguments()[offset].alias_info();
+    const bool readsOnly = schema && offset < schema->arguments().size() && !schema->arguments()[offset].alias_info();
     return readsOnly ? core::Access::kReadsOnly : core::Access::kShares;
   }
 
@@ -413,7 +421,8 @@ class DataflowBuilder {
   void addNode(Node* node) {
     const std::vector<Node*> boundaries = boundariesOf(node);
     int index = -1;
-    if (std::optional<Classification> decided = classify(node, boundaries)) {
+    const std::optional<NodeId> id = nodeIdOf(node);
+    if (std::optional<Classification> decided = classify(node, boundaries, id)) {
       if (decided->category == OpCategory::kLowFp32Output && writesContainer(node)) {
         decided->category = OpCategory::kFp32;
         decided->rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
@@ -428,6 +437,7 @@ class DataflowBuilder {
       mapping_.blockBoundaries.push_back(boundaries);
       mapping_.rules.push_back(std::move(decided->rule));
       mapping_.ruleKinds.push_back(decided->kind);
+      mapping_.ids.push_back(id.value_or(-1));
       mapping_.unobserved.push_back(decided->unobserved);
       addUses(node, index);
       addOutputs(node, index);
@@ -467,6 +477,7 @@ class DataflowBuilder {
     mapping_.blockBoundaries.reserve(nodes);
     mapping_.rules.reserve(nodes);
     mapping_.ruleKinds.reserve(nodes);
+    mapping_.ids.reserve(nodes);
     mapping_.unobserved.reserve(nodes);
     mapping_.values.reserve(nodes);
   }
@@ -509,6 +520,8 @@ class DataflowBuilder {
   const StateContainers* state_;
   std::unordered_set<const Value*> stateReads_;
   WriterQuery writers_;
+  OverloadFacts overloads_;
+  ModuleScopes scopes_;
   c10::ScalarType lowDtype_;
   DataflowMapping mapping_;
   NumericGuards guards_;

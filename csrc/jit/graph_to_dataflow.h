@@ -77,6 +77,7 @@ struct DataflowMapping {
   std::vector<std::vector<torch::jit::Node*>> blockBoundaries;
   std::vector<std::string> rules;        // planner node -> why it has its category
   std::vector<core::RuleKind> ruleKinds;  // planner node -> which kind of rule decided it
+  std::vector<NodeId> ids;               // planner node -> its node's id, -1 where it has none
   std::unordered_map<const torch::jit::Value*, int> values;  // TorchScript value -> planner value
   std::vector<std::string> unknownOps;   // ops in no policy list, each once
   std::vector<bool> unobserved;          // planner node -> left alone because its dtypes are unknown

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <c10/core/ScalarType.h>
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <cstdint>
@@ -48,8 +49,9 @@ void assignNodeIds(torch::jit::Graph& graph);
 void copyNodeId(const torch::jit::Node* original, torch::jit::Node* replacement);
 // Removes the node ids from the graph and returns them, so that passes comparing nodes (common-subexpression
 // elimination) merge equal nodes whatever their ids. The map is valid for nodes still in the graph as long as no
-// pass creates nodes (a new node may take a destroyed one's address).
-using NodeIds = std::unordered_map<const torch::jit::Node*, NodeId>;
+// pass creates nodes (a new node may take a destroyed one's address). An open-addressing map: one of a whole graph's
+// size is filled and read per conversion, and a node-per-entry map spends most of that in the allocator.
+using NodeIds = ska::flat_hash_map<const torch::jit::Node*, NodeId>;
 NodeIds takeNodeIds(torch::jit::Graph& graph);
 // Gives the graph's nodes in `ids` their ids again.
 void restoreNodeIds(torch::jit::Graph& graph, const NodeIds& ids);

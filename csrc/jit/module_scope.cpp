@@ -1,5 +1,6 @@
 #include "jit/module_scope.h"
 
+#include <c10/util/hash.h>
 #include <torch/csrc/jit/ir/scope.h>
 
 #include <optional>
@@ -43,6 +44,20 @@ std::string moduleScope(const torch::jit::Node* node) {
     return fromTracedScope(traced);
   }
   return "";
+}
+
+size_t ModuleScopes::KeyHash::operator()(const Key& key) const {
+  return c10::hash_combine(std::hash<const void*>()(key.callstack), std::hash<const void*>()(key.scope));
+}
+
+const std::string& ModuleScopes::of(const torch::jit::Node* node) {
+  const std::optional<torch::jit::InlinedCallStackPtr> callstack = node->callstack();
+  const Key key{callstack ? callstack->get() : nullptr, const_cast<torch::jit::Node*>(node)->scope().get()};  // a read
+  auto [it, added] = paths_.try_emplace(key);
+  if (added) {
+    it->second = moduleScope(node);
+  }
+  return it->second;
 }
 
 } // namespace torch_mp::jit

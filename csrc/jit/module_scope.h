@@ -9,9 +9,30 @@
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <string>
+#include <unordered_map>
 
 namespace torch_mp::jit {
 
 std::string moduleScope(const torch::jit::Node* node);
+
+// moduleScope, worked out once per call stack and scope: the nodes inlined from one call share both, so a graph of
+// 100k nodes has a few thousand paths to build, not one per node.
+class ModuleScopes {
+ public:
+  const std::string& of(const torch::jit::Node* node);
+
+ private:
+  struct Key {
+    const void* callstack;
+    const void* scope;
+    bool operator==(const Key& other) const {
+      return callstack == other.callstack && scope == other.scope;
+    }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& key) const;
+  };
+  std::unordered_map<Key, std::string, KeyHash> paths_;
+};
 
 } // namespace torch_mp::jit

@@ -2,6 +2,8 @@
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
+#include "jit/overload_facts.h"
+
 namespace torch_mp::jit {
 namespace {
 
@@ -41,19 +43,31 @@ bool mayUpdateRunningStats(const Node* node) {
   return !mode || !mode->isBool() || mode->toBool();
 }
 
-bool blockMayWrite(const torch::jit::Block* block) {
-  for (const Node* node : block->nodes()) {
-    if (mayWrite(node)) {
-      return true;
-    }
-    for (const torch::jit::Block* sub : node->blocks()) {
-      if (blockMayWrite(sub)) {
+// mayWrite over a whole graph, matching a node's overload only where some overload it could match writes.
+class GraphWriteScan {
+ public:
+  bool blockMayWrite(const torch::jit::Block* block) {
+    for (const Node* node : block->nodes()) {
+      if (nodeMayWrite(node)) {
         return true;
       }
+      for (const torch::jit::Block* sub : node->blocks()) {
+        if (blockMayWrite(sub)) {
+          return true;
+        }
+      }
     }
+    return false;
   }
-  return false;
-}
+
+ private:
+  bool nodeMayWrite(const Node* node) {
+    const bool noOverloadWrites = !mayUpdateRunningStats(node) && overloads_.noneWrites(node);
+    return !isNonWritingSpecialCase(node->kind()) && !noOverloadWrites && mayWrite(node);
+  }
+
+  OverloadFacts overloads_;
+};
 
 } // namespace
 
@@ -65,21 +79,11 @@ bool mayWrite(const Node* node) {
     return true;
   }
   const torch::jit::Operator* op = node->maybeOperator();
-  if (!op) {
-    return true;
-  }
-  switch (op->aliasAnalysisKind()) {
-    case c10::AliasAnalysisKind::PURE_FUNCTION:
-      return false;
-    case c10::AliasAnalysisKind::FROM_SCHEMA:
-      return node->schema().is_mutable();
-    default:  // CONSERVATIVE writes every input; INTERNAL_SPECIAL_CASE kinds not listed above may write
-      return true;
-  }
+  return !op || operatorMayWrite(*op);
 }
 
 bool graphMayWrite(const torch::jit::Graph& graph) {
-  return blockMayWrite(graph.block());
+  return GraphWriteScan().blockMayWrite(graph.block());
 }
 
 WriterQuery::WriterQuery(const std::shared_ptr<torch::jit::Graph>& graph, bool isFrozen) {

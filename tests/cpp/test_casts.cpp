@@ -80,6 +80,29 @@ TEST(CastArgumentsTest, CastsShareOneConstantPerArgumentAheadOfThemAll) {
   graph->lint();
 }
 
+TEST(CastArgumentsTest, AConstantServesAtMost64CastsSoDestroyingOneScansAShortUseList) {
+  auto graph = parseGraph(kTwoReaders);
+  CastArguments arguments(*graph);
+  torch::jit::Value* x = graph->inputs()[0];
+  std::vector<torch::jit::Node*> casts;
+  torch::jit::WithInsertPoint guard(graph->outputs()[0]->node());
+  for (int i = 0; i < 100; ++i) {
+    casts.push_back(insertCast(arguments, x, at::kHalf)->node());
+  }
+  EXPECT_EQ(casts[0]->input(1), casts[63]->input(1));  // the dtype: one constant for the first 64 casts
+  EXPECT_NE(casts[63]->input(1), casts[64]->input(1));
+  EXPECT_EQ(casts[0]->input(2), casts[31]->input(2));  // false, read twice per cast: one for the first 32
+  EXPECT_NE(casts[31]->input(2), casts[32]->input(2));
+  for (torch::jit::Node* cast : casts) {
+    for (size_t i = 1; i < cast->inputs().size(); ++i) {
+      EXPECT_LE(cast->input(i)->uses().size(), 64u);
+    }
+  }
+  // dtype, None: 2 each; false: 4
+  FileCheck().check_count("prim::Constant", 8, /*exactly=*/true)->run(*graph);
+  graph->lint();
+}
+
 TEST(CastLedgerTest, FusedCastsAreCountedOnlyWhenTheConversionMadeThem) {
   auto graph = parseGraph(kTwoReaders);
   const ObservedValues observed = observedInput(*graph);

@@ -5,9 +5,12 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "jit/overload_facts.h"
 #include "jit/writers.h"
 #include "test_utils.h"
 
@@ -166,6 +169,67 @@ TEST(WritersTest, DeadCodeGoesAsPyTorchsEliminationRemovesIt) {
   graph = parseGraph(written);
   eliminateDeadCode(graph);
   FileCheck().check_not("aten::sigmoid_")->check("aten::tanh")->run(*graph);
+}
+
+// Each node against the overloads it could match: those of its kind taking as many arguments as it has inputs.
+TEST(OverloadFactsTest, AnswersOnlyWhatEveryCandidateOverloadAgreesOn) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %y : Tensor):
+      %half : int = prim::Constant[value=5]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %shape : int[] = prim::ListConstruct(%one)
+      %cast : Tensor = aten::to(%x, %half, %false, %false, %none)
+      %sum : Tensor = aten::add(%x, %y, %one)
+      %into : Tensor = aten::add(%x, %y, %one, %cast)
+      %inplace : Tensor = aten::add_(%x, %y, %one)
+      %view : Tensor = aten::view(%x, %shape)
+      %other : Tensor = torch_mp_test::unregistered(%x)
+      return (%sum, %into, %inplace, %view, %other))IR");
+  std::map<std::string, const Node*> byName;  // the parser renumbers values: nodes in order
+  const char* const names[] = {"shape", "cast", "sum", "into", "inplace", "view", "other"};
+  size_t next = 0;
+  for (const Node* each : graph->nodes()) {
+    if (each->kind() != c10::prim::Constant) {
+      byName[names[next++]] = each;
+    }
+  }
+  ASSERT_EQ(next, std::size(names));
+  auto node = [&](const std::string& name) { return byName.at(name); };
+  OverloadFacts facts;
+  EXPECT_TRUE(facts.noneWrites(node("cast")));   // seven overloads, none mutable
+  EXPECT_TRUE(facts.noneWrites(node("sum")));    // add.Tensor, add.Scalar; not add.out, of four arguments
+  EXPECT_FALSE(facts.noneWrites(node("into")));  // add.out writes `out`
+  EXPECT_FALSE(facts.noneWrites(node("inplace")));
+  EXPECT_FALSE(facts.noneWrites(node("other")));  // no overload: unknown
+  EXPECT_TRUE(facts.noneAliasesArgument(node("sum"), 0));
+  EXPECT_TRUE(facts.noneAliasesArgument(node("sum"), 1));
+  EXPECT_FALSE(facts.noneAliasesArgument(node("sum"), 3));   // no such argument
+  EXPECT_FALSE(facts.noneAliasesArgument(node("into"), 3));  // add.out's `out`
+  EXPECT_FALSE(facts.noneAliasesArgument(node("cast"), 0));  // Tensor(a) self
+  EXPECT_FALSE(facts.noneAliasesArgument(node("view"), 0));
+  EXPECT_FALSE(facts.noneAliasesArgument(node("other"), 0));
+  EXPECT_FALSE(facts.noneAliasesArgument(node("shape"), 0));
+  // the same answers mayWrite gives after matching each node's own overload
+  EXPECT_FALSE(mayWrite(node("cast")));
+  EXPECT_FALSE(mayWrite(node("sum")));
+  EXPECT_TRUE(mayWrite(node("inplace")));
+}
+
+// A graph of casts, which the passes add by the thousand: no write, found without matching their overloads, and the
+// same answer mayWrite gives node by node after matching them.
+TEST(WritersTest, CastsNeverWrite) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor):
+      %half : int = prim::Constant[value=5]()
+      %false : bool = prim::Constant[value=0]()
+      %none : NoneType = prim::Constant()
+      %y : Tensor = aten::to(%x, %half, %false, %false, %none)
+      %z : Tensor = aten::relu(%y)
+      return (%z))IR");
+  EXPECT_FALSE(graphMayWrite(*graph));
+  EXPECT_FALSE(mayWrite(firstOfKind(graph->block(), c10::aten::to)));
 }
 
 } // namespace
