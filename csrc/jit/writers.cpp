@@ -61,9 +61,11 @@ class GraphWriteScan {
   }
 
  private:
+  // mayWrite, asked only where the node's overload could matter: a norm that may update its statistics, or a node
+  // some of whose candidate overloads write.
   bool nodeMayWrite(const Node* node) {
-    const bool noOverloadWrites = !mayUpdateRunningStats(node) && overloads_.noneWrites(node);
-    return !isNonWritingSpecialCase(node->kind()) && !noOverloadWrites && mayWrite(node);
+    const bool overloadMatters = mayUpdateRunningStats(node) || !overloads_.noneWrites(node);
+    return overloadMatters && mayWrite(node);
   }
 
   OverloadFacts overloads_;
