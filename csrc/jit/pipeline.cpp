@@ -5,7 +5,6 @@
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/eliminate_no_ops.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
-#include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/peephole.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
@@ -17,6 +16,7 @@
 #include "jit/channels_last_convolutions.h"
 #include "jit/fold_attribute_reads.h"
 #include "jit/fold_constant_casts.h"
+#include "jit/fold_frozen_patterns.h"
 #include "jit/fuse_casts.h"
 #include "jit/fuse_cudnn_convolutions.h"
 #include "jit/fuse_pointwise.h"
@@ -55,18 +55,20 @@ bool lintIsCheap(const Graph& graph) {
   return nodes * blocks <= kLintBudget;
 }
 
-// 1. fp32 clean-up, before any cast exists: PyTorch's frozen-graph folding, mutation removal, and freezing's own
-//    simplifications once more now that the mutation is gone (a list no longer appended to has a known length, a
-//    bias concatenated from constant parts becomes a constant, a branch on a known flag goes). Twice: what the
-//    simplifications expose (a convolution and its batch norm out of a removed branch) folds in the second round,
-//    so converting the result again finds nothing left to change. Once where the first round changed nothing after
-//    its folding: the folding is at its fixed point, so a second round would run the same passes on the same graph
-//    and change nothing either. Shape and type queries are never folded from the values' types: the load-time pass
-//    cleans up graphs typed with the sizes of one profiled run, which other batch sizes and ranks must still run
-//    (its guard checks dtype and device only); dtype queries are answered from the observation instead.
+// 1. fp32 clean-up, before any cast exists: PyTorch's frozen-graph folding (FoldFrozenPatterns: OptimizeFrozenGraph,
+//    each fold only where its ops are), mutation removal, and freezing's own simplifications once more now that the
+//    mutation is gone (a list no longer appended to has a known length, a bias concatenated from constant parts
+//    becomes a constant, a branch on a known flag goes; freezing's graph is not always at their fixed point either:
+//    CSE still merges nn.LSTM's size checks). Twice: what the simplifications expose (a convolution and its batch
+//    norm out of a removed branch) folds in the second round, so converting the result again finds nothing left to
+//    change. Once where the first round changed nothing after its folding: the folding is at its fixed point, so a
+//    second round would run the same passes on the same graph and change nothing either. Shape and type queries are
+//    never folded from the values' types: the load-time pass cleans up graphs typed with the sizes of one profiled
+//    run, which other batch sizes and ranks must still run (its guard checks dtype and device only); dtype queries
+//    are answered from the observation instead.
 void cleanUp(std::shared_ptr<Graph>& graph) {
   for (int round = 0; round < 2; ++round) {
-    torch::jit::OptimizeFrozenGraph(graph, /*optimize_numerics=*/true);
+    FoldFrozenPatterns(graph);
     const size_t folded = structureHash(*graph);
     torch::jit::RemoveTensorMutation(graph);
     torch::jit::RemoveListMutation(graph);
@@ -154,9 +156,13 @@ void cancelAndFuseCasts(
 
 // PyTorch's clean-up passes after 5 (the `tidy` phase): mutation removal once more (the fp32 clean-up keeps some
 // in-place writes, timm DLA-34's residual add_ and relu_, that it removes from the converted graph, so a second
-// conversion would make them out of place), then what nobody reads any more goes.
+// conversion would make them out of place), then what nobody reads any more goes. Only mutation removal's rewrite
+// is of writes, so where no node may write it is skipped: it would match every node the conversion created to its
+// overload to find none.
 void removeMutationAndDeadCode(std::shared_ptr<Graph>& graph) {
-  torch::jit::RemoveTensorMutation(graph);
+  if (graphMayWrite(*graph)) {
+    torch::jit::RemoveTensorMutation(graph);
+  }
   eliminateDeadCode(graph);
 }
 
