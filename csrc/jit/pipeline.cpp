@@ -1,7 +1,5 @@
 #include "jit/pipeline.h"
 
-#include <torch/csrc/jit/passes/common_subexpression_elimination.h>
-#include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/eliminate_no_ops.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
@@ -21,6 +19,7 @@
 #include "jit/fuse_cudnn_convolutions.h"
 #include "jit/fuse_pointwise.h"
 #include "jit/low_precision_io.h"
+#include "jit/merge_equal_nodes.h"
 #include "jit/specialize_dtype_queries.h"
 #include "jit/state_containers.h"
 #include "jit/typed_observation.h"
@@ -72,10 +71,10 @@ void cleanUp(std::shared_ptr<Graph>& graph) {
     const size_t folded = structureHash(*graph);
     torch::jit::RemoveTensorMutation(graph);
     torch::jit::RemoveListMutation(graph);
-    torch::jit::EliminateCommonSubexpression(graph);
+    eliminateCommonSubexpressions(graph);
     torch::jit::PeepholeOptimize(graph, /*disable_shape_peepholes=*/true);
     torch::jit::ConstantPropagation(graph, /*ignore_custom_classes=*/true);
-    torch::jit::ConstantPooling(graph);
+    poolConstants(graph);
     torch::jit::EliminateNoOps(graph);
     torch::jit::LowerSimpleTuples(graph);
     eliminateDeadCode(graph);
@@ -188,7 +187,7 @@ bool layOutAndFuseKernels(
   return report.channelsLastConvolutions + report.fusedConvolutions + report.fusedPointwise > 0;
 }
 
-// 7. The report, from the bookkeeping taken off the graph before PyTorch's pooling and common-subexpression
+// 7. The report, from the bookkeeping taken off the graph before constant pooling and common-subexpression
 //    elimination (in `tidy`) merge equal constants and equal nodes (the casts of equal constants: unreached readers
 //    of one weight's views) whatever their ids; neither creates a node, so the bookkeeping stays valid for what is
 //    left. The ids go back where asked.
@@ -322,8 +321,8 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
   }
   const Bookkeeping bookkeeping = stages.run("report", graph, [&] { return takeBookkeeping(*graph); });
   stages.run("tidy", graph, [&] {
-    torch::jit::ConstantPooling(graph);
-    torch::jit::EliminateCommonSubexpression(graph);
+    poolConstants(graph);
+    eliminateCommonSubexpressions(graph);
   });
   stages.run("report", graph, [&] { reportConversion(graph, bookkeeping, options, casts, report); });
   if (options.verifyOutputs && !prepared.inputs.empty()) {

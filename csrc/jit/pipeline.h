@@ -2,9 +2,11 @@
 //
 // Preparation (once per model, whatever is planned from it):
 //   1. fp32 clean-up     tensor attributes freezing left become constants (fold_attribute_reads); PyTorch's
-//                        frozen-graph folding (conv+bn, conv+add/mul, linear+bn), removal of in-place mutation and
-//                        freezing's simplifications, while every constant is still fp32
-//   2. dtype knowledge   one observed run on the example inputs and one per calibration input (value_observer), or
+//                        frozen-graph folding (conv+bn, conv+add/mul, linear+bn) where those ops are
+//                        (fold_frozen_patterns), removal of in-place mutation and freezing's simplifications (pooling
+//                        and CSE: merge_equal_nodes), while every constant is still fp32
+//   2. dtype knowledge   one observed run on the example inputs and one per calibration input (value_observer, node
+//                        by node: graph_runner), or
 //                        the types the graph executor profiled (typed_observation, for the load-time pass);
 //                        completed statically for views in branches not reached; dtype queries answered from it
 //                        (specialize_dtype_queries); then every node is numbered (jit/ir_utils: node ids)
@@ -22,9 +24,9 @@
 //   6. CUDA layout       CUDA convolutions channels_last (channels_last_convolutions); conv (+add) +relu as one cuDNN
 //      and kernels       call (fuse_cudnn_convolutions); with fused kernels, elementwise chains into
 //                        torch_mp::fused_pointwise calls (fuse_pointwise)
-//   7. report and check  node ids and the cast ledger's marks taken off the graph, then (`tidy`) PyTorch's constant
-//                        pooling and common-subexpression elimination; lint, report (assemble_report); outputs keep
-//                        their dtypes (verify_outputs, where inputs exist)
+//   7. report and check  node ids and the cast ledger's marks taken off the graph, then (`tidy`) constant pooling
+//                        and common-subexpression elimination (merge_equal_nodes); lint, report (assemble_report);
+//                        outputs keep their dtypes (verify_outputs, where inputs exist)
 // Every cast stages 4-6 create, fold or remove goes through one CastLedger (jit/casts); each stage runs through a
 // StageRunner (jit/stage_runner), which times it and dumps the graph around it.
 #pragma once

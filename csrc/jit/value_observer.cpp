@@ -12,6 +12,7 @@
 
 #include "core/op_facts.h"
 #include "jit/casts.h"
+#include "jit/graph_runner.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -28,16 +29,9 @@ constexpr const char* kObserveOp = "torch_mp::_observe";
 thread_local std::vector<ObservedValue>* activeRecorder = nullptr;
 thread_local std::vector<bool>* activeSeen = nullptr;
 
-void observe(Stack& stack) {
-  const int64_t id = stack.back().toInt();
-  stack.pop_back();
-  const c10::IValue value = std::move(stack.back());
-  stack.pop_back();
-  if (!activeRecorder) {
-    return;
-  }
-  ObservedValue& slot = (*activeRecorder)[id];
-  (*activeSeen)[id] = true;
+// Records what `value` holds into `slot`: dtype, device, the largest sizes, and for fp32 the largest magnitude and
+// whether it held integers only.
+void record(ObservedValue& slot, const c10::IValue& value) {
   if (!value.isTensor() || !value.toTensor().defined()) {
     return;  // None, or an undefined tensor (e.g. attention weights not asked for): holds no dtype
   }
@@ -59,6 +53,18 @@ void observe(Stack& stack) {
       slot.onlyIntegers = at::equal(dense, dense.round());  // NaN never equals itself: not integers
     }
   }
+}
+
+void observe(Stack& stack) {
+  const int64_t id = stack.back().toInt();
+  stack.pop_back();
+  const c10::IValue value = std::move(stack.back());
+  stack.pop_back();
+  if (!activeRecorder) {
+    return;
+  }
+  (*activeSeen)[id] = true;
+  record((*activeRecorder)[id], value);
 }
 
 const torch::jit::RegisterOperators registerObserve({torch::jit::Operator(
@@ -219,10 +225,58 @@ std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(
   return varying;
 }
 
-Observation observeValues(
-    const std::shared_ptr<Graph>& graph,
-    const Stack& inputs,
-    const std::vector<Stack>& calibration) {
+namespace {
+
+Stack deepCopies(const Stack& values) {
+  Stack stack;
+  stack.reserve(values.size());
+  for (const c10::IValue& value : values) {
+    stack.push_back(value.deepcopy());
+  }
+  return stack;
+}
+
+// Runs the graph as it stands with GraphRunner, recording each value that may hold a tensor as it is computed.
+Observation observeRunningNodes(
+    const std::shared_ptr<Graph>& graph, const Stack& inputs, const std::vector<Stack>& calibration) {
+  std::vector<Value*> values;
+  collectValues(graph->block(), values);
+  size_t slots = 0;
+  for (const Value* value : values) {
+    slots = std::max(slots, value->unique() + 1);
+  }
+  std::vector<char> mayHoldTensor(slots, 0);
+  for (const Value* value : values) {
+    mayHoldTensor[value->unique()] = containsTensor(value->type());
+  }
+  std::vector<ObservedValue> recorded(slots);
+  std::vector<char> seen(slots, 0);
+  const GraphRunner::Visitor visit = [&](const Value* value, const c10::IValue& held) {
+    const size_t slot = value->unique();
+    if (mayHoldTensor[slot]) {
+      seen[slot] = 1;
+      record(recorded[slot], held);
+    }
+  };
+  const GraphRunner runner(*graph);
+  Observation observation;
+  observation.outputs = runner.run(deepCopies(inputs), visit);
+  for (const Stack& extra : calibration) {
+    runner.run(deepCopies(extra), visit);
+  }
+  observation.values.reserve(values.size());
+  for (const Value* value : values) {
+    if (seen[value->unique()]) {
+      observation.values.emplace(value, recorded[value->unique()]);
+    }
+  }
+  return observation;
+}
+
+// Runs an instrumented copy of the graph in the interpreter: an observer op after each value that may hold a
+// tensor, for graphs GraphRunner leaves to the interpreter.
+Observation observeInstrumentedCopy(
+    const std::shared_ptr<Graph>& graph, const Stack& inputs, const std::vector<Stack>& calibration) {
   std::shared_ptr<Graph> instrumented = graph->copy();
   std::vector<Value*> originals;
   std::vector<Value*> copies;
@@ -241,15 +295,7 @@ Observation observeValues(
     instrumented->insertNode(instrumented->create(observeSymbol, {value, idConstant}, 0));
   }
 
-  auto copied = [](const Stack& values) {
-    Stack stack;
-    stack.reserve(values.size());
-    for (const c10::IValue& value : values) {
-      stack.push_back(value.deepcopy());
-    }
-    return stack;
-  };
-  Stack stack = copied(inputs);
+  Stack stack = deepCopies(inputs);
   std::vector<ObservedValue> recorded(copies.size());
   std::vector<bool> seen(copies.size(), false);
   {
@@ -257,7 +303,7 @@ Observation observeValues(
     torch::jit::Code code(instrumented, "torch_mp_observe");
     torch::jit::InterpreterState(code).run(stack);
     for (const Stack& extra : calibration) {
-      Stack calibrationStack = copied(extra);
+      Stack calibrationStack = deepCopies(extra);
       torch::jit::InterpreterState(code).run(calibrationStack);
     }
   }
@@ -271,6 +317,16 @@ Observation observeValues(
   }
   observation.outputs = std::move(stack);
   return observation;
+}
+
+} // namespace
+
+Observation observeValues(
+    const std::shared_ptr<Graph>& graph,
+    const Stack& inputs,
+    const std::vector<Stack>& calibration) {
+  return GraphRunner::canRun(*graph) ? observeRunningNodes(graph, inputs, calibration)
+                                     : observeInstrumentedCopy(graph, inputs, calibration);
 }
 
 std::optional<std::vector<int64_t>> knownSizes(const ObservedValue& seen) {

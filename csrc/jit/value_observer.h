@@ -1,6 +1,8 @@
-// Dtype knowledge by observation: runs a copy of the graph once on example inputs and records which values holding
-// tensors (containers included) it produced, and for every value that may be a tensor, the dtype, device, element count and sizes it had, and for fp32 tensors the largest finite
-// magnitude (what the range guard compares with the low dtype's range).
+// Dtype knowledge by observation: runs the graph once on example inputs and records which values holding tensors
+// (containers included) it produced, and for every value that may be a tensor, the dtype, device, element count and
+// sizes it had, and for fp32 tensors the largest finite magnitude (what the range guard compares with the low
+// dtype's range). The graph runs node by node with GraphRunner, which shows each value as it is computed; a graph
+// GraphRunner leaves to the interpreter runs as a copy instrumented with an observer op after each value.
 //
 // Frozen graphs type most values as plain `Tensor`; static propagation would need a dtype rule for every op.
 // Running the graph gives exact answers for every value the inputs reach, nested blocks and loop iterations

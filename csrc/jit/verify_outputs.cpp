@@ -1,9 +1,9 @@
 #include "jit/verify_outputs.h"
 
-#include <torch/csrc/jit/runtime/interpreter.h>
-
 #include <sstream>
 #include <string>
+
+#include "jit/graph_runner.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -54,12 +54,11 @@ void verifyOutputDtypes(
     const torch::jit::Stack& inputs,
     const torch::jit::Stack& expected,
     std::optional<c10::ScalarType> lowPrecisionIO) {
-  torch::jit::Stack stack;
+  torch::jit::Stack copies;
   for (const c10::IValue& input : inputs) {
-    stack.push_back(input.deepcopy());
+    copies.push_back(input.deepcopy());
   }
-  torch::jit::Code code(graph, "torch_mp_verify");  // Code preprocesses a copy: the graph stays as it is
-  torch::jit::InterpreterState(code).run(stack);
+  const torch::jit::Stack stack = runGraphOnce(graph, std::move(copies));
   const std::string wanted = signatureOf(expected, std::nullopt);
   const std::string actual = signatureOf(stack, lowPrecisionIO);
   TORCH_CHECK(

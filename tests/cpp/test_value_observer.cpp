@@ -53,6 +53,40 @@ TEST(ValueObserverTest, RecordsDtypeSizesMagnitudeAndIntegralityPerValue) {
   EXPECT_TRUE(observation.outputs[0].toTensor().equal(x * 1000));
 }
 
+// prim::Uninitialized is one of the interpreter's own cases: the graph runs as an instrumented copy in Code, and
+// records the same as GraphRunner's run of the graph without it.
+TEST(ValueObserverTest, AGraphLeftToTheInterpreterRecordsWhatGraphRunnerRecords) {
+  const std::string body = R"IR(
+      %big : float = prim::Constant[value=1000.]()
+      %y : Tensor = aten::mul(%x, %big)
+      %r : Tensor = aten::round(%y)
+      %n : Tensor = aten::mul(%i, %i)
+      %s : Tensor = aten::sum(%n, %none)
+)IR";
+  auto [runnable, runnableValues] = parseNamed(
+      "graph(%x : Tensor, %i : Tensor):\n      %none : NoneType = prim::Constant()" + body +
+      "      return (%y, %r, %s)");
+  auto [interpreted, interpretedValues] = parseNamed(
+      "graph(%x : Tensor, %i : Tensor):\n      %none : NoneType = prim::Constant()\n"
+      "      %u : Tensor = prim::Uninitialized()" + body + "      return (%y, %r, %s, %u)");
+  const at::Tensor x = torch::randn({4, 3}) * 100;
+  const at::Tensor i = torch::arange(12).reshape({4, 3});
+  const Observation byRunner = observeValues(runnable, {x, i});
+  const Observation byInterpreter = observeValues(interpreted, {x, i});
+  for (const char* name : {"x", "i", "y", "r", "n", "s"}) {
+    SCOPED_TRACE(name);
+    const ObservedValue& a = byRunner.values.at(runnableValues.at(name));
+    const ObservedValue& b = byInterpreter.values.at(interpretedValues.at(name));
+    EXPECT_EQ(a.dtype, b.dtype);
+    EXPECT_EQ(a.sizes, b.sizes);
+    EXPECT_EQ(a.numel, b.numel);
+    EXPECT_EQ(a.largestMagnitude, b.largestMagnitude);
+    EXPECT_EQ(a.onlyIntegers, b.onlyIntegers);
+  }
+  EXPECT_EQ(byRunner.values.size() + 1, byInterpreter.values.size());  // and %u, which held no tensor
+  EXPECT_TRUE(byRunner.outputs[0].toTensor().equal(byInterpreter.outputs[0].toTensor()));
+}
+
 TEST(ValueObserverTest, CalibrationRunsKeepTheLargestSizesAndMagnitudes) {
   auto [graph, named] = parseNamed(R"IR(
     graph(%x : Tensor):

@@ -1,0 +1,177 @@
+#include "jit/merge_equal_nodes.h"
+
+#include <torch/csrc/jit/ir/alias_analysis.h>
+#include <torch/csrc/jit/ir/node_hashing.h>
+#include <torch/csrc/jit/passes/common_subexpression_elimination.h>
+#include <torch/csrc/jit/passes/constant_pooling.h>
+
+#include <functional>
+#include <unordered_set>
+
+#include "jit/writers.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::Block;
+using torch::jit::Graph;
+using torch::jit::Node;
+using torch::jit::Value;
+
+using EqualNodes = std::unordered_set<Node*, torch::jit::HashNode, torch::jit::EqualNode>;
+
+// Whether alias analysis may track a value of this type: anything but the immutable scalars, and optionals and
+// tuples of them. Saying "tracked" of an untracked type only costs building the AliasDb, which then answers.
+bool mayBeTracked(const c10::TypePtr& type) {
+  switch (type->kind()) {
+    case c10::TypeKind::NoneType:
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::FloatType:
+    case c10::TypeKind::ComplexType:
+    case c10::TypeKind::BoolType:
+    case c10::TypeKind::NumberType:
+    case c10::TypeKind::StringType:
+    case c10::TypeKind::DeviceObjType:
+      return false;
+    case c10::TypeKind::OptionalType:
+    case c10::TypeKind::TupleType: {
+      const auto contained = type->containedTypes();
+      return std::any_of(contained.begin(), contained.end(), mayBeTracked);
+    }
+    default:
+      return true;
+  }
+}
+
+bool anyMayBeTracked(at::ArrayRef<Value*> values) {
+  return std::any_of(values.begin(), values.end(), [](const Value* value) { return mayBeTracked(value->type()); });
+}
+
+// The AliasDb questions the passes ask before a merge, for a graph where no node writes, built on the first question
+// about tracked values.
+class MergeSafety {
+ public:
+  explicit MergeSafety(std::shared_ptr<Graph> graph) : graph_(std::move(graph)) {}
+
+  // AliasDb::safeToChangeAliasingRelationship: not both may alias the graph's inputs, outputs or the wildcard set.
+  bool safeToChangeAliasing(at::ArrayRef<Value*> a, at::ArrayRef<Value*> b) {
+    return !anyMayBeTracked(a) || !anyMayBeTracked(b) || aliasDb().safeToChangeAliasingRelationship(a, b);
+  }
+
+  // Whether both may contain an alias of the graph's outputs (CSE would make graph outputs alias).
+  bool bothMayAliasOutputs(at::ArrayRef<Value*> a, at::ArrayRef<Value*> b) {
+    if (!anyMayBeTracked(a) || !anyMayBeTracked(b)) {
+      return false;
+    }
+    const auto outputs = graph_->outputs();
+    return aliasDb().mayContainAlias(a, outputs) && aliasDb().mayContainAlias(b, outputs);
+  }
+
+ private:
+  torch::jit::AliasDb& aliasDb() {
+    if (!aliasDb_) {
+      aliasDb_ = std::make_unique<torch::jit::AliasDb>(graph_);
+    }
+    return *aliasDb_;
+  }
+
+  std::shared_ptr<Graph> graph_;
+  std::unique_ptr<torch::jit::AliasDb> aliasDb_;
+};
+
+void poolBlock(Block* block, EqualNodes& constants, MergeSafety& safety) {
+  for (auto it = block->nodes().begin(); it != block->nodes().end();) {
+    Node* node = *it;
+    ++it;  // the node may move or go
+    if (!node->blocks().empty()) {
+      for (Block* sub : node->blocks()) {
+        poolBlock(sub, constants, safety);
+      }
+      continue;
+    }
+    if (node->kind() != c10::prim::Constant) {
+      continue;
+    }
+    const auto [kept, inserted] = constants.insert(node);
+    if (!inserted) {
+      const std::optional<c10::IValue> keptValue = torch::jit::toIValue((*kept)->output());
+      const std::optional<c10::IValue> value = torch::jit::toIValue(node->output());
+      const bool sameObject = keptValue && value && keptValue->is(*value);
+      if (!sameObject && !safety.safeToChangeAliasing(node->outputs(), (*kept)->outputs())) {
+        continue;
+      }
+      node->replaceAllUsesWith(*kept);
+      node->destroy();
+      continue;
+    }
+    Node* first = node->owningGraph()->block()->nodes().front();
+    if (node != first) {
+      node->moveBefore(first);
+    }
+  }
+}
+
+// `enclosing` finds an equal node in the blocks around `block`.
+bool eliminateInBlock(Block* block, const std::function<Node*(Node*)>& enclosing, MergeSafety& safety) {
+  EqualNodes seen;
+  bool changed = false;
+  for (auto it = block->nodes().begin(); it != block->nodes().end(); ++it) {
+    Node* node = *it;
+    if (node->kind() == c10::prim::profile || node->hasSideEffects() || node->isNondeterministic()) {
+      continue;
+    }
+    if (!node->blocks().empty()) {
+      for (Block* sub : node->blocks()) {
+        changed |= eliminateInBlock(
+            sub,
+            [&](Node* inner) {
+              const auto found = seen.find(inner);
+              return found != seen.end() ? *found : enclosing(inner);
+            },
+            safety);
+      }
+      continue;
+    }
+    if (Node* outer = enclosing(node)) {
+      if (!safety.safeToChangeAliasing(node->outputs(), outer->outputs())) {
+        continue;
+      }
+      node->replaceAllUsesWith(outer);
+      it.destroyCurrent();
+      changed = true;
+      continue;
+    }
+    const auto [kept, inserted] = seen.insert(node);
+    if (!inserted) {
+      if (safety.bothMayAliasOutputs(node->outputs(), (*kept)->outputs())) {
+        continue;
+      }
+      node->replaceAllUsesWith(*kept);
+      it.destroyCurrent();
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+} // namespace
+
+void poolConstants(const std::shared_ptr<Graph>& graph) {
+  if (graphMayWrite(*graph)) {
+    torch::jit::ConstantPooling(graph);
+    return;
+  }
+  MergeSafety safety(graph);
+  EqualNodes constants;
+  poolBlock(graph->block(), constants, safety);
+}
+
+bool eliminateCommonSubexpressions(const std::shared_ptr<Graph>& graph) {
+  if (graphMayWrite(*graph)) {
+    return torch::jit::EliminateCommonSubexpression(graph);
+  }
+  MergeSafety safety(graph);
+  return eliminateInBlock(graph->block(), [](Node*) -> Node* { return nullptr; }, safety);
+}
+
+} // namespace torch_mp::jit
