@@ -28,7 +28,7 @@ Timings, each the median of --repeats runs (--repeats-large above 20k nodes) on 
              optimisations (OptimizeFrozenGraph). It does not run the model.
   convert    wall time of torch_mp.convert(scripted, (x,), torch.float16, return_report=True): the same freeze
              (freeze_module, in C++), the conversion pipeline (which runs OptimizeFrozenGraph again, runs the model
-             twice: once instrumented to observe every value, once to verify the result), wrapping the result as a
+             twice: once to observe every value, once to verify the result), wrapping the result as a
              Python module and parsing the JSON report.
   pipeline   report.data["seconds"]: the C++ pipeline alone (everything in convert after freezing), with its phases
              from report.data["phases"] when the build reports them.
@@ -379,10 +379,10 @@ through `prim::If` blocks, constants included, the graph's param/return nodes ex
 
 **What is timed.** `torch.jit.freeze`: freezing only (clone, inline, fold attributes, PyTorch's frozen-graph
 optimisations); it never runs the model. `torch_mp.convert`: wall time of the whole call, which also freezes (in
-C++, `freeze_module`) and runs PyTorch's frozen-graph optimisations (its `cleanup` phase), **runs the model twice** (once instrumented to observe every
+C++, `freeze_module`) and runs PyTorch's frozen-graph optimisations (its `cleanup` phase), **runs the model twice** (once to observe every
 value's dtype, size and range, once to verify the converted outputs), plans, applies, and builds the report
 (parsed into Python). `pipeline`: `report.data["seconds"]`, the C++ pipeline after freezing; its phases are
-`report.data["phases"]` (`tidy`: PyTorch's clean-up passes run between torch_mp's stages). "torch_mp's own
+`report.data["phases"]` (`tidy`: the clean-up passes run between torch_mp's stages: mutation removal, dead code, constant pooling and CSE). "torch_mp's own
 stages" below: {' + '.join(OWN_PHASES)}, everything but PyTorch's freezing and clean-up passes and the model runs.
 
 {text}
