@@ -101,18 +101,16 @@ bool runsBlock(const Block* block) {
 
 } // namespace
 
-struct Step;
-
 // A block's nodes in order, with each value's slot (its Value::unique()) and when it can go.
 struct GraphRunner::BlockPlan {
   std::vector<const Value*> inputs;
   std::vector<size_t> unreadInputs;
-  std::vector<Step> steps;
+  std::vector<GraphRunner::Step> steps;
   std::vector<const Value*> outputs;
   std::vector<size_t> clearAtEnd;  // defined here, read by the block's return: the caller takes them, then they go
 };
 
-struct Step {
+struct GraphRunner::Step {
   StepKind kind = StepKind::kOperation;
   const Node* node = nullptr;
   mutable std::optional<torch::jit::Operation> operation;  // kOperation (calling it is not const)
@@ -159,8 +157,8 @@ class PlanBuilder {
   }
 
  private:
-  Step stepFor(const Node* node) {
-    Step step;
+  GraphRunner::Step stepFor(const Node* node) {
+    GraphRunner::Step step;
     step.kind = stepKindOf(node);
     step.node = node;
     for (const Value* input : node->inputs()) {
@@ -237,7 +235,7 @@ class Execution {
     for (size_t unread : plan.unreadInputs) {
       slots_[unread] = c10::IValue();
     }
-    for (const Step& step : plan.steps) {
+    for (const GraphRunner::Step& step : plan.steps) {
       runStep(step);
       for (const Value* output : step.outputs) {
         visit_(output, slot(output));
@@ -262,7 +260,7 @@ class Execution {
   }
 
  private:
-  void runStep(const Step& step) {
+  void runStep(const GraphRunner::Step& step) {
     switch (step.kind) {
       case StepKind::kConstant:
         slot(step.outputs[0]) = step.constant;
@@ -321,7 +319,7 @@ class Execution {
     }
   }
 
-  void runOperation(const Step& step) {
+  void runOperation(const GraphRunner::Step& step) {
     stack_.clear();
     for (size_t input : step.inputs) {
       stack_.push_back(slots_[input]);
@@ -339,7 +337,7 @@ class Execution {
 
   // prim::Loop(max trip count, condition, carried...): the body takes (iteration, carried...) and returns
   // (condition, carried...).
-  void runLoop(const Step& step) {
+  void runLoop(const GraphRunner::Step& step) {
     const GraphRunner::BlockPlan& body = step.blocks[0];
     const int64_t trips = slots_[step.inputs[0]].toInt();
     bool proceed = slots_[step.inputs[1]].toBool();
@@ -360,7 +358,7 @@ class Execution {
     setOutputs(step, std::move(carried));
   }
 
-  void setOutputs(const Step& step, std::vector<c10::IValue> values) {
+  void setOutputs(const GraphRunner::Step& step, std::vector<c10::IValue> values) {
     for (size_t i = 0; i < step.outputs.size(); ++i) {
       slot(step.outputs[i]) = std::move(values[i]);
     }
@@ -393,6 +391,15 @@ Stack GraphRunner::run(Stack inputs, const Visitor& visit) const {
   execution.runBlock(*plan_);
   std::vector<c10::IValue> outputs = execution.takeOutputs(*plan_);
   return Stack(std::make_move_iterator(outputs.begin()), std::make_move_iterator(outputs.end()));
+}
+
+Stack deepCopies(const Stack& values) {
+  Stack copies;
+  copies.reserve(values.size());
+  for (const c10::IValue& value : values) {
+    copies.push_back(value.deepcopy());
+  }
+  return copies;
 }
 
 Stack runGraphOnce(const std::shared_ptr<Graph>& graph, Stack inputs) {

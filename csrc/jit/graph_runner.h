@@ -22,6 +22,7 @@ namespace torch_mp::jit {
 class GraphRunner {
  public:
   struct BlockPlan;  // a block's nodes as steps (graph_runner.cpp)
+  struct Step;       // one node, as it runs (graph_runner.cpp)
   using Visitor = std::function<void(const torch::jit::Value*, const c10::IValue&)>;
 
   // Whether GraphRunner runs every node of `graph` as the interpreter would.
@@ -35,10 +36,18 @@ class GraphRunner {
   // inputs at each entry into their block, so a loop body's values once per iteration), and returns the outputs.
   torch::jit::Stack run(torch::jit::Stack inputs, const Visitor& visit) const;
 
+  // Values are numbered by Value::unique(), each below this.
+  size_t slotCount() const {
+    return slotCount_;
+  }
+
  private:
   std::unique_ptr<BlockPlan> plan_;
   size_t slotCount_ = 0;
 };
+
+// Deep copies of `values`: the inputs of a run that must leave the caller's tensors and objects as they are.
+torch::jit::Stack deepCopies(const torch::jit::Stack& values);
 
 // Runs `graph` once on `inputs` (consumed) and returns its outputs: with GraphRunner where it can, else with Code.
 torch::jit::Stack runGraphOnce(const std::shared_ptr<torch::jit::Graph>& graph, torch::jit::Stack inputs);

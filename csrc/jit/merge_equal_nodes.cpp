@@ -5,7 +5,9 @@
 #include <torch/csrc/jit/passes/common_subexpression_elimination.h>
 #include <torch/csrc/jit/passes/constant_pooling.h>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
 #include <unordered_set>
 
 #include "jit/writers.h"

@@ -227,24 +227,13 @@ std::unordered_set<const torch::jit::Value*> valuesOfInputDependentRank(
 
 namespace {
 
-Stack deepCopies(const Stack& values) {
-  Stack stack;
-  stack.reserve(values.size());
-  for (const c10::IValue& value : values) {
-    stack.push_back(value.deepcopy());
-  }
-  return stack;
-}
-
 // Runs the graph as it stands with GraphRunner, recording each value that may hold a tensor as it is computed.
 Observation observeRunningNodes(
     const std::shared_ptr<Graph>& graph, const Stack& inputs, const std::vector<Stack>& calibration) {
+  const GraphRunner runner(*graph);
+  const size_t slots = runner.slotCount();
   std::vector<Value*> values;
   collectValues(graph->block(), values);
-  size_t slots = 0;
-  for (const Value* value : values) {
-    slots = std::max(slots, value->unique() + 1);
-  }
   std::vector<char> mayHoldTensor(slots, 0);
   for (const Value* value : values) {
     mayHoldTensor[value->unique()] = containsTensor(value->type());
@@ -258,7 +247,6 @@ Observation observeRunningNodes(
       record(recorded[slot], held);
     }
   };
-  const GraphRunner runner(*graph);
   Observation observation;
   observation.outputs = runner.run(deepCopies(inputs), visit);
   for (const Stack& extra : calibration) {

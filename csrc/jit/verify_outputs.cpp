@@ -54,11 +54,7 @@ void verifyOutputDtypes(
     const torch::jit::Stack& inputs,
     const torch::jit::Stack& expected,
     std::optional<c10::ScalarType> lowPrecisionIO) {
-  torch::jit::Stack copies;
-  for (const c10::IValue& input : inputs) {
-    copies.push_back(input.deepcopy());
-  }
-  const torch::jit::Stack stack = runGraphOnce(graph, std::move(copies));
+  const torch::jit::Stack stack = runGraphOnce(graph, deepCopies(inputs));
   const std::string wanted = signatureOf(expected, std::nullopt);
   const std::string actual = signatureOf(stack, lowPrecisionIO);
   TORCH_CHECK(
