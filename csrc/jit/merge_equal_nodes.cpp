@@ -5,7 +5,12 @@
 #include <torch/csrc/jit/passes/common_subexpression_elimination.h>
 #include <torch/csrc/jit/passes/constant_pooling.h>
 
+#include <ATen/Dispatch.h>
+#include <c10/util/hash.h>
+
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <unordered_set>
@@ -20,7 +25,62 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-using EqualNodes = std::unordered_set<Node*, torch::jit::HashNode, torch::jit::EqualNode>;
+// Up to this many of a tensor constant's elements, evenly spaced, go into its hash.
+constexpr int64_t kSampledElements = 16;
+// The dtypes whose values are sampled (AT_DISPATCH_ALL_TYPES_AND3's below).
+constexpr std::array<c10::ScalarType, 10> kSampledDtypes{
+    c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong, c10::kFloat, c10::kDouble, c10::kHalf,
+    c10::kBFloat16, c10::kBool};
+
+// A hash of `tensor` that equal tensors (EqualNode: same dtype, device and layout, at::equal) share: its sizes and,
+// for the dense CPU dtypes read here, sampled values, each as a double (std::hash gives -0.0 and 0.0, which compare
+// equal, one hash; NaN, equal to nothing, hashes as 0).
+// Other tensors (CUDA, quantized, sparse, negated or conjugated views, complex) hash by their sizes alone.
+size_t tensorValueHash(const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.layout() != c10::kStrided || tensor.is_nested()) {
+    return 0;
+  }
+  size_t hash = c10::get_hash(tensor.sizes().vec());
+  const int64_t count = tensor.numel();
+  const c10::ScalarType dtype = tensor.scalar_type();
+  const bool readable = tensor.device().is_cpu() && !tensor.is_quantized() && !tensor.is_neg() &&
+      !tensor.is_conj() && count > 0 &&
+      std::find(kSampledDtypes.begin(), kSampledDtypes.end(), dtype) != kSampledDtypes.end();
+  if (!readable) {
+    return hash;
+  }
+  const int64_t samples = std::min(count, kSampledElements);
+  AT_DISPATCH_ALL_TYPES_AND3(c10::kHalf, c10::kBFloat16, c10::kBool, dtype, "tensorValueHash", [&] {
+    const scalar_t* data = tensor.const_data_ptr<scalar_t>();
+    for (int64_t sample = 0; sample < samples; ++sample) {
+      int64_t flat = samples == 1 ? 0 : sample * (count - 1) / (samples - 1);
+      int64_t offset = 0;
+      for (int64_t dim = tensor.dim() - 1; dim >= 0; --dim) {
+        offset += (flat % tensor.size(dim)) * tensor.stride(dim);
+        flat /= tensor.size(dim);
+      }
+      const double value = static_cast<double>(data[offset]);
+      hash = c10::hash_combine(hash, std::isnan(value) ? 0 : std::hash<double>{}(value));
+    }
+  });
+  return hash;
+}
+
+// PyTorch's HashNode with the values of tensor constants: it hashes a constant by its type's kind, so all tensor
+// constants share one bucket and each new one is compared (at::equal) with every one kept, quadratic in the number
+// of weights; with their values hashed, only equal (and rare look-alike) tensors meet.
+struct HashNodeAndValue {
+  size_t operator()(const Node* node) const {
+    const size_t hash = torch::jit::HashNode{}(node);
+    if (node->kind() != c10::prim::Constant || !node->hasAttribute(c10::attr::value) ||
+        node->kindOf(c10::attr::value) != torch::jit::AttributeKind::t) {
+      return hash;
+    }
+    return c10::hash_combine(hash, tensorValueHash(node->t(c10::attr::value)));
+  }
+};
+
+using EqualNodes = std::unordered_set<Node*, HashNodeAndValue, torch::jit::EqualNode>;
 
 // Whether alias analysis may track a value of this type: anything but the immutable scalars, and optionals and
 // tuples of them. Saying "tracked" of an untracked type only costs building the AliasDb, which then answers.

@@ -92,6 +92,42 @@ TEST(MergeEqualNodesTest, EqualTensorConstantsMergeUnlessBothAreReturned) {
   FileCheck().check_count("prim::Constant[value=", 2, /*exactly=*/true)->run(*kept);
 }
 
+// The tensor constants' hash samples their values: tensors equal to each other (clones, -0.0 and 0.0, every dtype the
+// hash reads and one it does not) still meet and merge, same-shaped different ones do not, as in PyTorch's pass.
+TEST(MergeEqualNodesTest, TensorConstantsMergeExactlyWhenEqual) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor):
+      return (%x))IR");
+  const at::Tensor weight = torch::randn({3, 5});
+  const at::Tensor transposed = torch::randn({5, 3}).t();
+  const std::vector<at::Tensor> constants{
+      weight,
+      weight.clone(),
+      weight + 1e-3,  // same shape, other values
+      torch::randn({3, 5}),
+      torch::zeros({3, 5}),
+      torch::zeros({3, 5}).neg(),  // -0.0 == 0.0
+      transposed,
+      transposed.clone(),  // same strides, a copy
+      torch::arange(7),
+      torch::arange(7).clone(),
+      torch::arange(7) * 2,
+      torch::ones({2}, torch::kBool),
+      torch::ones({2}, torch::kBool).clone(),
+      torch::randn({2}, torch::kComplexFloat),  // not sampled: hashed by its sizes
+      torch::full({6}, 2.5, torch::kHalf),
+      torch::full({6}, 2.5, torch::kHalf).clone(),
+      torch::full({6}, 2.5, torch::kBFloat16),  // equal values, another dtype
+  };
+  torch::jit::WithInsertPoint guard(graph->return_node());
+  for (const at::Tensor& constant : constants) {
+    graph->registerOutput(graph->insert(c10::aten::clone, {graph->insertConstant(constant)}));
+  }
+  mergeLikePyTorch(graph);
+  // Merged: the weight's clone, -0.0 into 0.0, the transposed copy, arange's clone, the bool clone, the half clone.
+  FileCheck().check_count("prim::Constant[value=", constants.size() - 6, /*exactly=*/true)->run(*graph);
+}
+
 TEST(MergeEqualNodesTest, EqualNodesThatBothReachTheOutputsStay) {
   auto graph = parseGraph(R"IR(
     graph(%x : Tensor):
