@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 
+#include "jit/ir_utils.h"
 #include "jit/writers.h"
 
 namespace torch_mp::jit {
@@ -47,22 +48,6 @@ const std::array<Fold, 4> kFolds{{
     {torch::jit::FoldFrozenConvMulOrDiv, kConvolutions, kMulsAndDivs},
     {torch::jit::FoldFrozenLinearBatchnorm, kLinears, kBatchNorms},
 }};
-
-// Whether any node of `block`, through its blocks, satisfies `holds`.
-template <typename Predicate>
-bool anyNode(const Block* block, const Predicate& holds) {
-  for (const Node* node : block->nodes()) {
-    if (holds(node)) {
-      return true;
-    }
-    for (const Block* sub : node->blocks()) {
-      if (anyNode(sub, holds)) {
-        return true;
-      }
-    }
-  }
-  return false;
-}
 
 int64_t dropoutCount(const Block* block) {
   int64_t count = 0;

@@ -7,6 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "jit/ir_utils.h"
+
 namespace torch_mp::jit {
 namespace {
 
@@ -83,20 +85,6 @@ bool runsNode(const Node* node) {
     default:
       return node->blocks().empty();
   }
-}
-
-bool runsBlock(const Block* block) {
-  for (const Node* node : block->nodes()) {
-    if (!runsNode(node)) {
-      return false;
-    }
-    for (const Block* sub : node->blocks()) {
-      if (!runsBlock(sub)) {
-        return false;
-      }
-    }
-  }
-  return true;
 }
 
 } // namespace
@@ -372,7 +360,7 @@ class Execution {
 } // namespace
 
 bool GraphRunner::canRun(const Graph& graph) {
-  return runsBlock(graph.block());
+  return !anyNode(graph.block(), [](const Node* node) { return !runsNode(node); });
 }
 
 GraphRunner::GraphRunner(const Graph& graph)

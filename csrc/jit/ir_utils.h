@@ -26,6 +26,22 @@ void setRecordedDtype(torch::jit::Value* value, c10::ScalarType dtype);
 torch::jit::Block* parentBlock(torch::jit::Block* block);
 // The innermost block that holds both blocks (each block holds itself).
 torch::jit::Block* commonBlock(torch::jit::Block* a, torch::jit::Block* b);
+// Whether any node of `block`, through the blocks of its nodes, satisfies `holds` (stops at the first that does).
+template <typename Predicate>
+bool anyNode(const torch::jit::Block* block, const Predicate& holds) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (holds(node)) {
+      return true;
+    }
+    for (const torch::jit::Block* sub : node->blocks()) {
+      if (anyNode(sub, holds)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 // How many nodes the block holds, its blocks' included.
 size_t nodeCount(const torch::jit::Block& block);
 // Whether the value is defined inside a loop body (at any depth), where its sizes may change between iterations.
