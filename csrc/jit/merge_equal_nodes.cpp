@@ -7,6 +7,7 @@
 
 #include <ATen/Dispatch.h>
 #include <c10/util/hash.h>
+#include <c10/util/Load.h>
 
 #include <algorithm>
 #include <array>
@@ -32,43 +33,8 @@ constexpr std::array<c10::ScalarType, 10> kSampledDtypes{
     c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong, c10::kFloat, c10::kDouble, c10::kHalf,
     c10::kBFloat16, c10::kBool};
 
-// A hash of `tensor` that equal tensors (EqualNode: same dtype, device and layout, at::equal) share: its sizes and,
-// for the dense CPU dtypes read here, sampled values, each as a double (std::hash gives -0.0 and 0.0, which compare
-// equal, one hash; NaN, equal to nothing, hashes as 0).
-// Other tensors (CUDA, quantized, sparse, negated or conjugated views, complex) hash by their sizes alone.
-size_t tensorValueHash(const at::Tensor& tensor) {
-  if (!tensor.defined() || tensor.layout() != c10::kStrided || tensor.is_nested()) {
-    return 0;
-  }
-  size_t hash = c10::get_hash(tensor.sizes().vec());
-  const int64_t count = tensor.numel();
-  const c10::ScalarType dtype = tensor.scalar_type();
-  const bool readable = tensor.device().is_cpu() && !tensor.is_quantized() && !tensor.is_neg() &&
-      !tensor.is_conj() && count > 0 &&
-      std::find(kSampledDtypes.begin(), kSampledDtypes.end(), dtype) != kSampledDtypes.end();
-  if (!readable) {
-    return hash;
-  }
-  const int64_t samples = std::min(count, kSampledElements);
-  AT_DISPATCH_ALL_TYPES_AND3(c10::kHalf, c10::kBFloat16, c10::kBool, dtype, "tensorValueHash", [&] {
-    const scalar_t* data = tensor.const_data_ptr<scalar_t>();
-    for (int64_t sample = 0; sample < samples; ++sample) {
-      int64_t flat = samples == 1 ? 0 : sample * (count - 1) / (samples - 1);
-      int64_t offset = 0;
-      for (int64_t dim = tensor.dim() - 1; dim >= 0; --dim) {
-        offset += (flat % tensor.size(dim)) * tensor.stride(dim);
-        flat /= tensor.size(dim);
-      }
-      const double value = static_cast<double>(data[offset]);
-      hash = c10::hash_combine(hash, std::isnan(value) ? 0 : std::hash<double>{}(value));
-    }
-  });
-  return hash;
-}
-
-// PyTorch's HashNode with the values of tensor constants: it hashes a constant by its type's kind, so all tensor
-// constants share one bucket and each new one is compared (at::equal) with every one kept, quadratic in the number
-// of weights; with their values hashed, only equal (and rare look-alike) tensors meet.
+// PyTorch's HashNode with tensorValueHash for tensor constants: only equal (and rare look-alike) tensors meet, where
+// PyTorch's hash compares each new weight with every one kept, quadratic in the number of weights.
 struct HashNodeAndValue {
   size_t operator()(const Node* node) const {
     const size_t hash = torch::jit::HashNode{}(node);
@@ -217,6 +183,38 @@ bool eliminateInBlock(Block* block, const std::function<Node*(Node*)>& enclosing
 }
 
 } // namespace
+
+size_t tensorValueHash(const at::Tensor& tensor) {
+  if (!tensor.defined() || tensor.layout() != c10::kStrided || tensor.is_nested()) {
+    return 0;
+  }
+  size_t hash = c10::get_hash(tensor.sizes().vec());
+  const int64_t count = tensor.numel();
+  const c10::ScalarType dtype = tensor.scalar_type();
+  const bool readable = tensor.device().is_cpu() && !tensor.is_quantized() && count > 0 &&
+      std::find(kSampledDtypes.begin(), kSampledDtypes.end(), dtype) != kSampledDtypes.end();
+  if (!readable) {
+    return hash;
+  }
+  const int64_t samples = std::min(count, kSampledElements);
+  const bool zeros = tensor._is_zerotensor();  // no storage behind it: every element is 0
+  const at::Tensor values = tensor.is_neg() ? tensor.resolve_neg() : tensor;  // a negative view stores -values
+  AT_DISPATCH_ALL_TYPES_AND3(c10::kHalf, c10::kBFloat16, c10::kBool, dtype, "tensorValueHash", [&] {
+    const scalar_t* data = zeros ? nullptr : values.const_data_ptr<scalar_t>();
+    for (int64_t sample = 0; sample < samples; ++sample) {
+      int64_t flat = samples == 1 ? 0 : sample * (count - 1) / (samples - 1);
+      int64_t offset = 0;
+      for (int64_t dim = values.dim() - 1; dim >= 0; --dim) {
+        offset += (flat % values.size(dim)) * values.stride(dim);
+        flat /= values.size(dim);
+      }
+      // c10::load reads a bool as at::equal does (any nonzero byte is true)
+      const double value = zeros ? 0.0 : static_cast<double>(c10::load<scalar_t>(data + offset));
+      hash = c10::hash_combine(hash, std::isnan(value) ? 0 : std::hash<double>{}(value));
+    }
+  });
+  return hash;
+}
 
 void poolConstants(const std::shared_ptr<Graph>& graph) {
   if (graphMayWrite(*graph)) {

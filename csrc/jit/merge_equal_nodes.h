@@ -17,6 +17,13 @@
 
 namespace torch_mp::jit {
 
+// The hash both passes give a tensor constant's value, beside PyTorch's node hash (which puts every tensor constant
+// in one bucket, so each would be compared with at::equal to every one kept): its sizes and, for dense CPU tensors of
+// the common dtypes, 16 evenly spaced values read as doubles. Tensors equal as EqualNode compares them (same dtype,
+// device and layout, at::equal) hash alike: -0.0 and 0.0, negative views, bools as at::equal reads them; NaN, equal
+// to nothing, hashes as 0; CUDA, quantized, complex and other unread tensors hash by their sizes alone.
+size_t tensorValueHash(const at::Tensor& tensor);
+
 // torch::jit::ConstantPooling: equal constants merged, each kept one moved to the front of the graph.
 void poolConstants(const std::shared_ptr<torch::jit::Graph>& graph);
 

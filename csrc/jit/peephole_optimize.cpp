@@ -64,12 +64,9 @@ bool aliasSensitiveCouldRewrite(const Node* node) {
   }
 }
 
-// PeepholeOptimizeDictIdioms rewrites reads of dicts.
-bool holdsDict(const Node* node) {
-  const auto outputs = node->outputs();
-  return std::any_of(outputs.begin(), outputs.end(), [](const Value* value) {
-    return value->type()->kind() == c10::TypeKind::DictType;
-  });
+// PeepholeOptimizeDictIdioms rewrites len() and reads of a dict built by prim::DictConstruct.
+bool buildsDict(const Node* node) {
+  return node->kind() == c10::prim::DictConstruct;
 }
 
 // CombineConcats merges a concatenation whose only reader is a list concatenated again.
@@ -92,16 +89,12 @@ bool concatenatedAgain(const Node* node) {
 } // namespace
 
 bool peepholeOptimize(const std::shared_ptr<Graph>& graph) {
-  const bool ownRewrites = anyNode(graph->block(), ownRewriteCouldFire);
-  const bool dictInput = std::any_of(graph->inputs().begin(), graph->inputs().end(), [](const Value* value) {
-    return value->type()->kind() == c10::TypeKind::DictType;
-  });
-  if (ownRewrites || dictInput) {
+  if (anyNode(graph->block(), ownRewriteCouldFire)) {
     return torch::jit::PeepholeOptimize(graph, /*disable_shape_peepholes=*/true);
   }
   // PeepholeOptimize's order.
   bool changed = torch::jit::PeepholeOptimizeListIdioms(graph, /*refine_list_len=*/false);
-  if (anyNode(graph->block(), holdsDict)) {
+  if (anyNode(graph->block(), buildsDict)) {
     changed |= torch::jit::PeepholeOptimizeDictIdioms(graph);
   }
   if (anyNode(graph->block(), aliasSensitiveCouldRewrite)) {

@@ -128,6 +128,28 @@ TEST(MergeEqualNodesTest, TensorConstantsMergeExactlyWhenEqual) {
   FileCheck().check_count("prim::Constant[value=", constants.size() - 6, /*exactly=*/true)->run(*graph);
 }
 
+// What makes the merges fast: same-shaped different weights hash apart. What keeps them PyTorch's: tensors at::equal
+// calls equal hash alike, however their values are stored.
+TEST(MergeEqualNodesTest, TensorValueHashSeparatesDifferentWeightsAndJoinsEqualOnes) {
+  const at::Tensor weight = torch::randn({64, 32});
+  EXPECT_NE(tensorValueHash(weight), tensorValueHash(weight + 1e-3));
+  EXPECT_NE(tensorValueHash(weight), tensorValueHash(torch::randn({64, 32})));
+  EXPECT_NE(tensorValueHash(torch::zeros({4})), tensorValueHash(torch::zeros({2, 2})));
+  const std::vector<std::pair<at::Tensor, at::Tensor>> equalPairs{
+      {weight, weight.clone()},
+      {weight.t(), weight.t().contiguous()},
+      {torch::zeros({5}), torch::zeros({5}).neg()},
+      {torch::_neg_view(weight), weight.neg()},
+      {torch::tensor({2, 1}, torch::kByte).view(torch::kBool), torch::ones({2}, torch::kBool)},
+      {at::_efficientzerotensor({3}), torch::zeros({3})},
+      {weight.expand({2, 64, 32}), weight.unsqueeze(0).repeat({2, 1, 1})},
+  };
+  for (const auto& [a, b] : equalPairs) {
+    ASSERT_TRUE(at::equal(a, b));
+    EXPECT_EQ(tensorValueHash(a), tensorValueHash(b)) << a.sizes() << " " << a.strides();
+  }
+}
+
 TEST(MergeEqualNodesTest, EqualNodesThatBothReachTheOutputsStay) {
   auto graph = parseGraph(R"IR(
     graph(%x : Tensor):

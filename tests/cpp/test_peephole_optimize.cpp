@@ -85,7 +85,7 @@ TEST(PeepholeOptimizeTest, DictReadsAndNestedConcatenationsFold) {
       ->run(*graph);
 }
 
-TEST(PeepholeOptimizeTest, PyTorchsOwnRewritesAndDictInputsGetPyTorchsPass) {
+TEST(PeepholeOptimizeTest, PyTorchsOwnRewritesGetPyTorchsPass) {
   auto transposes = parseGraph(R"IR(
     graph(%x : Tensor, %n : int):
       %t : Tensor = aten::t(%x)
@@ -96,13 +96,6 @@ TEST(PeepholeOptimizeTest, PyTorchsOwnRewritesAndDictInputsGetPyTorchsPass) {
       return (%r, %back))IR");
   peepholeLikePyTorch(transposes, /*expectChanged=*/true);
   FileCheck().check_not("aten::t(")->check_not("aten::Int")->run(*transposes);
-
-  auto dictInput = parseGraph(R"IR(
-    graph(%d : Dict(str, Tensor)):
-      %key : str = prim::Constant[value="k"]()
-      %v : Tensor = aten::__getitem__(%d, %key)
-      return (%v))IR");
-  peepholeLikePyTorch(dictInput, /*expectChanged=*/false);
 }
 
 } // namespace
