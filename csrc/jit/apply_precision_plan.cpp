@@ -61,19 +61,16 @@ class PlanApplier {
 
   void run() {
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
-      if (plan_.precision[n] != Precision::kLow) {
-        continue;
-      }
       forEachMember(n, [&](Node* member) {
-        for (Value* output : member->outputs()) {
-          if (isObservedFp32(observed_, output)) {
-            setRecordedDtype(output, lowDtype_);
+        if (plan_.precision[n] == Precision::kLow) {
+          for (Value* output : member->outputs()) {
+            if (isObservedFp32(observed_, output)) {
+              recordLowDtype(output);
+            }
           }
         }
+        collectCasts(member, static_cast<int>(n));  // reads the plan, not the recorded dtypes
       });
-    }
-    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
-      forEachMember(n, [&](Node* member) { collectCasts(member, static_cast<int>(n)); });
     }
     for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
       if (mapping_.unobserved[n]) {
@@ -121,6 +118,23 @@ class PlanApplier {
     visit(mapping_.nodes[n]);
     for (Node* boundary : mapping_.blockBoundaries[n]) {
       visit(boundary);
+    }
+  }
+
+  // setRecordedDtype with one type object per distinct fp32 type: the values' types are mostly equal (a frozen
+  // graph's `Tensor` with the observed dtype), and a new type per value costs an allocation of the type and its
+  // shapes. Types are immutable, so values may share one.
+  void recordLowDtype(Value* value) {
+    const c10::TypePtr type = value->type();  // a copy: setRecordedDtype replaces the value's
+    for (const auto& [fp32, low] : lowTypes_) {
+      if (*fp32 == *type) {
+        value->setType(low);
+        return;
+      }
+    }
+    setRecordedDtype(value, lowDtype_);
+    if (lowTypes_.size() < kLowTypesKept) {
+      lowTypes_.emplace_back(type, value->type());
     }
   }
 
@@ -333,6 +347,8 @@ class PlanApplier {
   std::unordered_map<const void*, at::Tensor> lowStorages_;  // fp32 storage -> its low-precision copy
   std::map<std::pair<Value*, c10::ScalarType>, size_t> requestIndex_;
   std::unordered_map<Value*, Value*> lowConstants_;
+  static constexpr size_t kLowTypesKept = 8;  // types compared per value, at most
+  std::vector<std::pair<c10::TypePtr, c10::TypePtr>> lowTypes_;  // an fp32 tensor type -> the same in lowDtype_
   CastLedger& casts_;
 };
 

@@ -161,18 +161,26 @@ class GraphItems {
   NodeId nextId_ = 0;
 };
 
-// The fp32 tensor constants of the converted graph: weightBytesKeptFp32 and weightsKeptFp32, each with the rule of its
-// first reader the plan decided.
-void reportKeptFp32Weights(const Graph& graph, const NodeIds& ids, ConversionReport& report) {
+// The tensor constants of the converted graph (each storage once): weightBytesAfter, and of the fp32 ones
+// weightBytesKeptFp32 and weightsKeptFp32, each with the rule of its first reader the plan decided.
+void reportWeights(const Graph& graph, const NodeIds& ids, ConversionReport& report) {
   std::unordered_map<NodeId, const NodeDecision*> decisionOf;
   decisionOf.reserve(report.nodes.size());
   for (const NodeDecision& decision : report.nodes) {
     decisionOf.emplace(decision.id, &decision);
   }
-  std::unordered_map<const void*, size_t> entryOf;  // storage -> index in `kept`
+  std::unordered_set<const void*> stored;
+  report.weightBytesAfter = 0;
+  std::unordered_map<const void*, size_t> entryOf;  // fp32 storage -> index in `kept`
   std::vector<KeptFp32Weight> kept;
   forEachConstantTensor(graph.block(), [&](const Node* constant, const at::Tensor& tensor) {
-    if (!tensor.has_storage() || tensor.scalar_type() != c10::ScalarType::Float) {
+    if (!tensor.has_storage()) {
+      return;
+    }
+    if (stored.insert(tensor.storage().unsafeGetStorageImpl()).second) {
+      report.weightBytesAfter += static_cast<int64_t>(tensor.storage().nbytes());
+    }
+    if (tensor.scalar_type() != c10::ScalarType::Float) {
       return;
     }
     auto [slot, added] = entryOf.emplace(tensor.storage().unsafeGetStorageImpl(), kept.size());
@@ -235,9 +243,12 @@ std::vector<NodeDecision> decisionsOf(
     decision.forcedToFp32 = plan.forcedToFp32[n];
     decision.rule = mapping.rules[n];
     decision.ruleKind = mapping.ruleKinds[n];
-    if (!node->outputs().empty() && isObservedFp32(observed, node->output(0)) &&
-        observed.at(node->output(0)).rangeObserved) {
-      decision.amax = observed.at(node->output(0)).largestMagnitude;
+    if (!node->outputs().empty()) {
+      auto seen = observed.find(node->output(0));
+      if (seen != observed.end() && seen->second.isTensor && seen->second.dtype == c10::ScalarType::Float &&
+          seen->second.rangeObserved) {
+        decision.amax = seen->second.largestMagnitude;
+      }
     }
     decision.flops = estimateFlops(node, observed);
     if (decision.forcedToFp32) {
@@ -252,7 +263,16 @@ std::vector<NodeDecision> decisionsOf(
 }
 
 Bookkeeping takeBookkeeping(Graph& graph) {
-  return {takeNodeIds(graph), CastLedger::takeMarks(graph)};
+  Bookkeeping taken;
+  forEachNode(graph.block(), [&](Node* node) {
+    if (std::optional<NodeId> id = takeNodeId(node)) {
+      taken.ids.emplace(node, *id);
+    }
+    if (CastLedger::takeMark(node)) {
+      taken.casts.insert(node);
+    }
+  });
+  return taken;
 }
 
 void reportConvertedGraph(
@@ -260,8 +280,7 @@ void reportConvertedGraph(
   report.fusedCasts = casts.fusedCasts();
   report.fusedCastBytes = casts.fusedCastBytes();
   GraphItems(graph, bookkeeping, casts, report).run();
-  report.weightBytesAfter = constantBytes(graph);
-  reportKeptFp32Weights(graph, bookkeeping.ids, report);
+  reportWeights(graph, bookkeeping.ids, report);
 }
 
 } // namespace torch_mp::jit

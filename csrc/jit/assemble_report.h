@@ -27,7 +27,7 @@ std::vector<NodeDecision> decisionsOf(
 // The node ids and the ledger's marks, taken off the graph (which keeps neither).
 struct Bookkeeping {
   NodeIds ids;
-  std::unordered_set<const torch::jit::Node*> casts;  // the conversion's own
+  ska::flat_hash_set<const torch::jit::Node*> casts;  // the conversion's own
 };
 Bookkeeping takeBookkeeping(torch::jit::Graph& graph);
 

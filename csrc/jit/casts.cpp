@@ -15,18 +15,6 @@ using torch::jit::Value;
 
 const c10::Symbol kCastMark = c10::Symbol::attr("torch_mp_cast");
 
-void unmark(Block* block, std::unordered_set<const Node*>& marked) {
-  for (Node* node : block->nodes()) {
-    if (node->hasAttribute(kCastMark)) {
-      node->removeAttribute(kCastMark);
-      marked.insert(node);
-    }
-    for (Block* sub : node->blocks()) {
-      unmark(sub, marked);
-    }
-  }
-}
-
 } // namespace
 
 std::optional<c10::ScalarType> plainCastTarget(const Node* node) {
@@ -130,10 +118,12 @@ CastRecord CastLedger::recordOf(const Node* cast) const {
   return record;
 }
 
-std::unordered_set<const Node*> CastLedger::takeMarks(Graph& graph) {
-  std::unordered_set<const Node*> marked;
-  unmark(graph.block(), marked);
-  return marked;
+bool CastLedger::takeMark(Node* node) {
+  if (!created(node)) {
+    return false;
+  }
+  node->removeAttribute(kCastMark);
+  return true;
 }
 
 } // namespace torch_mp::jit

@@ -5,7 +5,7 @@
 // the same on every cast, so equal casts still merge in common-subexpression elimination) and accounts for it:
 // passes that fold a cast into its readers hand it to `fuse` (counted, with the bytes it would have moved), passes
 // that find it changes nothing hand it to `cancel`; what is left at the end is read off the graph by its mark, so a
-// cast any pass (PyTorch's dead-code elimination included) destroyed is simply gone. `takeMarks` removes the marks
+// cast any pass (PyTorch's dead-code elimination included) destroyed is simply gone. `takeMark` removes the marks
 // at the end (a graph handed to the user carries none), saying which casts they were.
 #pragma once
 
@@ -105,10 +105,8 @@ class CastLedger {
   // What a cast moves per inference, at the observed size of the value it reads.
   CastRecord recordOf(const torch::jit::Node* cast) const;
 
-  // Removes the ledger's marks from the graph (the casts stay) and returns the casts that carried them. The set is
-  // valid for nodes still in the graph as long as no pass creates nodes (a new node may take a destroyed one's
-  // address).
-  static std::unordered_set<const torch::jit::Node*> takeMarks(torch::jit::Graph& graph);
+  // Removes the ledger's mark from the node (a cast stays a cast); whether it carried one.
+  static bool takeMark(torch::jit::Node* node);
 
  private:
   const ObservedValues& observed_;

@@ -66,7 +66,7 @@ class DataflowBuilder {
   }
 
   DataflowMapping run() {
-    reserve(nodeCount(*graph_->block()) + 2);  // with the graph's inputs and outputs
+    reserve(observed_.size() + 2);  // about a planner node per observed value, with the graph's inputs and outputs
     visitGraph();
     if (state_) {
       tieStateContainerReads();
@@ -468,8 +468,8 @@ class DataflowBuilder {
     }
   }
 
-  // Sized once for a graph of `nodes` nodes (at most one planner node each, and as many values as a node has outputs,
-  // most of them one): growing them a doubling at a time costs more than filling them.
+  // Sized once for about `nodes` planner nodes (and as many values: a node has most often one output); growing them a
+  // doubling at a time costs more than filling them. Not counted: counting walks the whole graph once more.
   void reserve(size_t nodes) {
     mapping_.dataflow.nodes.reserve(nodes);
     mapping_.dataflow.values.reserve(nodes);

@@ -23,6 +23,7 @@
 // aliases shows no write (AliasDb sees writers of any list member in every graph input).
 #pragma once
 
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <functional>
@@ -78,7 +79,7 @@ struct DataflowMapping {
   std::vector<std::string> rules;        // planner node -> why it has its category
   std::vector<core::RuleKind> ruleKinds;  // planner node -> which kind of rule decided it
   std::vector<NodeId> ids;               // planner node -> its node's id, -1 where it has none
-  std::unordered_map<const torch::jit::Value*, int> values;  // TorchScript value -> planner value
+  ska::flat_hash_map<const torch::jit::Value*, int> values;  // TorchScript value -> planner value
   std::vector<std::string> unknownOps;   // ops in no policy list, each once
   std::vector<bool> unobserved;          // planner node -> left alone because its dtypes are unknown
   int unobservedNodes = 0;               // how many of those

@@ -36,18 +36,6 @@ void numberNodes(Block* block, NodeId& next) {
   }
 }
 
-void takeIds(Block* block, NodeIds& taken) {
-  for (Node* node : block->nodes()) {
-    if (node->hasAttribute(kNodeIdAttribute)) {
-      taken.emplace(node, node->i(kNodeIdAttribute));
-      node->removeAttribute(kNodeIdAttribute);
-    }
-    for (Block* sub : node->blocks()) {
-      takeIds(sub, taken);
-    }
-  }
-}
-
 void restoreIds(Block* block, const NodeIds& ids) {
   for (Node* node : block->nodes()) {
     if (auto it = ids.find(node); it != ids.end()) {
@@ -204,22 +192,12 @@ void copyNodeId(const Node* original, Node* replacement) {
   }
 }
 
-size_t nodeCount(const Block& block) {
-  size_t count = 0;
-  for (const Node* node : block.nodes()) {
-    ++count;
-    for (const Block* sub : node->blocks()) {
-      count += nodeCount(*sub);
-    }
+std::optional<NodeId> takeNodeId(Node* node) {
+  std::optional<NodeId> id = nodeIdOf(node);
+  if (id) {
+    node->removeAttribute(kNodeIdAttribute);
   }
-  return count;
-}
-
-NodeIds takeNodeIds(torch::jit::Graph& graph) {
-  NodeIds taken;
-  taken.reserve(nodeCount(*graph.block()));  // one allocation, not one per doubling of a map of the graph's size
-  takeIds(graph.block(), taken);
-  return taken;
+  return id;
 }
 
 void restoreNodeIds(torch::jit::Graph& graph, const NodeIds& ids) {

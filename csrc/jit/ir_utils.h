@@ -4,7 +4,7 @@
 // attribute (`torch_mp_node`). Copies of the graph keep them (Graph::copy and Module::clone copy attributes), so a
 // node has one id in every plan made from one preparation: the report, the picture and the accuracy fallback name
 // nodes by it. A pass that replaces a node by a new one hands the id over (copyNodeId); nodes a pass creates have
-// none. The converted graph handed to a user carries no ids (takeNodeIds).
+// none. The converted graph handed to a user carries no ids (takeNodeId).
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -42,8 +42,17 @@ bool anyNode(const torch::jit::Block* block, const Predicate& holds) {
   return false;
 }
 
-// How many nodes the block holds, its blocks' included.
-size_t nodeCount(const torch::jit::Block& block);
+// Calls `visit` on every node of `block`, through the blocks of its nodes, in graph order (a node before its blocks').
+template <typename Visit>
+void forEachNode(torch::jit::Block* block, const Visit& visit) {
+  for (torch::jit::Node* node : block->nodes()) {
+    visit(node);
+    for (torch::jit::Block* sub : node->blocks()) {
+      forEachNode(sub, visit);
+    }
+  }
+}
+
 // Whether the value is defined inside a loop body (at any depth), where its sizes may change between iterations.
 bool definedInLoopBody(const torch::jit::Value* value);
 
@@ -63,12 +72,13 @@ std::optional<NodeId> nodeIdOf(const torch::jit::Node* node);
 void assignNodeIds(torch::jit::Graph& graph);
 // `replacement` takes over `original`'s id, if it has one.
 void copyNodeId(const torch::jit::Node* original, torch::jit::Node* replacement);
-// Removes the node ids from the graph and returns them, so that passes comparing nodes (common-subexpression
-// elimination) merge equal nodes whatever their ids. The map is valid for nodes still in the graph as long as no
-// pass creates nodes (a new node may take a destroyed one's address). An open-addressing map: one of a whole graph's
-// size is filled and read per conversion, and a node-per-entry map spends most of that in the allocator.
+// Removes the node's id and returns it (nothing where it has none), so that passes comparing nodes
+// (common-subexpression elimination) merge equal nodes whatever their ids.
+std::optional<NodeId> takeNodeId(torch::jit::Node* node);
+// Taken ids by node. Valid for nodes still in the graph as long as no pass creates nodes (a new node may take a
+// destroyed one's address). An open-addressing map: one of a whole graph's size is filled and read per conversion,
+// and a node-per-entry map spends most of that in the allocator.
 using NodeIds = ska::flat_hash_map<const torch::jit::Node*, NodeId>;
-NodeIds takeNodeIds(torch::jit::Graph& graph);
 // Gives the graph's nodes in `ids` their ids again.
 void restoreNodeIds(torch::jit::Graph& graph, const NodeIds& ids);
 

@@ -12,6 +12,7 @@
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/flat_hash_map.h>
 #include <torch/csrc/jit/ir/ir.h>
 
 #include <memory>
@@ -44,7 +45,10 @@ struct ObservedValue {
   bool onlyIntegers = true;
 };
 
-using ObservedValues = std::unordered_map<const torch::jit::Value*, ObservedValue>;
+// Open addressing: every pass of a conversion looks values up in a map of the whole graph's size, and a
+// node-per-entry map costs a second cache miss per lookup. Filled only while preparing: a reference into it stays
+// valid through a conversion, which only reads it.
+using ObservedValues = ska::flat_hash_map<const torch::jit::Value*, ObservedValue>;
 
 struct Observation {
   ObservedValues values;
