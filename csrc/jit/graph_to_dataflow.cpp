@@ -491,23 +491,30 @@ class DataflowBuilder {
   // Every read of one state container shares the precision of its first read: one tied value, which no cast can
   // convert, from that read to the others.
   void tieStateContainerReads() {
-    std::unordered_map<const Node*, int> plannerNode;
-    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
-      plannerNode.emplace(mapping_.nodes[n], static_cast<int>(n));
+    // the planner node of each read: a map of the few reads, not of the whole graph's planner nodes
+    std::unordered_map<const Node*, size_t> readIndex;
+    for (size_t r = 0; r < state_->reads.size(); ++r) {
+      readIndex.emplace(state_->reads[r], r);
+    }
+    std::vector<int> plannerNode(state_->reads.size(), -1);
+    for (size_t n = 0; n < mapping_.nodes.size() && !readIndex.empty(); ++n) {
+      if (auto read = readIndex.find(mapping_.nodes[n]); read != readIndex.end()) {
+        plannerNode[read->second] = static_cast<int>(n);
+      }
     }
     std::vector<int> tie(state_->containers.size(), -1);
     mapping_.stateContainerNodes.assign(state_->containers.size(), -1);
     for (size_t r = 0; r < state_->reads.size(); ++r) {
-      auto read = plannerNode.find(state_->reads[r]);
-      if (read == plannerNode.end()) {
+      const int read = plannerNode[r];
+      if (read < 0) {
         continue;
       }
       const size_t container = state_->containerOf[r];
       if (mapping_.stateContainerNodes[container] < 0) {
-        mapping_.stateContainerNodes[container] = read->second;
-        tie[container] = mapping_.dataflow.addValue(read->second, 0, core::Tie::kAll);
+        mapping_.stateContainerNodes[container] = read;
+        tie[container] = mapping_.dataflow.addValue(read, 0, core::Tie::kAll);
       } else {
-        mapping_.dataflow.addUse(tie[container], read->second);
+        mapping_.dataflow.addUse(tie[container], read);
       }
     }
   }
