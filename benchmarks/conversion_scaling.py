@@ -32,6 +32,9 @@ Timings, each the median of --repeats runs (--repeats-large above 20k nodes) on 
              Python module and parsing the JSON report.
   pipeline   report.data["seconds"]: the C++ pipeline alone (everything in convert after freezing), with its phases
              from report.data["phases"] when the build reports them.
+  walk       the fastest of 5 walks over the converted graph's nodes (through blocks) reading the type of every value
+             each reads and writes (graph_walk.cpp, built once per run with torch.utils.cpp_extension): the floor
+             under any pass that touches every node, which grows per node as the graph outgrows the caches.
 Fit: time = a * nodes^b by least squares on log(time) vs log(nodes); the exponent b is printed with the us/node at
 the largest size. Writes benchmarks/conversion_scaling.png and benchmarks/CONVERSION_SCALING.md.
 """
@@ -196,6 +199,15 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def graph_walk():
+    """The compiled graph_walk.cpp (built on first use)."""
+    if not hasattr(graph_walk, "module"):
+        from torch.utils.cpp_extension import load
+
+        graph_walk.module = load("torch_mp_graph_walk", [os.path.join(HERE, "graph_walk.cpp")], extra_cflags=["-O2"])
+    return graph_walk.module
+
+
 def measure(blocks: int, repeats: int, workdir: str, x: torch.Tensor) -> dict:
     model = build_model(blocks, workdir)
     script_s, scripted = timed(lambda: script(model))
@@ -242,6 +254,7 @@ def measure(blocks: int, repeats: int, workdir: str, x: torch.Tensor) -> dict:
         "planned": len(report.nodes),
         "casts": len(report.casts),
         "cosine": cosine,
+        "walk": graph_walk().walk_seconds(converted.graph, 5),
     }
 
 
@@ -258,13 +271,16 @@ def calibrate(workdir: str):
 def table(rows) -> str:
     phase_names = list(rows[-1]["phases"])
     head = ["nodes", "blocks", "torch.jit.freeze s", "torch_mp.convert s", "pipeline s", "convert us/node",
-            "convert / freeze", "freeze CPU s", "convert CPU s"] + [f"{p} s" for p in phase_names]
+            "convert / freeze", "freeze CPU s", "convert CPU s"] + [f"{p} s" for p in phase_names] + [
+            "own us/node", "walk us/node", "own / walk"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         cells = [f"{r['nodes']}", f"{r['blocks']}", f"{r['freeze']:.3f}", f"{r['convert']:.3f}",
                  f"{r['pipeline']:.3f}", f"{1e6 * r['convert'] / r['nodes']:.1f}",
                  f"{r['convert'] / r['freeze']:.2f}", f"{r['freeze_cpu']:.3f}", f"{r['convert_cpu']:.3f}"]
         cells += [f"{r['phases'].get(p, float('nan')):.3f}" for p in phase_names]
+        own = own_seconds(r)
+        cells += [f"{1e6 * own / r['nodes']:.2f}", f"{1e6 * r['walk'] / r['nodes']:.3f}", f"{own / r['walk']:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -272,6 +288,10 @@ def table(rows) -> str:
 # The phases that are torch_mp's own work (issue 14's conversion target): all but PyTorch's freezing and clean-up
 # passes (`cleanup`, `tidy`) and the model runs (`observe`, `verify`).
 OWN_PHASES = ("plan", "apply", "cancel", "kernels", "report")
+
+
+def own_seconds(row) -> float:
+    return sum(row["phases"].get(p, 0.0) for p in OWN_PHASES)
 
 
 def fits_text(rows) -> str:
@@ -287,11 +307,14 @@ def fits_text(rows) -> str:
         if min(values) > 0:
             a, b = fit_power(nodes, values)
             lines.append(f"| phase {phase} | {a:.3g} | {b:.3f} | {1e6 * values[-1] / rows[-1]['nodes']:.2f} |")
-    own = [sum(r["phases"].get(p, 0.0) for p in OWN_PHASES) for r in rows]
+    own = [own_seconds(r) for r in rows]
     if min(own) > 0:
         a, b = fit_power(nodes, own)
         lines.append(f"| torch_mp's own stages ({' + '.join(OWN_PHASES)}) | {a:.3g} | {b:.3f} | "
                      f"{1e6 * own[-1] / rows[-1]['nodes']:.2f} |")
+    a, b = fit_power(nodes, [r["walk"] for r in rows])
+    lines.append(f"| one walk over the converted graph (graph_walk.cpp) | {a:.3g} | {b:.3f} | "
+                 f"{1e6 * rows[-1]['walk'] / rows[-1]['nodes']:.3f} |")
     return "\n".join(lines)
 
 
@@ -384,6 +407,8 @@ value's dtype, size and range, once to verify the converted outputs), plans, app
 (parsed into Python). `pipeline`: `report.data["seconds"]`, the C++ pipeline after freezing; its phases are
 `report.data["phases"]` (`tidy`: the clean-up passes run between torch_mp's stages: mutation removal, dead code, constant pooling and CSE). "torch_mp's own
 stages" below: {' + '.join(OWN_PHASES)}, everything but PyTorch's freezing and clean-up passes and the model runs.
+`walk`: the fastest of 5 walks over the converted graph's nodes and the types of the values they read and write
+(`graph_walk.cpp`), the floor under any pass that touches every node; "own / walk": the own stages in such walks.
 
 {text}
 
