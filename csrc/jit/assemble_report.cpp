@@ -243,12 +243,9 @@ std::vector<NodeDecision> decisionsOf(
     decision.forcedToFp32 = plan.forcedToFp32[n];
     decision.rule = mapping.rules[n];
     decision.ruleKind = mapping.ruleKinds[n];
-    if (!node->outputs().empty()) {
-      auto seen = observed.find(node->output(0));
-      if (seen != observed.end() && seen->second.isTensor && seen->second.dtype == c10::ScalarType::Float &&
-          seen->second.rangeObserved) {
-        decision.amax = seen->second.largestMagnitude;
-      }
+    if (!node->outputs().empty() && isObservedFp32(observed, node->output(0)) &&
+        observed.at(node->output(0)).rangeObserved) {
+      decision.amax = observed.at(node->output(0)).largestMagnitude;
     }
     decision.flops = estimateFlops(node, observed);
     if (decision.forcedToFp32) {

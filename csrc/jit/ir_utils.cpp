@@ -25,28 +25,6 @@ bool isNumbered(const Node* node) {
       node->kind() != c10::prim::Return;
 }
 
-void numberNodes(Block* block, NodeId& next) {
-  for (Node* node : block->nodes()) {
-    if (isNumbered(node)) {
-      node->i_(kNodeIdAttribute, next++);
-    }
-    for (Block* sub : node->blocks()) {
-      numberNodes(sub, next);
-    }
-  }
-}
-
-void restoreIds(Block* block, const NodeIds& ids) {
-  for (Node* node : block->nodes()) {
-    if (auto it = ids.find(node); it != ids.end()) {
-      node->i_(kNodeIdAttribute, it->second);
-    }
-    for (Block* sub : node->blocks()) {
-      restoreIds(sub, ids);
-    }
-  }
-}
-
 void hashBlock(const Block* block, size_t& hash) {
   for (const Value* input : block->inputs()) {
     hash = c10::hash_combine(hash, input->unique());
@@ -183,7 +161,11 @@ std::optional<NodeId> nodeIdOf(const Node* node) {
 
 void assignNodeIds(torch::jit::Graph& graph) {
   NodeId next = 0;
-  numberNodes(graph.block(), next);
+  forEachNode(graph.block(), [&](Node* node) {
+    if (isNumbered(node)) {
+      node->i_(kNodeIdAttribute, next++);
+    }
+  });
 }
 
 void copyNodeId(const Node* original, Node* replacement) {
@@ -201,7 +183,11 @@ std::optional<NodeId> takeNodeId(Node* node) {
 }
 
 void restoreNodeIds(torch::jit::Graph& graph, const NodeIds& ids) {
-  restoreIds(graph.block(), ids);
+  forEachNode(graph.block(), [&](Node* node) {
+    if (auto it = ids.find(node); it != ids.end()) {
+      node->i_(kNodeIdAttribute, it->second);
+    }
+  });
 }
 
 size_t structureHash(const torch::jit::Graph& graph) {
