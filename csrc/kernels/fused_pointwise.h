@@ -6,10 +6,10 @@
 // sizes that differ at run time (a [1, n] tensor beside a batch) take a slower path of broadcasting ATen ops with the
 // same values (runWithAtenOps). `program` is a stack program of (opcode, operand) pairs run per element in fp32: push
 // an input or a scalar (as fp32), apply a unary or binary op to the top (IEEE fp32, rounding to nearest even; relu
-// keeps NaN and -0, as ATen's clamp_min), round the top to a dtype (what a cast, or an op writing fp16/bf16, does).
-// The one value left is written as `out_dtype`. A program means the same on every device: the CPU and CUDA kernels
-// give the same bits for it, but for the payloads of NaNs (in the same places; each device's ATen conversions decide
-// them).
+// as the device's ATen relu: NaN kept; -0 kept on the CPU, +0 on CUDA), round the top to a dtype (what a cast, or an
+// op writing fp16/bf16, does). The one value left is written as `out_dtype`. A program means the same on every
+// device: the CPU and CUDA kernels give the same bits for it, but for the payloads of NaNs (in the same places; each
+// device's ATen conversions decide them) and the sign of relu's zero.
 //
 // Every aten op it stands for computes in fp32 and rounds once to its output dtype, so a program that rounds after
 // each op as the op's output dtype says reproduces the chain bit for bit. Where ATen's kernels take a number

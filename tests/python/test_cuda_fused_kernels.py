@@ -62,7 +62,10 @@ def number_operand(op, number, dtype, device):
     return [SCALAR, None] + rounded + [op, 0], float(number)
 
 
-def random_chain(rng: random.Random, inputs, depth: int, device: str):
+UNARY = [(RELU, torch.relu), (NEG, torch.neg)]
+
+
+def random_chain(rng: random.Random, inputs, depth: int, device: str, unary=UNARY):
     """A random tree of the ops the kernel fuses, as fuse_pointwise writes it (operands, op, rounding to the op's
     dtype), and its value computed by the aten ops themselves: (reference, program, scalars). Stack depth <= depth+1."""
     scalars = []
@@ -75,7 +78,7 @@ def random_chain(rng: random.Random, inputs, depth: int, device: str):
             return inputs[index], [INPUT, index], 1
         value, program, held = expr(level - 1)
         if kind == "unary":
-            op, fn = rng.choice([(RELU, torch.relu), (NEG, torch.neg)])
+            op, fn = rng.choice(unary)
             result = fn(value)
             return result, program + [op, 0] + rounding(result.dtype), held
         if kind == "cast":
@@ -221,15 +224,31 @@ def test_numbers_as_atens_kernels_take_them_on_each_device(device):
                 assert_bit_identical(fused_pointwise([value], program, [scalar], dtype), aten(value, number))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_relu_gives_the_sign_of_zero_atens_relu_gives_on_each_device(device):
+    """ATen's CPU relu keeps -0 and its CUDA relu returns +0 (max with +0): the kernel on each device does as its ATen
+    (a later division by the zero turns the sign into +-inf)."""
+    needs_kernel(device)
+    x = torch.tensor([-0.0, 0.0, -1.5, 2.5, -float("inf"), float("nan")], device=device)
+    for dtype in DTYPES:
+        value = x.to(dtype)
+        expected = torch.relu(value)
+        actual = fused_pointwise([value], [INPUT, 0, RELU, 0] + rounding(dtype), [], dtype)
+        assert_bit_identical(actual, expected)
+        numbers = ~torch.isnan(expected)
+        assert torch.equal(torch.signbit(actual[numbers]), torch.signbit(expected[numbers])), (dtype, actual)
+
+
 @pytest.mark.cuda
 def test_a_program_computes_the_same_on_cpu_and_cuda():
-    """The kernels interpret a program alike: random programs (as written for CUDA) on both devices."""
+    """The kernels interpret a program alike: random programs (as written for CUDA) on both devices. Without relu,
+    whose zero has each device's ATen sign (the test above)."""
     needs_kernel("cuda")
     rng = random.Random(7)
     generator = torch.Generator().manual_seed(7)
     for _ in range(40):
         inputs = [special_values((7, 129), rng.choice(DTYPES), "cuda", generator) for _ in range(rng.randint(1, 4))]
-        _, program, scalars = random_chain(rng, inputs, rng.randint(1, 5), "cuda")
+        _, program, scalars = random_chain(rng, inputs, rng.randint(1, 5), "cuda", unary=[(NEG, torch.neg)])
         out_dtype = rng.choice(DTYPES)
         on_cuda = fused_pointwise(inputs, program, scalars, out_dtype)
         on_cpu = fused_pointwise([i.cpu() for i in inputs], program, scalars, out_dtype)

@@ -11,7 +11,7 @@
 //
 // The same bits as the CPU kernel for the same program (kernels/fused_pointwise.h): inputs widened to fp32 exactly,
 // each op in fp32 with the IEEE round-to-nearest intrinsics (__fadd_rn & co.: never contracted into an FMA, whatever
-// --fmad says; true division; subnormals kept, as no --use_fast_math), relu as ATen's clamp_min (NaN kept, -0 kept),
+// --fmad says; true division; subnormals kept, as no --use_fast_math), relu as ATen's CUDA clamp_min (NaN kept, -0 becomes +0),
 // roundings through c10::Half / c10::BFloat16 as ATen's CUDA casts and stores do (__float2half_rn; __float2bfloat16,
 // or the same round-to-nearest-even in software before sm_80). What ATen's CUDA kernels do differently from its CPU
 // ones (a division by a number multiplies by the number's fp32 reciprocal) the program says (jit/fuse_pointwise).
@@ -176,7 +176,9 @@ __device__ __forceinline__ void step(
     case PointwiseOp::kRelu:
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        top[k] = top[k] < 0.0f ? 0.0f : top[k];  // ATen's clamp_min(x, 0): NaN and -0 stay as they are
+        // ATen's CUDA clamp_min(x, 0): NaN kept, else ::max(x, 0), which orders -0 below +0 (unlike the CPU's,
+        // which keeps -0; seen on an H200, torch 2.11, as 1 / relu(-0) = +inf)
+        top[k] = isnan(top[k]) ? top[k] : fmaxf(top[k], 0.0f);
       }
       return;
     case PointwiseOp::kNeg:
