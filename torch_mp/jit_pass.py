@@ -55,7 +55,7 @@ class jit_pass:
 
     def __init__(self, dtype: torch.dtype = torch.float16, *, calibrate: bool = True,
                  policy: Optional[OpPolicy] = None, planner: str = "min-cut", fuse_casts: bool = True,
-                 fused_kernels: bool = False, channels_last: bool = True, fuse_convolutions: bool = False):
+                 fused_kernels: bool = False, channels_last: bool = True, fuse_convolutions: bool = True):
         self._options = _checked(dict(dtype=dtype, calibrate=calibrate, policy=policy, planner=planner,
                                       fuse_casts=fuse_casts, fused_kernels=fused_kernels, channels_last=channels_last,
                                       fuse_convolutions=fuse_convolutions))

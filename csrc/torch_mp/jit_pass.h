@@ -39,7 +39,7 @@ struct JitPassOptions {
   bool fuseCasts = true;
   bool fusedKernels = false;  // torch_mp::fused_pointwise calls (need the torch_mp library loaded, as it is here)
   bool channelsLast = true;
-  bool fuseConvolutions = false;
+  bool fuseConvolutions = true;
 };
 
 // Why the pass left a graph as it was.

@@ -57,7 +57,7 @@ def test_cuda_model_saves_and_loads_in_a_fresh_process(tmp_path):
     """Channels_last weights and cuDNN fused convolutions are stock aten: plain torch loads and runs them."""
     model = ResNetIBN(layers=(1, 1, 1, 1), num_classes=100, width=32).eval().cuda()
     x = torch.randn(4, 3, 64, 64, device="cuda")
-    converted = torch_mp.convert(model, (x,), torch.float16, fuse_convolutions=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
     assert "aten::cudnn_convolution_add_relu" in [n.kind() for n in converted.graph.nodes()]
     path, data = tmp_path / "mp.pt", tmp_path / "data.pt"
     torch.jit.save(converted, path)
