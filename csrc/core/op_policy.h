@@ -29,8 +29,9 @@ inline bool computesLow(OpCategory category) {
   return category == OpCategory::kLowPrecision || category == OpCategory::kLowFp32Output;
 }
 
-// The hardware and dtype a default policy is named for. All four share one table of categories; a CPU or GPU
-// without fast kernels for the low dtype keeps the heavy ops fp32 (core/fast_kernels).
+// The hardware and dtype a default policy is named for. All four share one table of categories (cuda_fp16 lets the
+// layer and group norms follow their inputs); a CPU or GPU without fast kernels for the low dtype keeps the heavy ops
+// fp32 (core/fast_kernels).
 enum class Target { kCudaFloat16, kCudaBFloat16, kCpuBFloat16, kCpuFloat16 };
 
 // A GPU, by its CUDA compute capability (an H100 is 9.0, a T4 7.5).

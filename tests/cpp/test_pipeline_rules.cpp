@@ -690,6 +690,46 @@ TEST(PipelineRulesTest, LowFp32OutputCastsRightAfterTheOpAndItsReadersStayFp32) 
   expectCloseOutputs(fp32Output.before, fp32Output.after, 1e-2);
 }
 
+// matmul -> layer_norm (with a scale and a shift) -> matmul: a norm between two low ops.
+constexpr const char* kMatmulNormMatmul = R"IR(
+    graph(%x : Tensor, %w : Tensor, %gamma : Tensor, %beta : Tensor):
+      %eps : float = prim::Constant[value=1e-05]()
+      %true : bool = prim::Constant[value=1]()
+      %n : int = prim::Constant[value=5]()
+      %shape : int[] = prim::ListConstruct(%n)
+      %p : Tensor = aten::matmul(%x, %w)
+      %y : Tensor = aten::layer_norm(%p, %shape, %gamma, %beta, %eps, %true)
+      %t : Tensor = aten::t(%w)
+      %o : Tensor = aten::matmul(%y, %t)
+      return (%o))IR";
+
+TEST(PipelineRulesTest, CudaFp16PolicyRunsALayerNormBetweenLowOpsLow) {
+  auto graph = parseGraph(kMatmulNormMatmul);
+  inlineInputAsConstant(*graph, 3, torch::randn({5}));
+  inlineInputAsConstant(*graph, 2, torch::rand({5}) + 0.5);
+  inlineInputAsConstant(*graph, 1, torch::randn({6, 5}));
+  const std::vector<c10::IValue> inputs{torch::randn({3, 4, 6})};
+  // the CUDA policies as data, run here on the CPU: under cuda_fp16 the norm follows its fp16 input, so the only
+  // casts are the input's and the output's, and its scale and shift are stored fp16
+  auto fp16 = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+    o.policy = core::OpPolicy::defaults(core::Target::kCudaFloat16, core::CpuFeatures::none());
+  });
+  FileCheck().check("Half(5")->check("Half(5")->check("HalfTensor = aten::matmul(")->check_not("aten::to(")
+      ->check("HalfTensor = aten::layer_norm(")->check_not("aten::to(")->check("HalfTensor = aten::matmul(")
+      ->check("FloatTensor = aten::to(")->run(*fp16.graph);
+  EXPECT_EQ(fp16.report.casts.size(), 2u);
+  const NodeDecision& norm = decisionFor(fp16.report, "aten::layer_norm");
+  EXPECT_EQ(norm.precision, core::Precision::kLow);
+  EXPECT_EQ(norm.rule.rfind("follow: normalization: ATen's CUDA kernel", 0), 0u) << norm.rule;
+  expectCloseOutputs(fp16.before, fp16.after, 2e-2);
+  // cuda_bf16 keeps it fp32, like the CPU policies
+  auto bf16 = convert(graph, inputs, at::kBFloat16, [](ConvertOptions& o) {
+    o.policy = core::OpPolicy::defaults(core::Target::kCudaBFloat16, core::CpuFeatures::none());
+  });
+  EXPECT_EQ(decisionFor(bf16.report, "aten::layer_norm").precision, core::Precision::kFp32);
+  EXPECT_EQ(decisionFor(convert(graph, inputs).report, "aten::layer_norm").precision, core::Precision::kFp32);
+}
+
 TEST(PipelineRulesTest, LowFp32OutputFeedingSoftmaxFoldsItsCastIntoTheSoftmax) {
   auto graph = parseGraph(kMatmulSoftmaxMatmul);
   auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, at::kHalf, [](ConvertOptions& o) {
