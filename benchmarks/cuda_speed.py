@@ -33,7 +33,8 @@ inputs rotated among a few sets; CUDA events around each call, synchronised afte
   compile_ro       the same with mode="reduce-overhead" (CUDA graphs; batches from --ro-batches)
   torch_mp         torch_mp.convert(model, inputs, dtype) with its defaults
   torch_mp_plain   convert(..., channels_last=False, fuse_convolutions=False) where convert accepts them
-  torch_mp_cudnn   convert(..., fuse_convolutions=True): conv (+add) +relu as cuDNN fused convolutions
+  torch_mp_cudnn   convert(..., fuse_convolutions=True): conv (+add) +relu as cuDNN fused convolutions (the default
+                   since 2026-11-27: then it converts as torch_mp does, and their difference is timing noise)
   torch_mp_fused   convert(..., kernels="fused")
   torch_mp_graphs  torch_mp.cuda_graphs(<the torch_mp_fused module>, inputs) where torch_mp has it
 Per row also: FLOPs of one forward (torch.utils.flop_counter on the fp32 eager model), achieved TFLOP/s per column,
@@ -1060,7 +1061,7 @@ def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]
         "whole model in fp16/bf16 (channels_last for conv nets) traced and frozen; compile_default / compile_ro = "
         "torch.compile (inductor, dynamic=False, mode default / reduce-overhead) under torch.autocast; torch_mp = "
         "torch_mp.convert defaults; torch_mp_plain = channels_last=False, fuse_convolutions=False; torch_mp_cudnn = "
-        "fuse_convolutions=True; torch_mp_fused = "
+        "fuse_convolutions=True (the default since 2026-11-27); torch_mp_fused = "
         "kernels=\"fused\"; torch_mp_graphs = torch_mp.cuda_graphs of the fused module. FLOPs: "
         "torch.utils.flop_counter on the fp32 eager model (matmul/conv/attention FLOPs only).",
         "",

@@ -2,13 +2,15 @@
 # One GPU session, run in the repository root on the lent GPU machine with $OUT set:
 #   (a) build the extension (pip, no network: --no-deps --no-build-isolation)   -> $OUT/build.log
 #   (a2) benchmarks/cuda_division_probe.py: how ATen's CUDA division takes a number (printed in the summary)
+#   (a3) benchmarks/cuda_norm_probe.py: mixed-dtype norms on CUDA, all-low norms against fp32 (in the summary)
 #   (b) the CUDA tests: python3 -m pytest -q -m cuda tests/python               -> $OUT/tests.log
+#   (b2) benchmarks/cuda_timing_probe.py: per-module or drifting TorchScript timings -> $OUT/probe.log
 #   (c) benchmarks/cuda_speed.py, JSON written after every cell                 -> $OUT/cuda_speed.json, bench.log
 #   (d) markdown preview and bar chart                                          -> $OUT/CUDA_SPEED.md, cuda_speed.png
 #   (e) a short summary, printed last (the caller sees only the output's tail)
-# At most 7 files in $OUT.
+# At most 7 files in $OUT (the device tool returns 8).
 #
-#   bash benchmarks/gpu_session.sh [--skip-build] [--skip-tests] [--skip-bench] [--budget-s 570]
+#   bash benchmarks/gpu_session.sh [--skip-build] [--skip-tests] [--skip-probe] [--skip-bench] [--budget-s 570]
 #        [--tests-timeout-s 180] [--tests-args "-k graphs"] [--bench-args "--models resnet50 --dtypes fp16"]
 #        [-- more benchmark arguments]
 #
@@ -22,13 +24,14 @@ PY=${PYTHON:-python3}
 OUT=${OUT:-/tmp/gpu_session_out}
 mkdir -p "$OUT"
 
-SKIP_BUILD=0 SKIP_TESTS=0 SKIP_BENCH=0
+SKIP_BUILD=0 SKIP_TESTS=0 SKIP_PROBE=0 SKIP_BENCH=0
 BUDGET=570 TESTS_TIMEOUT=180
 TESTS_ARGS="" BENCH_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) SKIP_BUILD=1 ;;
     --skip-tests) SKIP_TESTS=1 ;;
+    --skip-probe) SKIP_PROBE=1 ;;
     --skip-bench) SKIP_BENCH=1 ;;
     --budget-s) BUDGET=$2; shift ;;
     --tests-timeout-s) TESTS_TIMEOUT=$2; shift ;;
@@ -103,6 +106,8 @@ fi
 
 # (a2) a fact of ATen's CUDA kernels the fused kernel must copy and the tests have not pinned down
 note "$("$PY" benchmarks/cuda_division_probe.py 2>&1 | tail -n 1)"
+# (a3) which CUDA norms take fp32 parameters with a low input, and how close all-low norms come to fp32
+note "$("$PY" benchmarks/cuda_norm_probe.py 2>&1 | tail -n 1)"
 
 # (b) CUDA tests
 if [ "$SKIP_TESTS" = 0 ]; then
@@ -124,6 +129,14 @@ if [ "$SKIP_TESTS" = 0 ]; then
   fi
 else
   note "tests: skipped"
+fi
+
+# (b2) the same graph timed twice and .half() TorchScript, alternating: where the TorchScript columns' noise comes from
+if [ "$SKIP_PROBE" = 0 ]; then
+  start=$SECONDS
+  timeout -k 5 120 "$PY" benchmarks/cuda_timing_probe.py > "$OUT/probe.log" 2>&1
+  note "timing probe (rc $?, $((SECONDS - start)) s):"
+  while read -r line; do SUMMARY+=("   $line"); echo "   $line"; done < <(grep -E "per-round medians|Error" "$OUT/probe.log")
 fi
 
 # (c) benchmark; a crash (segfault, abort) is resumed from the JSON: the cell it died in is recorded as crashed

@@ -7,6 +7,7 @@ namespace {
 
 constexpr CastFusion kDtypeArgument = CastFusion::kDtypeArgument;
 constexpr CastFusion kMixedTypeNormOnCpu = CastFusion::kMixedTypeNormOnCpu;
+constexpr CastFusion kMixedTypeNorm = CastFusion::kMixedTypeNorm;
 constexpr FlopFormula kConvolution = FlopFormula::kConvolution;
 constexpr FlopFormula kTransposedConvolution = FlopFormula::kTransposedConvolution;
 constexpr FlopFormula kGenericConvolution = FlopFormula::kGenericConvolution;
@@ -40,7 +41,7 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::avg_pool2d", .layout = kKeeps,
      .layoutReason = "NHWC pooling kernel; output keeps the input's layout"},
     {.op = "aten::baddbmm", .flops = kBiasedContraction},
-    {.op = "aten::batch_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {1, 2, 3, 4}, .layout = kKeeps,
+    {.op = "aten::batch_norm", .castFusion = kMixedTypeNorm, .normParameters = {1, 2, 3, 4}, .layout = kKeeps,
      .layoutReason = kPerChannelLayout},
     {.op = "aten::bmm", .flops = kContraction},
     {.op = "aten::cat", .layout = kKeeps,
@@ -81,7 +82,7 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::hardtanh", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::index", .tableLookup = "reads a table at index tensors (positional and relative-position tables)"},
     {.op = "aten::index_select", .tableLookup = "selects rows of a table along one dim"},
-    {.op = "aten::instance_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {1, 2, 3, 4}},
+    {.op = "aten::instance_norm", .castFusion = kMixedTypeNorm, .normParameters = {1, 2, 3, 4}},
     {.op = "aten::layer_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {2, 3}},
     {.op = "aten::leaky_relu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::len", .layout = kMetadata, .layoutReason = kMetadataOnly},

@@ -23,6 +23,8 @@ enum class CastFusion : uint8_t {
   kNone,
   kDtypeArgument,        // softmax(x, dim, dtype=fp32) computes what softmax(x.float(), dim) does, bit for bit
   kMixedTypeNormOnCpu,   // ATen's CPU kernel reads a Half / BFloat16 input with fp32 parameters, computes in fp32
+                         // and writes the input's dtype; its CUDA kernel refuses fp32 parameters for a low input
+  kMixedTypeNorm,        // as kMixedTypeNormOnCpu, and ATen's CUDA kernel does the same (benchmarks/cuda_norm_probe)
 };
 
 enum class FlopFormula : uint8_t {
@@ -53,7 +55,7 @@ struct OpFacts {
   const char* op;  // qualified name, all overloads: "aten::relu"
   bool preservesDtype = false;
   CastFusion castFusion = CastFusion::kNone;
-  std::array<int8_t, 4> normParameters = {-1, -1, -1, -1};  // kMixedTypeNormOnCpu: inputs that are parameters
+  std::array<int8_t, 4> normParameters = {-1, -1, -1, -1};  // kMixedTypeNorm*: inputs that are parameters
   FlopFormula flops = FlopFormula::kNone;
   const char* tableLookup = nullptr;
   LayoutRole layout = LayoutRole::kNeedsContiguous;

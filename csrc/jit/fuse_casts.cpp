@@ -47,12 +47,16 @@ bool isTensorArithmetic(const Node* node) {
   return false;
 }
 
-// The parameter tensors' input indices of a norm whose CPU kernel takes a Half or BFloat16 input with fp32 parameters,
-// computes in fp32 and writes the input's dtype (ATen's "mixed type" norm kernels, case E); empty for other nodes.
-std::vector<size_t> mixedTypeNormParameters(const Node* node) {
+// The parameter tensors' input indices of a norm whose kernel on `device` takes a Half or BFloat16 input with fp32
+// parameters, computes in fp32 and writes the input's dtype (ATen's "mixed type" norm kernels, case E); empty for
+// other nodes and devices.
+std::vector<size_t> mixedTypeNormParameters(const Node* node, std::optional<c10::DeviceType> device) {
   const core::OpFacts& facts = core::factsOf(node->kind().toQualString());
+  const bool onCpu =
+      facts.castFusion == core::CastFusion::kMixedTypeNormOnCpu || facts.castFusion == core::CastFusion::kMixedTypeNorm;
+  const bool onCuda = facts.castFusion == core::CastFusion::kMixedTypeNorm;
   std::vector<size_t> parameters;
-  if (facts.castFusion != core::CastFusion::kMixedTypeNormOnCpu) {
+  if (!((device == c10::DeviceType::CPU && onCpu) || (device == c10::DeviceType::CUDA && onCuda))) {
     return parameters;
   }
   for (int8_t index : facts.normParameters) {
@@ -246,10 +250,12 @@ class CastFuser {
     return true;
   }
 
-  // Case E: to(norm(to(%x, fp32), fp32 parameters), low) => norm(%x, fp32 parameters) on CPU.
+  // Case E: to(norm(to(%x, fp32), fp32 parameters), low) => norm(%x, fp32 parameters) where the device has the
+  // mixed-type kernel.
   bool fuseIntoNorm(Node* reader, size_t offset, Value* low) {
-    const std::vector<size_t> parameters = offset == 0 ? mixedTypeNormParameters(reader) : std::vector<size_t>();
-    if (parameters.empty() || deviceOf(low) != c10::DeviceType::CPU || writers_.hasWriters(reader->output())) {
+    const std::vector<size_t> parameters =
+        offset == 0 ? mixedTypeNormParameters(reader, deviceOf(low)) : std::vector<size_t>();
+    if (parameters.empty() || writers_.hasWriters(reader->output())) {
       return false;
     }
     bool anyParameter = false;

@@ -30,8 +30,9 @@
 //    the low_fp32_output category asks for (apply_precision_plan writes its cast).
 // E. A norm computed in fp32 between an upcast and downcasts back to the same low dtype reads the low value and
 //    writes the low dtype itself, where ATen's kernel for the device takes a low input with fp32 parameters and
-//    computes in fp32 (the CPU kernels of layer_norm, group_norm, batch_norm, instance_norm; CUDA's are not used):
-//      %y = aten::to(%x, 6, false, false, None)         %x : Half or BFloat16, on CPU
+//    computes in fp32 (core/op_facts: the CPU kernels of layer_norm, group_norm, batch_norm, instance_norm; on CUDA
+//    batch_norm's and instance_norm's, while its layer_norm and group_norm refuse fp32 parameters for a low input):
+//      %y = aten::to(%x, 6, false, false, None)         %x : Half or BFloat16, on CPU (or CUDA for batch/instance)
 //      %n = aten::layer_norm(%y, %shape, %w, %b, ...)   %w, %b : Float or None
 //      %z = aten::to(%n, 15, false, false, None)        =>   %n = aten::layer_norm(%x, %shape, %w, %b, ...)
 //    Only when every reader of %n is such a downcast, and the norm has an fp32 parameter: with none (say, an

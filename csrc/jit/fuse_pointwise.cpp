@@ -114,9 +114,10 @@ constexpr NumberRule kNumberRules[] = {
 };
 
 // The fp32 reciprocal of a number where forming it in fp32 (1.0f / float(number)) and rounding the double one to
-// fp32 agree, else nothing. They differ for some numbers fp32 does not hold (1e-3: 999.99994 against 1000), and on a
-// lent H200 (torch 2.11, 2026-11-26) ATen's CUDA division by 1e-3 did not match the first; until a GPU run pins the
-// rule down, such a division is left to ATen.
+// fp32 agree, else nothing. They differ for some numbers fp32 does not hold (1e-3: 999.99994 against 1000). On a lent
+// H200 with torch 2.11 (benchmarks/cuda_division_probe.py, 2026-11-27) ATen's CUDA x / 1e-3 equalled x * 1000 on all
+// of 2^20 elements and x * 999.99994 on 26% of them, though the kernel's source reads as the fp32 reciprocal; no
+// other torch version has been probed, so such a division is left to ATen.
 std::optional<float> unambiguousReciprocal(double number) {
   const float inFloat = 1.0f / static_cast<float>(number);
   return inFloat == static_cast<float>(1.0 / number) ? std::make_optional(inFloat) : std::nullopt;

@@ -527,6 +527,22 @@ TEST(FuseCastsTest, NormsOnCpuReadAndWriteTheLowValue) {
   }
 }
 
+TEST(FuseCastsTest, BatchAndInstanceNormsOnCudaReadAndWriteTheLowValue) {
+  // ATen's CUDA batch_norm (which instance_norm runs through) takes fp16 / bf16 input with fp32 parameters and writes
+  // the input's dtype (benchmarks/cuda_norm_probe.py on an H200, torch 2.11); the graph is not run here
+  for (const char* norm : {kBatchNorm, kInstanceNorm}) {
+    for (const char* low : {"Half", "BFloat16"}) {
+      SCOPED_TRACE(std::string(norm) + " " + low);
+      auto graph = normBetweenCasts(norm, low, "cuda:0");
+      EXPECT_TRUE(fuseCasts(graph));
+      graph->lint();
+      EXPECT_EQ(countNodes(*graph, c10::aten::to), 0);
+      const std::string fused = std::string(norm).substr(0, std::string(norm).find('(')) + "(%x, ";
+      FileCheck().check_not("aten::to")->check(fused)->check("aten::mul(")->run(*graph);
+    }
+  }
+}
+
 TEST(FuseCastsTest, NormKeepsItsCastsWhereTheResultOrParametersOrDeviceForbid) {
   {  // an fp32 reader needs the fp32 result
     auto graph = normBetweenCasts(kLayerNorm, "BFloat16", "cpu", /*fp32Reader=*/true);
@@ -542,10 +558,12 @@ TEST(FuseCastsTest, NormKeepsItsCastsWhereTheResultOrParametersOrDeviceForbid) {
     EXPECT_FALSE(fuseCasts(graph));
     FileCheck().check("aten::to(%x")->check("aten::layer_norm(%")->check("aten::to(%")->run(*graph);
   }
-  {  // on CUDA the kernels want parameters of the input's dtype
-    auto graph = normBetweenCasts(kGroupNorm, "Half", "cuda:0");
+  for (const char* norm : {kLayerNorm, kGroupNorm}) {  // their CUDA kernels want parameters of the input's dtype
+    SCOPED_TRACE(norm);
+    auto graph = normBetweenCasts(norm, "Half", "cuda:0");
     EXPECT_FALSE(fuseCasts(graph));
-    FileCheck().check("aten::to(%x")->check("aten::group_norm(%")->check("aten::to(%")->run(*graph);
+    const std::string op = std::string(norm).substr(0, std::string(norm).find('(')) + "(%";
+    FileCheck().check("aten::to(%x")->check(op)->check("aten::to(%")->run(*graph);
   }
   {  // no fp32 parameter: ATen would take its low-dtype kernel, not the mixed one
     auto graph = normBetweenCasts("aten::instance_norm(%up, %none, %none, %none, %none, %true, %momentum, %eps, %true)",
