@@ -106,10 +106,13 @@ def layout_copies(module, x):
     return copies, transposes
 
 
-def test_no_layout_conversions_between_convolutions():
+@pytest.mark.parametrize("fuse_convolutions", [True, False], ids=["cudnn_fused", "unfused"])
+def test_no_layout_conversions_between_convolutions(fuse_convolutions):
     model, x = ResidualConvNet().eval().cuda(), torch.randn(8, 3, 64, 64, device="cuda")
-    converted = torch_mp.convert(model, (x,), torch.float16)
-    assert sum(n.kind() == "aten::conv2d" for n in converted.graph.nodes()) == 6
+    converted = torch_mp.convert(model, (x,), torch.float16, fuse_convolutions=fuse_convolutions)
+    kinds = ops_of(converted)
+    assert sum(kind in CONVOLUTIONS for kind in kinds) == 6
+    assert ("aten::cudnn_convolution_relu" in kinds) == fuse_convolutions
     copies, transposes = layout_copies(converted, x)
     # the NCHW input is converted where the chain starts (inside the first convolution); nothing in between copies
     assert copies == [], [(e.name, e.input_shapes) for e in copies]
