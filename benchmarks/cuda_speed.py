@@ -24,7 +24,8 @@ resnet50_ibn_a (torch_mp.models, 384x128 as its author ran it), vit_b_16 (torchv
 convbnnet (torch_mp.models.ConvBnNet, 32x32; for smoke runs).
 
 Columns (each is one whole forward call on fp32 inputs, under torch.no_grad; median of N timed calls after warm-up,
-inputs rotated among a few sets; CUDA events around each call, synchronised after each):
+inputs rotated among a few sets; CUDA events around each call, synchronised after each; every column after fp32_ts
+is timed in windows alternating with it, and its speed-ups come from those windows, since the host's speed drifts):
   fp32_ts          torch.jit.freeze(torch.jit.trace(model, strict=False)); PyTorch's default TF32 settings
   autocast         eager model under torch.autocast(device, dtype)
   lowp_ts          model.half() / .bfloat16() (channels_last for conv nets), traced + frozen, inputs cast inside
@@ -82,6 +83,7 @@ os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.environ["TORCHINDUCTOR
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))  # registry.py and torchvision_shim.py
 sys.path.append(ROOT)  # torch_mp from the checkout where it is not installed (an in-place build)
 
+PAIRED_WINDOWS = 5  # windows per cell, alternating with fp32_ts (time_paired)
 CHEAP_COLUMNS = ["fp32_ts", "autocast", "lowp_ts", "torch_mp", "torch_mp_plain", "torch_mp_cudnn", "torch_mp_fused",
                  "torch_mp_graphs"]
 COMPILE_COLUMNS = ["compile_default", "compile_ro"]
@@ -331,13 +333,29 @@ class Bench:
         return self.args.warmup_large, self.args.repeats_large
 
     # -- timing ----------------------------------------------------------------------------------------------
-    def time_calls(self, fn: Callable, sets: List[Tuple[Any, ...]], warmup: int, repeats: int) -> List[float]:
+    def time_paired(self, fn: Callable, reference: Callable, sets: List[Tuple[Any, ...]], warmup: int,
+                    repeats: int) -> Tuple[List[float], List[float]]:
+        """(fn's times, reference's times), timed in alternating windows of a few calls each: a stretch where the
+        host slows (BERT-base's TorchScript calls, launch-bound, went from 2.8 to 5.4 ms within a second on an
+        H200, benchmarks/cuda_timing_probe.py) slows both alike, so their ratio holds where the times do not."""
+        windows = max(1, min(PAIRED_WINDOWS, repeats))
+        times: List[float] = []
+        reference_times: List[float] = []
+        self.time_calls(reference, sets, warmup, 0)
+        for window in range(windows):
+            calls = repeats // windows + (1 if window < repeats % windows else 0)
+            times += self.time_calls(fn, sets, warmup if window == 0 else 0, calls, warm_s=window == 0)
+            reference_times += self.time_calls(reference, sets, 0, calls, warm_s=False)
+        return times, reference_times
+
+    def time_calls(self, fn: Callable, sets: List[Tuple[Any, ...]], warmup: int, repeats: int,
+                   warm_s: bool = True) -> List[float]:
         torch = self.torch
         with self.grad_ctx():
             # at least `warmup` calls and --warmup-s seconds: with the count alone, one graph timed 2.97-5.09 ms in
             # one run (BERT-base b32 as torch_mp / _plain / _cudnn, H200, 2026-11-26), each right after a CPU-bound
             # conversion that lets the GPU idle (its clocks drop from 1980 MHz to a few hundred when idle)
-            deadline = time.perf_counter() + (0.0 if self.args.smoke else self.args.warmup_s)
+            deadline = time.perf_counter() + (0.0 if self.args.smoke or not warm_s else self.args.warmup_s)
             i = 0
             while i < warmup or time.perf_counter() < deadline:
                 fn(*sets[i % len(sets)])
@@ -493,7 +511,13 @@ class Bench:
             cell["setup_s"] = round(time.perf_counter() - t0, 2)
             phase = "timing"
             warmup, repeats = self.repeats(batch)
-            times = self.time_calls(fn, shared["sets"], warmup, repeats)
+            reference = shared.get("fp32_ts_fn") if column != "fp32_ts" else None
+            if reference is not None:
+                times, reference_times = self.time_paired(fn, reference, shared["sets"], warmup, repeats)
+                cell["paired_fp32_ts_ms"] = statistics.median(reference_times)
+                cell["paired_speedup"] = cell["paired_fp32_ts_ms"] / statistics.median(times)
+            else:
+                times = self.time_calls(fn, shared["sets"], warmup, repeats)
             ms = statistics.median(times)
             cell.update(status="ok", ms=ms, min_ms=min(times), mean_ms=statistics.fmean(times),
                         p90_ms=sorted(times)[min(len(times) - 1, int(0.9 * len(times)))], n=len(times),
@@ -523,10 +547,12 @@ class Bench:
         finally:
             if column == "torch_mp_fused" and fn is not None:
                 self.shared[(name, batch)]["fused_" + dtype_name] = fn
+            fp32_ts_fn = fn if column == "fp32_ts" else None  # every other column of the row is timed beside it
             del fn
         if column == "fp32_ts" and cell["status"] == "ok":
             cell["measured_in"] = dtype_name
             self.shared[(name, batch)]["fp32_ts_cell"] = cell
+            self.shared[(name, batch)]["fp32_ts_fn"] = fp32_ts_fn
         self.record(name, dtype_name, batch, column, cell)
         if column.startswith("compile"):
             torch._dynamo.reset()
@@ -947,13 +973,20 @@ def merge_into(merged: Dict[str, Any], data: Dict[str, Any]) -> None:
 
 
 def derive(row: Dict[str, Any]) -> None:
-    """Ratios of each column vs fp32_ts and vs compile_default (time_base / time_column: > 1 is faster)."""
+    """Ratios of each column vs fp32_ts and vs compile_default (time_base / time_column: > 1 is faster). A cell timed
+    in windows alternating with fp32_ts (paired_speedup) gives its ratio to fp32_ts from those windows, and two such
+    cells compare through it; other cells by their medians."""
     columns = row.get("columns", {})
-    ms = {c: cell["ms"] for c, cell in columns.items() if cell.get("status") == "ok" and cell.get("ms")}
+    ok = {c: cell for c, cell in columns.items() if cell.get("status") == "ok" and cell.get("ms")}
+    paired = {c: cell["paired_speedup"] for c, cell in ok.items() if cell.get("paired_speedup")}
+    if "fp32_ts" in ok:
+        paired["fp32_ts"] = 1.0
     row["ratios"] = {}
     for base in ("fp32_ts", "compile_default", "compile_ro"):
-        if base in ms:
-            row["ratios"]["vs_" + base] = {c: ms[base] / v for c, v in ms.items()}
+        if base in ok:
+            row["ratios"]["vs_" + base] = {
+                c: paired[c] / paired[base] if c in paired and base in paired else ok[base]["ms"] / cell["ms"]
+                for c, cell in ok.items()}
 
 
 def merge_files(paths: List[str]) -> Dict[str, Any]:
@@ -1012,12 +1045,15 @@ def evaluate_targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
                     + (f" ({(cell or {}).get('reason') or (cell or {}).get('error')})"
                        if cell and cell.get('status') != 'ok' else "") for c, cell in missing)
             else:
-                value = cells[base]["ms"] / cells[column]["ms"]
+                derive(row)
+                value = ratio(row, column, base)
+                how = ", both timed beside fp32_ts" if all(cells[c].get("paired_speedup") or c == "fp32_ts"
+                                                           for c in (column, base)) else ""
                 entry["status"] = "met" if value >= minimum else "missed"
                 entry["value"] = value
                 entry["detail"] = (f"{column} {cells[column]['ms']:.3f} ms vs {base} {cells[base]['ms']:.3f} ms: "
-                                   f"{value:.2f}x (needs {minimum:.1f}x)")
-                others = [(c, cells[base]["ms"] / cells[c]["ms"]) for c in TORCH_MP_COLUMNS
+                                   f"{value:.2f}x{how} (needs {minimum:.1f}x)")
+                others = [(c, ratio(row, c, base)) for c in TORCH_MP_COLUMNS
                           if c != column and (cells.get(c) or {}).get("status") == "ok"]
                 if others and column == "torch_mp":
                     best = max(others, key=lambda item: item[1])
@@ -1056,7 +1092,9 @@ def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]
         "Method: median ms of one whole forward call on fp32 inputs, under torch.no_grad, after warm-up calls; "
         "CUDA events around each call and a synchronize after it (so launch overhead counts); inputs rotated among "
         "a few random sets. Random weights; BERT: seq 128 with the last quarter of each row padded. In parentheses: "
-        "speed-up over fp32_ts (fp32 frozen TorchScript of torch.jit.trace, PyTorch's default TF32 settings: "
+        "speed-up over fp32_ts; in runs from 2026-11-28 on, each cell is timed in 5 windows alternating with fp32_ts "
+        "and its speed-ups (vs fp32_ts, and vs compile_* where both were so timed) come from those windows, "
+        "which a slowing host slows alike (fp32_ts: fp32 frozen TorchScript of torch.jit.trace, PyTorch's default TF32 settings: "
         "cuDNN convolutions in TF32, matmuls in fp32). Columns: autocast = eager under torch.autocast; lowp_ts = "
         "whole model in fp16/bf16 (channels_last for conv nets) traced and frozen; compile_default / compile_ro = "
         "torch.compile (inductor, dynamic=False, mode default / reduce-overhead) under torch.autocast; torch_mp = "
