@@ -29,7 +29,8 @@ def fusion_groups() -> int:
 
 
 def timed_window(module, inputs, window_s: float):
-    """(median ms by CUDA events, median ms by the host's clock, calls) over `window_s` of calls after as much warm-up."""
+    """(median ms by CUDA events, median ms by the host's clock, calls) over `window_s` of calls, after half as long
+    of warm-up."""
     events, wall = [], []
     warm_until = time.perf_counter() + window_s / 2
     while time.perf_counter() < warm_until:
@@ -69,8 +70,8 @@ def probe(name: str, batch: int, rounds: int, window_s: float) -> None:
             for label, module in modules.items():
                 event_ms, wall_ms, calls = timed_window(module, example, window_s)
                 medians[label].append(event_ms)
-                print(f"{name} b{batch} round {round_} {label}: {event_ms:.3f} ms (host {wall_ms:.3f} ms, {calls} calls,"
-                      f" {fusion_groups()} fusion groups)", flush=True)
+                print(f"{name} b{batch} round {round_} {label}: {event_ms:.3f} ms (host {wall_ms:.3f} ms, "
+                      f"{calls} calls, {fusion_groups()} fusion groups)", flush=True)
     print(f"{name} b{batch} per-round medians: "
           + "; ".join(f"{label} {' '.join(f'{m:.2f}' for m in ms)}" for label, ms in medians.items()), flush=True)
 

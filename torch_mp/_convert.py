@@ -79,8 +79,8 @@ def convert(
             CPU models.
         fuse_convolutions: on CUDA, conv (+bias) +relu and conv (+bias) +residual add +relu become one cuDNN call
             (aten::cudnn_convolution_relu / aten::cudnn_convolution_add_relu, stock aten ops; on by default: faster
-            than the unfused chain in every convolutional cell of benchmarks/CUDA_SPEED.md). Such a model runs on
-            CUDA only; False for one that may be moved to the CPU. No effect on CPU conversions.
+            than the unfused chain on an H200, benchmarks/CUDA_SPEED.md). Such a model runs on CUDA only; False
+            for one that may be moved to the CPU. No effect on CPU conversions.
         return_report: also return the Report.
         calibration_inputs: more inputs (a list, each like example_inputs) the model runs on before planning: the
             range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range.

@@ -11,10 +11,11 @@
 //
 // The same bits as the CPU kernel for the same program (kernels/fused_pointwise.h): inputs widened to fp32 exactly,
 // each op in fp32 with the IEEE round-to-nearest intrinsics (__fadd_rn & co.: never contracted into an FMA, whatever
-// --fmad says; true division; subnormals kept, as no --use_fast_math), relu as ATen's CUDA clamp_min (NaN kept, -0 becomes +0),
-// roundings through c10::Half / c10::BFloat16 as ATen's CUDA casts and stores do (__float2half_rn; __float2bfloat16,
-// or the same round-to-nearest-even in software before sm_80). What ATen's CUDA kernels do differently from its CPU
-// ones (a division by a number multiplies by the number's fp32 reciprocal) the program says (jit/fuse_pointwise).
+// --fmad says; true division; subnormals kept, as no --use_fast_math), relu as ATen's CUDA clamp_min (NaN kept, -0
+// becomes +0), roundings through c10::Half / c10::BFloat16 as ATen's CUDA casts and stores do (__float2half_rn;
+// __float2bfloat16, or the same round-to-nearest-even in software before sm_80). What ATen's CUDA kernels do
+// differently from its CPU ones (a division by a number multiplies by the number's fp32 reciprocal) the program says
+// (jit/fuse_pointwise).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
