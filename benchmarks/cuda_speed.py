@@ -1044,8 +1044,7 @@ def evaluate_targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
                     f"{c}: {(cell or {}).get('status', 'absent')}"
                     + (f" ({(cell or {}).get('reason') or (cell or {}).get('error')})"
                        if cell and cell.get('status') != 'ok' else "") for c, cell in missing)
-            else:
-                derive(row)
+            else:  # rows come derived (merge_files)
                 value = ratio(row, column, base)
                 how = ", both timed beside fp32_ts" if all(cells[c].get("paired_speedup") or c == "fp32_ts"
                                                            for c in (column, base)) else ""

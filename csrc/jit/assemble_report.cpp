@@ -243,9 +243,9 @@ std::vector<NodeDecision> decisionsOf(
     decision.forcedToFp32 = plan.forcedToFp32[n];
     decision.rule = mapping.rules[n];
     decision.ruleKind = mapping.ruleKinds[n];
-    if (!node->outputs().empty() && isObservedFp32(observed, node->output(0)) &&
-        observed.at(node->output(0)).rangeObserved) {
-      decision.amax = observed.at(node->output(0)).largestMagnitude;
+    if (const ObservedValue* seen = node->outputs().empty() ? nullptr : observedFp32(observed, node->output(0));
+        seen && seen->rangeObserved) {
+      decision.amax = seen->largestMagnitude;
     }
     decision.flops = estimateFlops(node, observed);
     if (decision.forcedToFp32) {

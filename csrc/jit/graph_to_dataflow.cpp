@@ -536,9 +536,14 @@ class DataflowBuilder {
 
 } // namespace
 
-bool isObservedFp32(const ObservedValues& observed, const Value* value) {
+const ObservedValue* observedFp32(const ObservedValues& observed, const Value* value) {
   auto it = observed.find(value);
-  return it != observed.end() && it->second.isTensor && it->second.dtype == c10::ScalarType::Float;
+  const bool fp32 = it != observed.end() && it->second.isTensor && it->second.dtype == c10::ScalarType::Float;
+  return fp32 ? &it->second : nullptr;
+}
+
+bool isObservedFp32(const ObservedValues& observed, const Value* value) {
+  return observedFp32(observed, value) != nullptr;
 }
 
 DataflowMapping buildDataflow(

@@ -95,6 +95,9 @@ DataflowMapping buildDataflow(
     const std::unordered_set<NodeId>& keepFp32 = {},
     const StateContainers* state = nullptr);
 
+// The value's observation where it was observed as an fp32 tensor, else nullptr.
+const ObservedValue* observedFp32(const ObservedValues& observed, const torch::jit::Value* value);
+
 // Whether the value was observed as an fp32 tensor.
 bool isObservedFp32(const ObservedValues& observed, const torch::jit::Value* value);
 

@@ -503,6 +503,12 @@ const char* const kGroupNorm = "aten::group_norm(%up, %groups, %w, %b, %eps, %tr
 const char* const kBatchNorm = "aten::batch_norm(%up, %w, %b, %mean, %var, %false, %momentum, %eps, %true)";
 const char* const kInstanceNorm = "aten::instance_norm(%up, %w, %b, %none, %none, %true, %momentum, %eps, %true)";
 
+// "aten::layer_norm" of "aten::layer_norm(%up, ...)".
+std::string opOf(const char* call) {
+  const std::string text(call);
+  return text.substr(0, text.find('('));
+}
+
 std::vector<c10::IValue> normInputs(at::ScalarType low) {
   return {(at::randn({2, 4, 4}) * 3 + 1).to(low), at::randn({4}), at::randn({4}), at::randn({4}), at::rand({4}) + 0.5};
 }
@@ -518,7 +524,7 @@ TEST(FuseCastsTest, NormsOnCpuReadAndWriteTheLowValue) {
       EXPECT_TRUE(fuseCasts(graph));
       graph->lint();
       EXPECT_EQ(countNodes(*graph, c10::aten::to), 0);  // the downcast, and the upcast with its last reader
-      const std::string fused = std::string(norm).substr(0, std::string(norm).find('(')) + "(%x, ";
+      const std::string fused = opOf(norm) + "(%x, ";
       FileCheck().check_not("aten::to")->check(fused)->check("aten::mul(")->run(*graph);
       EXPECT_EQ(recordedDtype(graph->outputs()[0]->node()->input(0)), low);
       // fp32 inside, one rounding to the low dtype: the same values up to the last bit (of a value squared here)
@@ -537,7 +543,7 @@ TEST(FuseCastsTest, BatchAndInstanceNormsOnCudaReadAndWriteTheLowValue) {
       EXPECT_TRUE(fuseCasts(graph));
       graph->lint();
       EXPECT_EQ(countNodes(*graph, c10::aten::to), 0);
-      const std::string fused = std::string(norm).substr(0, std::string(norm).find('(')) + "(%x, ";
+      const std::string fused = opOf(norm) + "(%x, ";
       FileCheck().check_not("aten::to")->check(fused)->check("aten::mul(")->run(*graph);
     }
   }
@@ -562,7 +568,7 @@ TEST(FuseCastsTest, NormKeepsItsCastsWhereTheResultOrParametersOrDeviceForbid) {
     SCOPED_TRACE(norm);
     auto graph = normBetweenCasts(norm, "Half", "cuda:0");
     EXPECT_FALSE(fuseCasts(graph));
-    const std::string op = std::string(norm).substr(0, std::string(norm).find('(')) + "(%";
+    const std::string op = opOf(norm) + "(%";
     FileCheck().check("aten::to(%x")->check(op)->check("aten::to(%")->run(*graph);
   }
   {  // no fp32 parameter: ATen would take its low-dtype kernel, not the mixed one

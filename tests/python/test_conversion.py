@@ -197,7 +197,8 @@ def test_policy_api():
     assert "aten::lstm" in policy.ops("low")
     # the targets share one table, but for the norms cuda_fp16 lets follow an fp16 input
     cpu = torch_mp.OpPolicy.default("cpu_fp16", cpu_features="all").entries()
-    assert {op for op in policy.entries() if cpu[op] != policy.entries()[op]} == {
+    entries = policy.entries()
+    assert {op for op in entries if cpu[op] != entries[op]} == {
         "aten::layer_norm", "aten::native_layer_norm", "aten::group_norm"}
     assert policy.category("aten::layer_norm") == "follow" and cpu["aten::layer_norm"].category == "fp32"
     edited = policy.copy().add("low", ["aten::gelu", "aten::silu"])
