@@ -1,37 +1,53 @@
 #include "core/min_cut.h"
 
 #include <algorithm>
-#include <queue>
 
 namespace torch_mp::core {
 
-MinCut::MinCut(int numVertices) : adjacency_(numVertices) {}
+MinCut::MinCut(int numVertices) : numVertices_(numVertices) {}
 
 int MinCut::addVertex() {
-  adjacency_.emplace_back();
-  return static_cast<int>(adjacency_.size()) - 1;
+  return numVertices_++;
 }
 
 void MinCut::addEdge(int from, int to, int64_t capacity) {
-  adjacency_[from].push_back(static_cast<int>(edges_.size()));
   edges_.push_back({to, capacity});
-  adjacency_[to].push_back(static_cast<int>(edges_.size()));
   edges_.push_back({from, 0});
 }
 
+// A counting sort of the edges by the vertex they leave (edge i leaves edges_[i ^ 1].to), stable in edge order.
+void MinCut::buildAdjacency() {
+  firstEdge_.assign(numVertices_ + 1, 0);
+  for (size_t edge = 0; edge < edges_.size(); ++edge) {
+    ++firstEdge_[edges_[edge ^ 1].to + 1];
+  }
+  for (int vertex = 0; vertex < numVertices_; ++vertex) {
+    firstEdge_[vertex + 1] += firstEdge_[vertex];
+  }
+  adjacentEdges_.resize(edges_.size());
+  std::vector<int> next(firstEdge_.begin(), firstEdge_.end() - 1);
+  for (size_t edge = 0; edge < edges_.size(); ++edge) {
+    adjacentEdges_[next[edges_[edge ^ 1].to]++] = static_cast<int>(edge);
+  }
+}
+
+// Levels by breadth-first search from the source, up to the sink's: a vertex at the sink's level or beyond lies on
+// no shortest path to it, so the search stops there.
 bool MinCut::buildLevels(int source, int sink) {
-  level_.assign(adjacency_.size(), -1);
-  std::queue<int> frontier;
+  level_.assign(numVertices_, -1);
+  frontier_.clear();
   level_[source] = 0;
-  frontier.push(source);
-  while (!frontier.empty()) {
-    int vertex = frontier.front();
-    frontier.pop();
-    for (int edgeIndex : adjacency_[vertex]) {
-      const Edge& edge = edges_[edgeIndex];
+  frontier_.push_back(source);
+  for (size_t next = 0; next < frontier_.size(); ++next) {
+    const int vertex = frontier_[next];
+    if (level_[sink] >= 0 && level_[vertex] >= level_[sink]) {
+      break;
+    }
+    for (int i = firstEdge_[vertex]; i < firstEdge_[vertex + 1]; ++i) {
+      const Edge& edge = edges_[adjacentEdges_[i]];
       if (edge.residual > 0 && level_[edge.to] < 0) {
         level_[edge.to] = level_[vertex] + 1;
-        frontier.push(edge.to);
+        frontier_.push_back(edge.to);
       }
     }
   }
@@ -64,8 +80,8 @@ int64_t MinCut::augment(int source, int sink, int64_t limit) {
       continue;
     }
     bool advanced = false;
-    for (size_t& i = nextEdge_[vertex]; i < adjacency_[vertex].size(); ++i) {
-      int edgeIndex = adjacency_[vertex][i];
+    for (int& i = nextEdge_[vertex]; i < firstEdge_[vertex + 1]; ++i) {
+      const int edgeIndex = adjacentEdges_[i];
       const Edge& edge = edges_[edgeIndex];
       if (edge.residual > 0 && level_[edge.to] == level_[vertex] + 1) {
         pathEdges.push_back(edgeIndex);
@@ -89,25 +105,26 @@ int64_t MinCut::augment(int source, int sink, int64_t limit) {
 }
 
 int64_t MinCut::solve(int source, int sink) {
+  buildAdjacency();
   int64_t flow = 0;
   while (buildLevels(source, sink)) {
-    nextEdge_.assign(adjacency_.size(), 0);
+    nextEdge_.assign(firstEdge_.begin(), firstEdge_.end() - 1);
     flow += augment(source, sink, kInfinite);
   }
   // Vertices that reach the sink through edges with residual capacity, found backwards from the sink.
-  reachesSink_.assign(adjacency_.size(), false);
-  std::queue<int> frontier;
+  reachesSink_.assign(numVertices_, false);
+  frontier_.clear();
   reachesSink_[sink] = true;
-  frontier.push(sink);
-  while (!frontier.empty()) {
-    const int vertex = frontier.front();
-    frontier.pop();
-    for (int edgeIndex : adjacency_[vertex]) {
+  frontier_.push_back(sink);
+  for (size_t next = 0; next < frontier_.size(); ++next) {
+    const int vertex = frontier_[next];
+    for (int i = firstEdge_[vertex]; i < firstEdge_[vertex + 1]; ++i) {
+      const int edgeIndex = adjacentEdges_[i];
       // edgeIndex ^ 1 runs from edges_[edgeIndex].to into `vertex`
       const int from = edges_[edgeIndex].to;
       if (!reachesSink_[from] && edges_[edgeIndex ^ 1].residual > 0) {
         reachesSink_[from] = true;
-        frontier.push(from);
+        frontier_.push_back(from);
       }
     }
   }

@@ -30,13 +30,20 @@ class MinCut {
     int to;
     int64_t residual;
   };
+  void buildAdjacency();
   bool buildLevels(int source, int sink);
   int64_t augment(int vertex, int sink, int64_t limit);
 
+  int numVertices_;
   std::vector<Edge> edges_;  // edge i and i ^ 1 are each other's reverse
-  std::vector<std::vector<int>> adjacency_;
+  // The edges leaving vertex v, in the order they were added: adjacentEdges_[firstEdge_[v]] up to (excluding)
+  // adjacentEdges_[firstEdge_[v + 1]]. Built once by solve(): one array for all vertices, not one vector per vertex
+  // (graphs of 100k nodes make over 100k vertices, and their allocations cost more than the flow).
+  std::vector<int> firstEdge_;
+  std::vector<int> adjacentEdges_;
   std::vector<int> level_;
-  std::vector<size_t> nextEdge_;
+  std::vector<int> frontier_;  // the breadth-first searches' queue: each vertex enters it at most once
+  std::vector<int> nextEdge_;  // per vertex: the position in adjacentEdges_ its search goes on from in this phase
   std::vector<bool> reachesSink_;
 };
 
