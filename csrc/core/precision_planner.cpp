@@ -44,27 +44,64 @@ int DataflowGraph::tiedAnchor(const Value& value) {
 
 namespace {
 
-// The precision a consumer reads a value in before any cast of its own: the tied copy's for a tied value, else the
-// producer's.
-int sourceOf(const DataflowGraph::Value& value) {
-  return value.tie == Tie::kNone ? value.producer : DataflowGraph::tiedAnchor(value);
+bool writesFp32(const DataflowGraph& graph, int node) {
+  return graph.nodes[node].category == OpCategory::kLowFp32Output;
 }
+
+// The graph in the three categories the solvers know, read through without a copy: each low_fp32_output node is a
+// low node, and one extra fp32 node (the last, `writer`) produces its outputs.
+class SolverGraph {
+ public:
+  explicit SolverGraph(const DataflowGraph& graph)
+      : graph_(graph), writer_(static_cast<int>(graph.nodes.size())) {}
+
+  int numNodes() const {
+    return writer_ + 1;
+  }
+  OpCategory category(int node) const {
+    if (node == writer_) {
+      return OpCategory::kFp32;
+    }
+    const OpCategory category = graph_.nodes[node].category;
+    return category == OpCategory::kLowFp32Output ? OpCategory::kLowPrecision : category;
+  }
+  const std::vector<DataflowGraph::Value>& values() const {
+    return graph_.values;
+  }
+  int producer(const DataflowGraph::Value& value) const {
+    return writesFp32(graph_, value.producer) ? writer_ : value.producer;
+  }
+  // DataflowGraph::tiedAnchor with the producer as the solvers see it.
+  int tiedAnchor(const DataflowGraph::Value& value) const {
+    const int anchor = DataflowGraph::tiedAnchor(value);
+    return anchor == value.producer ? producer(value) : anchor;
+  }
+  // The precision a consumer reads a value in before any cast of its own: the tied copy's for a tied value, else
+  // the producer's.
+  int sourceOf(const DataflowGraph::Value& value) const {
+    return value.tie == Tie::kNone ? producer(value) : tiedAnchor(value);
+  }
+
+ private:
+  const DataflowGraph& graph_;
+  const int writer_;
+};
 
 // The constraints as implications "this node in fp32 => those nodes in fp32": the sharing consumers of a tied value
 // agree with its anchor; a widest node must be fp32 when the copy it reads from is fp32.
-std::vector<std::vector<int>> fp32Implications(const DataflowGraph& graph) {
-  std::vector<std::vector<int>> implies(graph.nodes.size());
+std::vector<std::vector<int>> fp32Implications(const SolverGraph& graph) {
+  std::vector<std::vector<int>> implies(graph.numNodes());
   auto agree = [&](int a, int b) {
     implies[a].push_back(b);
     implies[b].push_back(a);
   };
-  for (const DataflowGraph::Value& value : graph.values) {
-    const int source = sourceOf(value);
+  for (const DataflowGraph::Value& value : graph.values()) {
+    const int source = graph.sourceOf(value);
     for (size_t i = 0; i < value.consumers.size(); ++i) {
       const int consumer = value.consumers[i];
       if (value.tie != Tie::kNone && value.access[i] == Access::kShares) {
         agree(source, consumer);
-      } else if (graph.nodes[consumer].category == OpCategory::kWidest) {
+      } else if (graph.category(consumer) == OpCategory::kWidest) {
         implies[source].push_back(consumer);
       }
     }
@@ -93,24 +130,24 @@ void closeOver(const std::vector<std::vector<int>>& edges, std::vector<bool>& ma
 }
 
 // Nodes that must be fp32: fp32 nodes and everything the constraints drag along with them.
-std::vector<bool> fp32Closure(const DataflowGraph& graph, const std::vector<std::vector<int>>& implies) {
-  std::vector<bool> fp32(graph.nodes.size(), false);
-  for (size_t n = 0; n < graph.nodes.size(); ++n) {
-    fp32[n] = graph.nodes[n].category == OpCategory::kFp32;
+std::vector<bool> fp32Closure(const SolverGraph& graph, const std::vector<std::vector<int>>& implies) {
+  std::vector<bool> fp32(graph.numNodes(), false);
+  for (int n = 0; n < graph.numNodes(); ++n) {
+    fp32[n] = graph.category(n) == OpCategory::kFp32;
   }
   closeOver(implies, fp32);
   return fp32;
 }
 
-std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector<bool>& fixedFp32) {
-  const int numNodes = static_cast<int>(graph.nodes.size());
+std::vector<Precision> solveMinCut(const SolverGraph& graph, const std::vector<bool>& fixedFp32) {
+  const int numNodes = graph.numNodes();
   MinCut cut(numNodes + 2);
   const int source = numNodes;  // source side: low precision
   const int sink = numNodes + 1;  // sink side: fp32
   for (int n = 0; n < numNodes; ++n) {
     if (fixedFp32[n]) {
       cut.addEdge(n, sink, MinCut::kInfinite);
-    } else if (graph.nodes[n].category == OpCategory::kLowPrecision) {
+    } else if (graph.category(n) == OpCategory::kLowPrecision) {
       cut.addEdge(source, n, MinCut::kInfinite);
     }
   }
@@ -118,8 +155,8 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
     cut.addEdge(a, b, MinCut::kInfinite);
     cut.addEdge(b, a, MinCut::kInfinite);
   };
-  for (const DataflowGraph::Value& value : graph.values) {
-    const int producer = value.producer;
+  for (const DataflowGraph::Value& value : graph.values()) {
+    const int producer = graph.producer(value);
     if (value.consumers.empty()) {
       continue;
     }
@@ -129,7 +166,7 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
       cut.addEdge(b, a, cost);
     };
     if (value.tie != Tie::kNone) {
-      const int anchor = DataflowGraph::tiedAnchor(value);
+      const int anchor = graph.tiedAnchor(value);
       if (anchor != producer) {  // kReaders: one cast after the producer makes the shared copy, or none
         castBetween(producer, anchor);
       }
@@ -139,7 +176,7 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
           agree(anchor, consumer);
         } else {
           castBetween(anchor, consumer);  // its own cast, right before it
-          if (graph.nodes[consumer].category == OpCategory::kWidest) {
+          if (graph.category(consumer) == OpCategory::kWidest) {
             cut.addEdge(consumer, anchor, MinCut::kInfinite);
           }
         }
@@ -147,7 +184,7 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
       continue;
     }
     for (int consumer : value.consumers) {
-      if (graph.nodes[consumer].category == OpCategory::kWidest) {
+      if (graph.category(consumer) == OpCategory::kWidest) {
         cut.addEdge(consumer, producer, MinCut::kInfinite);  // producer fp32 => consumer fp32
       }
     }
@@ -181,19 +218,19 @@ std::vector<Precision> solveMinCut(const DataflowGraph& graph, const std::vector
 // node is low iff every producer it reads from is low. The painted fp32 set is then made valid: nodes whose fp32
 // would drag a low-precision op along (through ties) stay low, and the rest is closed under the constraints.
 std::vector<Precision> paintGreedily(
-    const DataflowGraph& graph,
+    const SolverGraph& graph,
     const std::vector<std::vector<int>>& implies,
     const std::vector<bool>& fixedFp32) {
-  const size_t numNodes = graph.nodes.size();
+  const size_t numNodes = graph.numNodes();
   std::vector<std::vector<int>> producersOf(numNodes);
-  for (const DataflowGraph::Value& value : graph.values) {
+  for (const DataflowGraph::Value& value : graph.values()) {
     for (int consumer : value.consumers) {
-      producersOf[consumer].push_back(value.producer);
+      producersOf[consumer].push_back(graph.producer(value));
     }
   }
   std::vector<bool> fp32 = fixedFp32;
   for (size_t n = 0; n < numNodes; ++n) {
-    if (fp32[n] || graph.nodes[n].category == OpCategory::kLowPrecision) {
+    if (fp32[n] || graph.category(n) == OpCategory::kLowPrecision) {
       continue;
     }
     bool allLow = !producersOf[n].empty();
@@ -210,7 +247,7 @@ std::vector<Precision> paintGreedily(
   }
   std::vector<bool> mustStayLow(numNodes, false);
   for (size_t n = 0; n < numNodes; ++n) {
-    mustStayLow[n] = graph.nodes[n].category == OpCategory::kLowPrecision && !fixedFp32[n];
+    mustStayLow[n] = graph.category(n) == OpCategory::kLowPrecision && !fixedFp32[n];
   }
   closeOver(impliedBy, mustStayLow);
   for (size_t n = 0; n < numNodes; ++n) {
@@ -224,37 +261,15 @@ std::vector<Precision> paintGreedily(
   return precision;
 }
 
-bool writesFp32(const DataflowGraph& graph, int node) {
-  return graph.nodes[node].category == OpCategory::kLowFp32Output;
-}
-
-// The same graph in the three categories the solvers know: each low_fp32_output node becomes a low node, and one
-// extra fp32 node (the last) produces its outputs.
-DataflowGraph withFp32Writer(const DataflowGraph& graph) {
-  DataflowGraph plain = graph;
-  const int writer = plain.addNode(OpCategory::kFp32);
-  for (DataflowGraph::Value& value : plain.values) {
-    if (writesFp32(graph, value.producer)) {
-      value.producer = writer;
-    }
-  }
-  for (DataflowGraph::Node& node : plain.nodes) {
-    if (node.category == OpCategory::kLowFp32Output) {
-      node.category = OpCategory::kLowPrecision;
-    }
-  }
-  return plain;
-}
-
 } // namespace
 
 PrecisionPlan planPrecision(const DataflowGraph& graph, PlanMethod method) {
-  const DataflowGraph plain = withFp32Writer(graph);
+  const SolverGraph solved(graph);
   PrecisionPlan plan;
-  const std::vector<std::vector<int>> implies = fp32Implications(plain);
-  const std::vector<bool> fixedFp32 = fp32Closure(plain, implies);
-  plan.precision = method == PlanMethod::kMinCut ? solveMinCut(plain, fixedFp32)
-                                                 : paintGreedily(plain, implies, fixedFp32);
+  const std::vector<std::vector<int>> implies = fp32Implications(solved);
+  const std::vector<bool> fixedFp32 = fp32Closure(solved, implies);
+  plan.precision = method == PlanMethod::kMinCut ? solveMinCut(solved, fixedFp32)
+                                                 : paintGreedily(solved, implies, fixedFp32);
   plan.precision.resize(graph.nodes.size());
   plan.forcedToFp32.resize(graph.nodes.size());
   for (size_t n = 0; n < graph.nodes.size(); ++n) {
