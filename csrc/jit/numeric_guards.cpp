@@ -47,21 +47,21 @@ std::optional<GuardVerdict> NumericGuards::observedOutOfRange(
       return;
     }
     const double largest = it->second.largestMagnitude;
-    const std::string name = "range guard: %" + value->debugName();
+    auto name = [&] { return "range guard: %" + value->debugName(); };  // built only for a verdict
     if (largest > overflowLimit) {
       verdict = GuardVerdict{value, largest, overflowLimit,
-                             name + " observed up to " + formatMagnitude(largest) + ", above half of " +
+                             name() + " observed up to " + formatMagnitude(largest) + ", above half of " +
                                  dtypeName(lowDtype_) + "'s max " + formatMagnitude(2 * overflowLimit) +
                                  ", so the node keeps fp32"};
     } else if (it->second.onlyIntegers && largest > exactIntegerLimit && largest < kFp32ExactIntegerLimit) {
       verdict = GuardVerdict{value, largest, exactIntegerLimit,
-                             name + " holds integers up to " + formatMagnitude(largest) +
+                             name() + " holds integers up to " + formatMagnitude(largest) +
                                  " (positions, indices, coordinates?); " + dtypeName(lowDtype_) +
                                  " holds every integer only up to " + formatMagnitude(exactIntegerLimit) +
                                  ", so the node keeps fp32"};
     } else if (lowDtype_ == c10::ScalarType::Half && largest > 0.0 && largest < kSmallestNormal) {
       verdict = GuardVerdict{value, largest, kSmallestNormal,
-                             name + " observed only up to " + formatMagnitude(largest) +
+                             name() + " observed only up to " + formatMagnitude(largest) +
                                  ", below float16's smallest normal 6.1e-05, so the node keeps fp32"};
     }
   };
