@@ -3,6 +3,7 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -66,28 +67,37 @@ Node* soleReader(const Value* value, const char* schema) {
 class ConvolutionFuser {
  public:
   ConvolutionFuser(const std::shared_ptr<Graph>& graph, const ObservedValues& observed)
-      : graph_(graph), observed_(observed), writers_(graph),
-        inputDependentRank_(valuesOfInputDependentRank(graph->block(), observed)) {}
+      : graph_(graph), observed_(observed) {}
 
+  // The writers and the ranks are found only where a convolution is: each costs a walk of the whole graph.
   FusedConvolutions run() {
-    visit(graph_->block());
+    std::vector<Node*> convolutions;
+    collectConvolutions(graph_->block(), convolutions);
+    if (convolutions.empty()) {
+      return fused_;
+    }
+    writers_.emplace(graph_);
+    inputDependentRank_ = valuesOfInputDependentRank(graph_->block(), observed_);
+    for (Node* conv : convolutions) {
+      fuse(conv);
+    }
     return fused_;
   }
 
  private:
-  void visit(Block* block) {
+  // The convolutions in the order they are fused: a block's after those of the blocks its nodes hold. Where two
+  // convolutions feed one add, the first fused takes it.
+  static void collectConvolutions(Block* block, std::vector<Node*>& order) {
     std::vector<Node*> convolutions;
     for (Node* node : block->nodes()) {
       for (Block* sub : node->blocks()) {
-        visit(sub);
+        collectConvolutions(sub, order);
       }
       if (convolution2dArguments(node)) {
         convolutions.push_back(node);
       }
     }
-    for (Node* conv : convolutions) {
-      fuse(conv);
-    }
+    order.insert(order.end(), convolutions.begin(), convolutions.end());
   }
 
   // The dtype cuDNN would run the convolution in, when it runs it and the fused kernel accepts its arguments.
@@ -112,7 +122,7 @@ class ConvolutionFuser {
     if (!allOnes(conv->input(arguments.dilation)) || !isConstantOne(conv->input(arguments.groups))) {
       return std::nullopt;
     }
-    if (recordedDtype(conv->input(0)) != w.scalar_type() || writers_.hasWriters(conv->input(0))) {
+    if (recordedDtype(conv->input(0)) != w.scalar_type() || writers_->hasWriters(conv->input(0))) {
       return std::nullopt;
     }
     return w.scalar_type();
@@ -127,7 +137,7 @@ class ConvolutionFuser {
 
   // The residual %z that cuDNN can add to the convolution's output %c as it is.
   bool isFusibleResidual(const Value* z, const Value* c, c10::ScalarType dtype) const {
-    if (z == c || recordedDtype(z) != dtype || writers_.hasWriters(z)) {
+    if (z == c || recordedDtype(z) != dtype || writers_->hasWriters(z)) {
       return false;
     }
     const auto zSizes = observedSizes(z);
@@ -184,8 +194,8 @@ class ConvolutionFuser {
 
   std::shared_ptr<Graph> graph_;
   const ObservedValues& observed_;
-  WriterQuery writers_;
-  const std::unordered_set<const Value*> inputDependentRank_;
+  std::optional<WriterQuery> writers_;
+  std::unordered_set<const Value*> inputDependentRank_;
   FusedConvolutions fused_;
 };
 
