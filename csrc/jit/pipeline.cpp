@@ -318,6 +318,9 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
   std::shared_ptr<Graph>& graph = prepared.graph;
   StageRunner stages(report.phases);
   CastLedger casts(prepared.observed);
+  // No stage adds a node that may write: where the graph holds none, the stages and the clean-up between them ask
+  // without walking it.
+  const WriteFreeGraph writeFree = stages.run("plan", graph, [&] { return WriteFreeGraph(graph); });
   planAndApply(graph, prepared, options, casts, report, stages);
   stages.run("cancel", graph, [&] { cancelAndFuseCasts(graph, prepared, options, casts); });
   stages.run("tidy", graph, [&] { removeMutationAndDeadCode(graph); });
@@ -329,7 +332,10 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
     poolConstants(graph);
     eliminateCommonSubexpressions(graph);
   });
-  stages.run("report", graph, [&] { reportConversion(graph, bookkeeping, options, casts, report); });
+  stages.run("report", graph, [&] {
+    writeFree.check();
+    reportConversion(graph, bookkeeping, options, casts, report);
+  });
   if (options.verifyOutputs && !prepared.inputs.empty()) {
     stages.run("verify", graph, [&] {
       const std::optional<c10::ScalarType> lowIO =

@@ -71,6 +71,9 @@ class GraphWriteScan {
   OverloadFacts overloads_;
 };
 
+// The graph a WriteFreeGraph of this thread promises holds no writing node, if any.
+thread_local const torch::jit::Graph* writeFreeGraph = nullptr;
+
 } // namespace
 
 bool mayWrite(const Node* node) {
@@ -85,7 +88,24 @@ bool mayWrite(const Node* node) {
 }
 
 bool graphMayWrite(const torch::jit::Graph& graph) {
-  return GraphWriteScan().blockMayWrite(graph.block());
+  return &graph != writeFreeGraph && GraphWriteScan().blockMayWrite(graph.block());
+}
+
+WriteFreeGraph::WriteFreeGraph(const std::shared_ptr<torch::jit::Graph>& graph) : outer_(writeFreeGraph) {
+  if (!GraphWriteScan().blockMayWrite(graph->block())) {
+    graph_ = graph;
+    writeFreeGraph = graph_.get();
+  }
+}
+
+WriteFreeGraph::~WriteFreeGraph() {
+  writeFreeGraph = outer_;
+}
+
+void WriteFreeGraph::check() const {
+  TORCH_INTERNAL_ASSERT(
+      !graph_ || !GraphWriteScan().blockMayWrite(graph_->block()),
+      "torch_mp: a conversion stage added a node that may write to a graph promised to hold none");
 }
 
 WriterQuery::WriterQuery(const std::shared_ptr<torch::jit::Graph>& graph, bool isFrozen) {

@@ -219,6 +219,53 @@ TEST(OverloadFactsTest, AnswersOnlyWhatEveryCandidateOverloadAgreesOn) {
 
 // A graph of casts, which the passes add by the thousand: no write, found without matching their overloads, and the
 // same answer mayWrite gives node by node after matching them.
+TEST(WritersTest, AWriteFreePromiseAnswersForItsGraphUntilItEndsAndItsCheckFindsAnAddedWriter) {
+  auto graph = parseGraph(kNoWrites);
+  auto other = parseGraph(kWriteInABranch);
+  {
+    const WriteFreeGraph promise(graph);
+    ASSERT_TRUE(promise.holds());
+    EXPECT_NO_THROW(promise.check());
+    EXPECT_TRUE(graphMayWrite(*other));  // only its own graph
+    // A writer added meanwhile breaks the promise: the answer is the promise's, and check() finds the writer.
+    Node* linear = firstOfKind(graph->block(), c10::aten::linear);
+    Node* write = graph->create(c10::aten::relu_, {linear->output()});
+    write->insertAfter(linear);
+    EXPECT_FALSE(graphMayWrite(*graph));
+    EXPECT_FALSE(WriterQuery(graph).hasWriters(linear->output()));
+    EXPECT_THROW(promise.check(), c10::Error);
+  }
+  EXPECT_TRUE(graphMayWrite(*graph));  // walked again once the promise ended
+  EXPECT_TRUE(WriterQuery(graph).hasWriters(firstOfKind(graph->block(), c10::aten::linear)->output()));
+
+  const WriteFreeGraph none(other);  // a graph that may write gets no promise: its answers are walked
+  EXPECT_FALSE(none.holds());
+  EXPECT_TRUE(graphMayWrite(*other));
+  EXPECT_NO_THROW(none.check());
+}
+
+TEST(WritersTest, APromiseMadeInsideAnotherReplacesItUntilItEnds) {
+  auto outer = parseGraph(kNoWrites);
+  auto inner = parseGraph(R"IR(
+    graph(%x : Tensor):
+      %y : Tensor = aten::relu(%x)
+      return (%y))IR");
+  const WriteFreeGraph outerPromise(outer);
+  auto addWriter = [](const std::shared_ptr<torch::jit::Graph>& graph) {
+    Node* relu = graph->create(c10::aten::relu_, {graph->inputs()[0]});
+    relu->insertBefore(graph->return_node());
+  };
+  addWriter(outer);  // visible only where no promise answers for `outer`
+  {
+    const WriteFreeGraph innerPromise(inner);
+    ASSERT_TRUE(innerPromise.holds());
+    EXPECT_TRUE(graphMayWrite(*outer));
+    EXPECT_FALSE(graphMayWrite(*inner));
+  }
+  EXPECT_FALSE(graphMayWrite(*outer));  // the outer promise answers again
+  EXPECT_THROW(outerPromise.check(), c10::Error);
+}
+
 TEST(WritersTest, CastsNeverWrite) {
   auto graph = parseGraph(R"IR(
     graph(%x : Tensor):
