@@ -4,7 +4,6 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include <optional>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "jit/ir_utils.h"
@@ -189,7 +188,7 @@ class PlanBuilder {
     }
   }
 
-  std::unordered_map<const Node*, size_t> position_;
+  ska::flat_hash_map<const Node*, size_t> position_;  // one allocation per rehash, not one per node
 };
 
 size_t largestUnique(const Block* block) {
