@@ -2,6 +2,7 @@
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
+#include "jit/dead_code.h"
 #include "jit/overload_facts.h"
 
 namespace torch_mp::jit {
@@ -122,7 +123,7 @@ void eliminateDeadCode(const std::shared_ptr<torch::jit::Graph>& graph) {
   if (graphMayWrite(*graph)) {
     torch::jit::EliminateDeadCode(graph);
   } else {
-    torch::jit::EliminateDeadCode(graph->block(), /*recurse=*/true);
+    eliminateDeadCodeWithoutAliases(graph->block());
   }
 }
 

@@ -57,8 +57,9 @@ class WriterQuery {
   std::unique_ptr<torch::jit::AliasDb> aliasDb_;  // none where no node may write
 };
 
-// torch::jit::EliminateDeadCode(graph), without its AliasDb where no node may write: the AliasDb only lets it remove
-// writes to values nothing reads, and lacking it, it keeps a node only for a mutable schema, which no node has here.
+// torch::jit::EliminateDeadCode(graph), without its AliasDb where no node may write (dead_code.h): the AliasDb only
+// lets it remove writes to values nothing reads, and lacking it, it keeps a node only for a mutable schema, which no
+// node has here.
 void eliminateDeadCode(const std::shared_ptr<torch::jit::Graph>& graph);
 
 } // namespace torch_mp::jit
