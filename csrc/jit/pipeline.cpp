@@ -35,8 +35,8 @@ using torch::jit::Stack;
 // Graph::lint walks a std::set of all the graph's nodes once per block (std::includes), so it costs nodes x blocks,
 // 0.1-0.4 us each: 8 s for 48k nodes in 457 blocks, 4.5 ms for 2k nodes in 18 blocks, where a whole conversion takes
 // about 100 ms (benchmarks/CONVERSION_SCALING.md). It is a self-check (the tests lint every converted graph
-// themselves), so it runs only where it costs a few walks of the graph, about 1 us per node at most, a few percent
-// of any conversion: graphs of at most 8 blocks. The count stops once past them.
+// themselves), so it runs only on graphs of at most 8 blocks, where it costs 1-3 us per node, a few percent of a
+// conversion (36-130 us per node there). The count stops once past them.
 bool lintIsCheap(const Graph& graph) {
   constexpr int64_t kLintBlocks = 8;
   int64_t blocks = 1;
