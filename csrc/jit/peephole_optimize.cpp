@@ -64,6 +64,27 @@ bool aliasSensitiveCouldRewrite(const Node* node) {
   }
 }
 
+bool builtByListConstruct(const Value* list) {
+  return list->type()->kind() == c10::TypeKind::ListType && list->node()->kind() == c10::prim::ListConstruct;
+}
+
+// PeepholeOptimizeListIdioms (without length refinement) rewrites len(), indexing, unpacking and slicing of a list
+// built by prim::ListConstruct, and the sum of two such lists.
+bool listIdiomCouldRewrite(const Node* node) {
+  switch (node->kind()) {
+    case c10::aten::len:
+    case c10::aten::__getitem__:
+    case c10::prim::ListUnpack:
+    case c10::aten::slice:
+      return !node->inputs().empty() && builtByListConstruct(node->input(0));
+    case c10::aten::add:
+      return node->inputs().size() == 2 && builtByListConstruct(node->input(0)) &&
+          builtByListConstruct(node->input(1));
+    default:
+      return false;
+  }
+}
+
 // PeepholeOptimizeDictIdioms rewrites len() and reads of a dict built by prim::DictConstruct.
 bool buildsDict(const Node* node) {
   return node->kind() == c10::prim::DictConstruct;
@@ -93,7 +114,10 @@ bool peepholeOptimize(const std::shared_ptr<Graph>& graph) {
     return torch::jit::PeepholeOptimize(graph, /*disable_shape_peepholes=*/true);
   }
   // PeepholeOptimize's order.
-  bool changed = torch::jit::PeepholeOptimizeListIdioms(graph, /*refine_list_len=*/false);
+  bool changed = false;
+  if (anyNode(graph->block(), listIdiomCouldRewrite)) {
+    changed |= torch::jit::PeepholeOptimizeListIdioms(graph, /*refine_list_len=*/false);
+  }
   if (anyNode(graph->block(), buildsDict)) {
     changed |= torch::jit::PeepholeOptimizeDictIdioms(graph);
   }

@@ -4,11 +4,13 @@
 // PeepholeOptimize runs its own node rewrites, then five passes (list idioms, dict idioms, alias-sensitive
 // identities, non-tensor rewrites, nested concatenations), and four of them each build an AliasDb of the whole graph
 // (about 7 us a node) whether or not there is anything to rewrite: most of the fp32 clean-up's time on a graph
-// without built dicts, nested concatenations or integer identities. Here the dict and concatenation passes and the
-// alias-sensitive one run only where a node they could rewrite exists (a superset of what they rewrite, read off
-// PyTorch's sources); the list idioms, which nearly every graph holds, and the non-tensor pass (no alias analysis)
-// always run. Where the graph holds a node PeepholeOptimize's own rewrites could change (a transpose of a
-// transpose, a number read back from a tensor made of it, a gradient reduction), PyTorch's pass runs as it is.
+// without built dicts, nested concatenations or integer identities. Here the list, dict and concatenation passes
+// and the alias-sensitive one run only where a node they could rewrite exists (a superset of what they rewrite, read
+// off PyTorch's sources; for the list idioms, a length, index, unpacking, slice or sum of a list built by
+// prim::ListConstruct, where nearly every graph builds lists only for ops such as aten::cat to read); the
+// non-tensor pass (no alias analysis) always runs. Where the graph holds a node PeepholeOptimize's own rewrites
+// could change (a transpose of a transpose, a number read back from a tensor made of it, a gradient reduction),
+// PyTorch's pass runs as it is.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>

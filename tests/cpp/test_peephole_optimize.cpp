@@ -46,6 +46,44 @@ TEST(PeepholeOptimizeTest, ListIdiomsRunWhereNothingElseCanFire) {
   peepholeLikePyTorch(unchanged, /*expectChanged=*/false);
 }
 
+// Each list idiom where the list is built in the graph: a length, an index, a slice, a sum of two lists; one list
+// appended to stays as it is. A list only concatenated has nothing to rewrite.
+TEST(PeepholeOptimizeTest, ListIdiomsFoldOnListsBuiltInTheGraph) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %zero : int = prim::Constant[value=0]()
+      %one : int = prim::Constant[value=1]()
+      %none : NoneType = prim::Constant()
+      %l : Tensor[] = prim::ListConstruct(%a, %b)
+      %k : Tensor[] = prim::ListConstruct(%b)
+      %n : int = aten::len(%l)
+      %first : Tensor = aten::__getitem__(%l, %zero)
+      %tail : Tensor[] = aten::slice(%l, %one, %none, %one)
+      %both : Tensor[] = aten::add(%l, %k)
+      %c : Tensor = aten::cat(%tail, %zero)
+      %d : Tensor = aten::cat(%both, %n)
+      %e : Tensor = aten::mul(%first, %d)
+      %m : Tensor[] = prim::ListConstruct(%a)
+      %appended : Tensor[] = aten::append(%m, %b)
+      %f : Tensor = aten::cat(%m, %zero)
+      return (%c, %e, %f))IR");
+  peepholeLikePyTorch(graph, /*expectChanged=*/true);
+  FileCheck()
+      .check_not("aten::len")
+      ->check_not("aten::__getitem__")
+      ->check_not("aten::slice")
+      ->check("aten::append")
+      ->run(*graph);
+
+  auto onlyConcatenated = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %zero : int = prim::Constant[value=0]()
+      %l : Tensor[] = prim::ListConstruct(%a, %b)
+      %c : Tensor = aten::cat(%l, %zero)
+      return (%c))IR");
+  peepholeLikePyTorch(onlyConcatenated, /*expectChanged=*/false);
+}
+
 TEST(PeepholeOptimizeTest, IntegerIdentitiesAndTheRankOfAConvolutionFold) {
   auto graph = parseGraph(R"IR(
     graph(%x : Tensor, %w : Tensor):
