@@ -1,6 +1,5 @@
 #include "jit/pipeline.h"
 
-#include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/eliminate_no_ops.h>
 #include <torch/csrc/jit/passes/freeze_module.h>
 #include <torch/csrc/jit/passes/lower_tuples.h>
@@ -20,6 +19,7 @@
 #include "jit/low_precision_io.h"
 #include "jit/merge_equal_nodes.h"
 #include "jit/peephole_optimize.h"
+#include "jit/propagate_constants.h"
 #include "jit/specialize_dtype_queries.h"
 #include "jit/state_containers.h"
 #include "jit/typed_observation.h"
@@ -75,7 +75,7 @@ void cleanUp(std::shared_ptr<Graph>& graph) {
     torch::jit::RemoveListMutation(graph);
     eliminateCommonSubexpressions(graph);
     peepholeOptimize(graph);
-    torch::jit::ConstantPropagation(graph, /*ignore_custom_classes=*/true);
+    propagateConstants(graph);
     poolConstants(graph);
     torch::jit::EliminateNoOps(graph);
     torch::jit::LowerSimpleTuples(graph->block());  // the graph overload sweeps dead code with alias analysis
@@ -277,7 +277,7 @@ PreparedGraph prepareGraph(std::shared_ptr<Graph> graph, const Stack& inputs, co
     // Dtype queries answered from the observation make constant what compares them (nn.MultiheadAttention's
     // fast-path checks); folded now, on a graph observed afresh, they leave nothing for a second conversion to fold.
     if (SpecializeDtypeQueries(graph, observation.values) &&
-        torch::jit::ConstantPropagation(graph, /*ignore_custom_classes=*/true)) {
+        propagateConstants(graph)) {
       eliminateDeadCode(graph);
       observation = observeRunning(graph, inputs, calibration);
     }
