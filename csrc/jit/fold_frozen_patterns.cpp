@@ -49,56 +49,68 @@ const std::array<Fold, 4> kFolds{{
     {torch::jit::FoldFrozenLinearBatchnorm, kLinears, kBatchNorms},
 }};
 
-int64_t dropoutCount(const Block* block) {
-  int64_t count = 0;
-  anyNode(block, [&](const Node* node) {
-    count += isOneOf(node->kind(), kDropouts) ? 1 : 0;
+// What the folds look for, found in one walk over the graph.
+struct Patterns {
+  int64_t dropouts = 0;
+  bool linearsShareAnInput = false;  // what FrozenConcatLinear concatenates
+  std::array<bool, kFolds.size()> folds{};  // whether the graph holds each fold's pattern
+};
+
+bool readsProducerOf(const Node* node, const Fold& fold) {
+  if (!isOneOf(node->kind(), fold.producers)) {
+    return false;
+  }
+  const auto& uses = node->output(0)->uses();
+  return std::any_of(uses.begin(), uses.end(), [&](const torch::jit::Use& use) {
+    return isOneOf(use.user->kind(), fold.readers);
+  });
+}
+
+bool sharesItsInputWithALinear(const Node* linear) {
+  const auto& uses = linear->input(0)->uses();
+  return std::count_if(uses.begin(), uses.end(), [](const torch::jit::Use& use) {
+           return use.user->kind() == c10::aten::linear && use.offset == 0;
+         }) > 1;
+}
+
+Patterns findPatterns(const Graph& graph) {
+  Patterns found;
+  anyNode(graph.block(), [&](const Node* node) {
+    if (isOneOf(node->kind(), kDropouts)) {
+      ++found.dropouts;
+    }
+    if (node->kind() == c10::aten::linear && !found.linearsShareAnInput) {
+      found.linearsShareAnInput = sharesItsInputWithALinear(node);
+    }
+    for (size_t i = 0; i < kFolds.size(); ++i) {
+      found.folds[i] = found.folds[i] || readsProducerOf(node, kFolds[i]);
+    }
     return false;
   });
-  return count;
-}
-
-bool holdsPatternOf(const Graph& graph, const Fold& fold) {
-  return anyNode(graph.block(), [&](const Node* node) {
-    if (!isOneOf(node->kind(), fold.producers)) {
-      return false;
-    }
-    const auto& uses = node->output(0)->uses();
-    return std::any_of(uses.begin(), uses.end(), [&](const torch::jit::Use& use) {
-      return isOneOf(use.user->kind(), fold.readers);
-    });
-  });
-}
-
-// FrozenConcatLinear concatenates linears that read one input.
-bool linearsShareAnInput(const Graph& graph) {
-  return anyNode(graph.block(), [](const Node* node) {
-    if (node->kind() != c10::aten::linear) {
-      return false;
-    }
-    const auto& uses = node->input(0)->uses();
-    return std::count_if(uses.begin(), uses.end(), [](const torch::jit::Use& use) {
-             return use.user->kind() == c10::aten::linear && use.offset == 0;
-           }) > 1;
-  });
+  return found;
 }
 
 } // namespace
 
 bool FoldFrozenPatterns(std::shared_ptr<Graph>& graph) {
   bool changed = false;
-  if (const int64_t dropouts = dropoutCount(graph->block()); dropouts > 0) {
+  Patterns found = findPatterns(*graph);
+  if (found.dropouts > 0) {
     torch::jit::removeDropout(graph);
-    changed = dropoutCount(graph->block()) != dropouts;
+    const Patterns after = findPatterns(*graph);
+    changed = after.dropouts != found.dropouts;
+    found = after;
   }
-  if (linearsShareAnInput(*graph)) {
+  if (found.linearsShareAnInput) {
     changed |= torch::jit::FrozenConcatLinear(graph);
+    found = findPatterns(*graph);
   }
   for (bool folded = true; folded;) {
     folded = false;
-    for (const Fold& fold : kFolds) {
-      if (holdsPatternOf(*graph, fold)) {
-        folded |= fold.pass(graph);
+    for (size_t i = 0; i < kFolds.size(); ++i) {
+      if (found.folds[i]) {
+        folded |= kFolds[i].pass(graph);
+        found = findPatterns(*graph);  // what the fold left, for the next ones
       }
     }
     changed |= folded;

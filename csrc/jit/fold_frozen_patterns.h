@@ -7,7 +7,8 @@
 // graphs hold nothing for most of them (a transformer has no convolution, a ResNet no linear that feeds a batch
 // norm). Same passes, same order, same repetition; a pass whose ops are absent could not change the graph, so
 // skipping it only moves when the dead code goes, and one sweep at the end (without alias analysis where nothing
-// writes) takes it. Returns whether any pass rewrote the graph.
+// writes) takes it. What every pass looks for is found in one walk, repeated only after a pass ran. Returns whether
+// any pass rewrote the graph.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
