@@ -8,13 +8,13 @@
 #include <ATen/Dispatch.h>
 #include <c10/util/hash.h>
 #include <c10/util/Load.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <functional>
 #include <optional>
-#include <unordered_set>
 
 #include "jit/writers.h"
 
@@ -46,7 +46,44 @@ struct HashNodeAndValue {
   }
 };
 
-using EqualNodes = std::unordered_set<Node*, HashNodeAndValue, torch::jit::EqualNode>;
+// A node with its hash, computed once: a lookup in each enclosing block's set and the insertion share it, and the set
+// rehashes without hashing nodes again.
+struct HashedNode {
+  explicit HashedNode(Node* node) : node(node), hash(HashNodeAndValue{}(node)) {}
+  Node* node;
+  size_t hash;
+};
+
+struct HashOfHashedNode {
+  size_t operator()(const HashedNode& hashed) const {
+    return hashed.hash;
+  }
+};
+
+struct EqualHashedNodes {
+  bool operator()(const HashedNode& a, const HashedNode& b) const {
+    return a.hash == b.hash && torch::jit::EqualNode{}(a.node, b.node);
+  }
+};
+
+// Nodes kept, one of each class of equal nodes, in an open-addressing set (a node-based one allocates per node).
+class EqualNodes {
+ public:
+  // The kept node equal to `node`, or nullptr.
+  Node* find(const HashedNode& node) const {
+    const auto found = nodes_.find(node);
+    return found == nodes_.end() ? nullptr : found->node;
+  }
+
+  // Keeps `node` and returns nullptr, or returns the kept node equal to it.
+  Node* keep(const HashedNode& node) {
+    const auto [kept, inserted] = nodes_.insert(node);
+    return inserted ? nullptr : kept->node;
+  }
+
+ private:
+  ska::flat_hash_set<HashedNode, HashOfHashedNode, EqualHashedNodes> nodes_;
+};
 
 // Whether alias analysis may track a value of this type: anything but the immutable scalars, and optionals and
 // tuples of them. Saying "tracked" of an untracked type only costs building the AliasDb, which then answers.
@@ -120,15 +157,14 @@ void poolBlock(Block* block, EqualNodes& constants, MergeSafety& safety) {
     if (node->kind() != c10::prim::Constant) {
       continue;
     }
-    const auto [kept, inserted] = constants.insert(node);
-    if (!inserted) {
-      const std::optional<c10::IValue> keptValue = torch::jit::toIValue((*kept)->output());
+    if (Node* kept = constants.keep(HashedNode(node))) {
+      const std::optional<c10::IValue> keptValue = torch::jit::toIValue(kept->output());
       const std::optional<c10::IValue> value = torch::jit::toIValue(node->output());
       const bool sameObject = keptValue && value && keptValue->is(*value);
-      if (!sameObject && !safety.safeToChangeAliasing(node->outputs(), (*kept)->outputs())) {
+      if (!sameObject && !safety.safeToChangeAliasing(node->outputs(), kept->outputs())) {
         continue;
       }
-      node->replaceAllUsesWith(*kept);
+      node->replaceAllUsesWith(kept);
       node->destroy();
       continue;
     }
@@ -140,7 +176,7 @@ void poolBlock(Block* block, EqualNodes& constants, MergeSafety& safety) {
 }
 
 // `enclosing` finds an equal node in the blocks around `block`.
-bool eliminateInBlock(Block* block, const std::function<Node*(Node*)>& enclosing, MergeSafety& safety) {
+bool eliminateInBlock(Block* block, const std::function<Node*(const HashedNode&)>& enclosing, MergeSafety& safety) {
   EqualNodes seen;
   bool changed = false;
   for (auto it = block->nodes().begin(); it != block->nodes().end(); ++it) {
@@ -152,15 +188,16 @@ bool eliminateInBlock(Block* block, const std::function<Node*(Node*)>& enclosing
       for (Block* sub : node->blocks()) {
         changed |= eliminateInBlock(
             sub,
-            [&](Node* inner) {
-              const auto found = seen.find(inner);
-              return found != seen.end() ? *found : enclosing(inner);
+            [&](const HashedNode& inner) {
+              Node* found = seen.find(inner);
+              return found ? found : enclosing(inner);
             },
             safety);
       }
       continue;
     }
-    if (Node* outer = enclosing(node)) {
+    const HashedNode hashed(node);
+    if (Node* outer = enclosing(hashed)) {
       if (!safety.safeToChangeAliasing(node->outputs(), outer->outputs())) {
         continue;
       }
@@ -169,12 +206,11 @@ bool eliminateInBlock(Block* block, const std::function<Node*(Node*)>& enclosing
       changed = true;
       continue;
     }
-    const auto [kept, inserted] = seen.insert(node);
-    if (!inserted) {
-      if (safety.bothMayAliasOutputs(node->outputs(), (*kept)->outputs())) {
+    if (Node* kept = seen.keep(hashed)) {
+      if (safety.bothMayAliasOutputs(node->outputs(), kept->outputs())) {
         continue;
       }
-      node->replaceAllUsesWith(*kept);
+      node->replaceAllUsesWith(kept);
       it.destroyCurrent();
       changed = true;
     }
@@ -231,7 +267,7 @@ bool eliminateCommonSubexpressions(const std::shared_ptr<Graph>& graph) {
     return torch::jit::EliminateCommonSubexpression(graph);
   }
   MergeSafety safety(graph);
-  return eliminateInBlock(graph->block(), [](Node*) -> Node* { return nullptr; }, safety);
+  return eliminateInBlock(graph->block(), [](const HashedNode&) -> Node* { return nullptr; }, safety);
 }
 
 } // namespace torch_mp::jit
