@@ -3,6 +3,10 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
+#include <c10/util/flat_hash_map.h>
+#include <c10/util/hash.h>
+
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -19,6 +23,12 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
+
+struct ValueAndDtypeHash {
+  size_t operator()(const std::pair<Value*, c10::ScalarType>& key) const {
+    return c10::hash_combine(std::hash<const Value*>{}(key.first), static_cast<size_t>(key.second));
+  }
+};
 
 bool holdsFp32Tensor(const c10::IValue& value) {
   if (value.isTensor()) {
@@ -78,12 +88,12 @@ class PlanApplier {
       }
     }
     for (const CastRequest& request : requests_) {
-      for (const CastRequest& group : splitOffUntakenBranches(request)) {
+      forEachCastGroup(request, [&](const CastRequest& group) {
         Value* cast = insertCastFor(group);
         for (const auto& [reader, index] : group.uses) {
           reader->replaceInput(index, cast);
         }
-      }
+      });
     }
     for (const ReaderCast& own : readerCasts_) {
       torch::jit::WithInsertPoint guard(own.reader);
@@ -234,24 +244,37 @@ class PlanApplier {
 
   // Readers inside a branch the example inputs did not take get a cast of their own in that branch; the others share
   // one. A cast placed above both would run on every inference for readers that (on these inputs) never run, such
-  // as the slow paths of nn.TransformerEncoderLayer beside its fast path.
-  std::vector<CastRequest> splitOffUntakenBranches(const CastRequest& request) const {
+  // as the slow paths of nn.TransformerEncoderLayer beside its fast path. Calls `insert` on each group: on the
+  // request itself where its readers form one.
+  template <typename Insert>
+  void forEachCastGroup(const CastRequest& request, const Insert& insert) const {
     auto planned = mapping_.values.find(request.value);
     if (planned != mapping_.values.end() && mapping_.dataflow.values[planned->second].tie == core::Tie::kReaders) {
-      return {request};  // its readers write the copy they share
+      insert(request);  // its readers write the copy they share
+      return;
+    }
+    const Block* defining = request.value->node()->owningBlock();
+    std::vector<const Block*> branches;
+    branches.reserve(request.uses.size());
+    for (const auto& use : request.uses) {
+      branches.push_back(outermostUntakenBlock(use.first->owningBlock(), defining, observed_));
+    }
+    if (std::all_of(branches.begin(), branches.end(), [&](const Block* b) { return b == branches.front(); })) {
+      insert(request);
+      return;
     }
     std::vector<CastRequest> groups;
     std::map<const Block*, size_t> groupOfBranch;
-    const Block* defining = request.value->node()->owningBlock();
-    for (const auto& use : request.uses) {
-      const Block* branch = outermostUntakenBlock(use.first->owningBlock(), defining, observed_);
-      auto [slot, added] = groupOfBranch.emplace(branch, groups.size());
+    for (size_t u = 0; u < request.uses.size(); ++u) {
+      auto [slot, added] = groupOfBranch.emplace(branches[u], groups.size());
       if (added) {
         groups.push_back({request.value, request.dtype, {}});
       }
-      groups[slot->second].uses.push_back(use);
+      groups[slot->second].uses.push_back(request.uses[u]);
     }
-    return groups;
+    for (const CastRequest& group : groups) {
+      insert(group);
+    }
   }
 
   // The cast goes as deep as it can while dominating every reader: into the branch of a prim::If that holds all
@@ -345,7 +368,7 @@ class PlanApplier {
   std::vector<CastRequest> requests_;
   std::vector<ReaderCast> readerCasts_;
   std::unordered_map<const void*, at::Tensor> lowStorages_;  // fp32 storage -> its low-precision copy
-  std::map<std::pair<Value*, c10::ScalarType>, size_t> requestIndex_;
+  ska::flat_hash_map<std::pair<Value*, c10::ScalarType>, size_t, ValueAndDtypeHash> requestIndex_;
   std::unordered_map<Value*, Value*> lowConstants_;
   static constexpr size_t kLowTypesKept = 8;  // types compared per value, at most
   std::vector<std::pair<c10::TypePtr, c10::TypePtr>> lowTypes_;  // an fp32 tensor type -> the same in lowDtype_

@@ -259,8 +259,9 @@ std::vector<NodeDecision> decisionsOf(
   return decisions;
 }
 
-Bookkeeping takeBookkeeping(Graph& graph) {
+Bookkeeping takeBookkeeping(Graph& graph, size_t numbered) {
   Bookkeeping taken;
+  taken.ids.reserve(numbered);
   forEachNode(graph.block(), [&](Node* node) {
     if (std::optional<NodeId> id = takeNodeId(node)) {
       taken.ids.emplace(node, *id);

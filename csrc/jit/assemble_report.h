@@ -29,7 +29,8 @@ struct Bookkeeping {
   NodeIds ids;
   ska::flat_hash_set<const torch::jit::Node*> casts;  // the conversion's own
 };
-Bookkeeping takeBookkeeping(torch::jit::Graph& graph);
+// `numbered`: about how many nodes carry an id (the decisions' count), to size the map once.
+Bookkeeping takeBookkeeping(torch::jit::Graph& graph, size_t numbered);
 
 // Fills the report from the converted graph: the conversion's casts that are left (casts, castBytes) and those
 // fused away (from the ledger), the graph as the picture draws it, the weight bytes after, and the fp32 weights

@@ -324,7 +324,7 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
   if (stages.run("kernels", graph, [&] { return layOutAndFuseKernels(graph, prepared, options, casts, report); })) {
     stages.run("tidy", graph, [&] { eliminateDeadCode(graph); });
   }
-  const Bookkeeping bookkeeping = stages.run("report", graph, [&] { return takeBookkeeping(*graph); });
+  const Bookkeeping bookkeeping = stages.run("report", graph, [&] { return takeBookkeeping(*graph, report.nodes.size()); });
   stages.run("tidy", graph, [&] {
     poolConstants(graph);
     eliminateCommonSubexpressions(graph);
