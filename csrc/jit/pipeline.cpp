@@ -5,6 +5,8 @@
 #include <torch/csrc/jit/passes/lower_tuples.h>
 #include <torch/csrc/jit/passes/remove_mutation.h>
 
+#include <algorithm>
+
 #include "jit/apply_precision_plan.h"
 #include "jit/assemble_report.h"
 #include "jit/cancel_casts.h"
@@ -176,10 +178,14 @@ bool layOutAndFuseKernels(
     const ConvertOptions& options,
     CastLedger& casts,
     ConversionReport& report) {
-  if (options.channelsLast) {
+  // Both rewrite only convolutions the example inputs ran on a CUDA device: where nothing did, neither walks the graph.
+  const bool ranOnCuda = std::any_of(prepared.observed.begin(), prepared.observed.end(), [](const auto& entry) {
+    return entry.second.isTensor && entry.second.device.is_cuda();
+  });
+  if (options.channelsLast && ranOnCuda) {
     report.channelsLastConvolutions = ConvertConvolutionsToChannelsLast(graph, prepared.observed);
   }
-  if (options.fuseConvolutions) {
+  if (options.fuseConvolutions && ranOnCuda) {
     const FusedConvolutions fused = FuseCudnnConvolutions(graph, prepared.observed);
     report.fusedConvolutions = fused.convRelu + fused.convAddRelu;
   }

@@ -845,5 +845,33 @@ TEST(PipelineRulesTest, ScalarTheLowDtypeLosesKeepsItsReaderFp32) {
   EXPECT_TRUE(bf16.after[0].toTensor().isfinite().all().item<bool>());
 }
 
+// The kernels stage re-lays and fuses only convolutions the example inputs ran on a CUDA device (here typed so, the
+// weight a CPU constant, as in test_cuda_convolutions.cpp); a graph that ran on the CPU has nothing for it.
+TEST(PipelineRulesTest, KernelsStageRewritesOnlyConvolutionsThatRanOnCuda) {
+  for (const std::string device : {"cuda:0", "cpu"}) {
+    const std::string tensor = "Float(1, 4, 6, 6, strides=[144, 36, 6, 1], requires_grad=0, device=" + device + ")";
+    auto graph = parseGraph(R"IR(
+      graph(%x : Float(1, 3, 8, 8, strides=[192, 64, 8, 1], requires_grad=0, device=)IR" + device + R"IR(), %w : Tensor):
+        %none : NoneType = prim::Constant()
+        %one : int = prim::Constant[value=1]()
+        %zero : int = prim::Constant[value=0]()
+        %ones : int[] = prim::ListConstruct(%one, %one)
+        %zeros : int[] = prim::ListConstruct(%zero, %zero)
+        %c : )IR" + tensor + R"IR( = aten::conv2d(%x, %w, %none, %ones, %zeros, %ones, %one)
+        %r : )IR" + tensor + R"IR( = aten::relu(%c)
+        return (%r))IR");
+    inlineInputAsConstant(*graph, 1, torch::randn({4, 3, 3, 3}));
+    const bool cuda = device != "cpu";
+    PreparedGraph prepared = prepareTypedGraph(graph);
+    const ConversionReport report = convertPrepared(
+        prepared, defaultOptions(cuda ? c10::kCUDA : c10::kCPU, at::kHalf, core::CpuFeatures::all(),
+                                 core::CudaCapability{9, 0}));
+    prepared.graph->lint();
+    EXPECT_EQ(report.channelsLastConvolutions, cuda ? 1 : 0) << device;
+    EXPECT_EQ(report.fusedConvolutions, cuda ? 1 : 0) << device;
+    FileCheck().check_count("aten::cudnn_convolution_relu", cuda ? 1 : 0, /*exactly=*/true)->run(*prepared.graph);
+  }
+}
+
 } // namespace
 } // namespace torch_mp::jit
