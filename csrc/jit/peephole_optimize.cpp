@@ -64,8 +64,9 @@ bool aliasSensitiveCouldRewrite(const Node* node) {
   }
 }
 
+// (prim::ListConstruct always gives a list, the type PyTorch's pass asks for first)
 bool builtByListConstruct(const Value* list) {
-  return list->type()->kind() == c10::TypeKind::ListType && list->node()->kind() == c10::prim::ListConstruct;
+  return list->node()->kind() == c10::prim::ListConstruct;
 }
 
 // PeepholeOptimizeListIdioms (without length refinement) rewrites len(), indexing, unpacking and slicing of a list

@@ -330,7 +330,8 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
   if (stages.run("kernels", graph, [&] { return layOutAndFuseKernels(graph, prepared, options, casts, report); })) {
     stages.run("tidy", graph, [&] { eliminateDeadCode(graph); });
   }
-  const Bookkeeping bookkeeping = stages.run("report", graph, [&] { return takeBookkeeping(*graph, report.nodes.size()); });
+  const Bookkeeping bookkeeping =
+      stages.run("report", graph, [&] { return takeBookkeeping(*graph, report.nodes.size()); });
   stages.run("tidy", graph, [&] {
     poolConstants(graph);
     eliminateCommonSubexpressions(graph);
