@@ -225,6 +225,12 @@ class PreparedModel:
             from .fallback import search_fallback
 
             module, report = search_fallback(job, self.calibration or [self.inputs], tolerance, metric, progress)
+        if report.data.get("non_finite") is not None:
+            from .finite_outputs import repair_non_finite
+
+            if in_place and tolerance is None:  # the conversion used the preparation up: the repair plans again
+                self._bound = _prepare_scripted(self.scripted, self.inputs, self.calibration)
+            module, report = repair_non_finite(job, module, report, [self.inputs] + list(self.calibration))
         report.annotate("capture", self.capture)
         if policy.slow_kernels:
             report.annotate("slow_kernels", policy.slow_kernels)
@@ -233,7 +239,8 @@ class PreparedModel:
 
 class Conversion:
     """A prepared model and the options of its conversions; run() converts a copy, keeping given nodes (by id) in
-    fp32 (what the accuracy fallback varies)."""
+    fp32 (what the accuracy fallback varies), and always those in `keep_non_finite` (what the repair of non-finite
+    outputs found)."""
 
     def __init__(self, prepared: PreparedModel, options: _Options):
         self.prepared = prepared
@@ -241,6 +248,8 @@ class Conversion:
         self.policy = options.policy
         self.dtype_name = LOW_DTYPES[options.dtype]
         self.low_precision_io = not options.keep_io_dtypes
+        self.low_dtype = options.dtype
+        self.keep_non_finite: set = set()
         self._options = _C.ConvertOptions(self.dtype_name, options.policy._c)
         self._options.planner = options.planner
         self._options.verify_outputs = options.verify
@@ -263,11 +272,19 @@ class Conversion:
         then used up. `verify=False` skips the verification run (a caller that runs the result itself checks it)."""
         options = copy.copy(self._options)
         options.keep_fp32 = set(keep_fp32)
+        options.keep_fp32_non_finite = self.keep_non_finite
         options.keep_node_ids = keep_node_ids
         options.verify_outputs = options.verify_outputs and verify
         bound = self.prepared._bound
         converted, report = _bound_call(self.scripted, bound.convert_in_place if in_place else bound.convert, options)
         return torch.jit._recursive.wrap_cpp_module(converted), Report(report)
+
+    def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        """The inputs as the converted module takes them: with low-precision IO, fp32 tensors in the low dtype."""
+        if not self.low_precision_io:
+            return inputs
+        return tuple(x.to(self.low_dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+                     for x in inputs)
 
 
 def _normalize_calibration(calibration_inputs: Optional[Sequence[Any]]) -> List[Tuple[Any, ...]]:

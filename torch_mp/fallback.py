@@ -128,7 +128,7 @@ class Evaluator:
         worst = 0.0
         with torch.no_grad():
             for inputs, reference in zip(self.calibration, self.references):
-                output = module(*self._module_inputs(inputs))
+                output = module(*self.job.module_inputs(inputs))
                 self._check_dtypes(reference, output)
                 worst = max(worst, float(self.metric(reference, output)))
                 if not exact and not self.meets(worst):
@@ -139,21 +139,12 @@ class Evaluator:
     def _check_dtypes(self, reference: Any, output: Any) -> None:
         """What the conversion's verification run checks: every output tensor has the fp32 model's dtype (with
         low-precision IO an fp32 output may be low)."""
-        low = self._low_dtype() if self.job.low_precision_io else None
+        low = self.job.low_dtype if self.job.low_precision_io else None
         expected = _tensor_dtypes(reference)
         actual = [torch.float32 if dtype == low else dtype for dtype in _tensor_dtypes(output)]
         if actual != expected:
             raise ConversionError(f"torch_mp internal error: converted outputs have dtypes {actual} instead of "
                                   f"{expected}")
-
-    def _low_dtype(self) -> torch.dtype:
-        return torch.float16 if self.job.dtype_name == "float16" else torch.bfloat16
-
-    def _module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
-        if not self.job.low_precision_io:
-            return inputs
-        low = self._low_dtype()
-        return tuple(x.to(low) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x for x in inputs)
 
     def meets(self, error: float) -> bool:
         return error <= self.tolerance

@@ -19,11 +19,14 @@ constexpr FlopFormula kTransformerEncoderLayer = FlopFormula::kTransformerEncode
 constexpr FlopFormula kRecurrent = FlopFormula::kRecurrent;
 constexpr LayoutRole kKeeps = LayoutRole::kKeepsChannelsLast;
 constexpr LayoutRole kMetadata = LayoutRole::kReadsMetadataOnly;
+constexpr ZeroSensitivity kZeroAlways = ZeroSensitivity::kAlways;
 
 // TensorIterator gives an elementwise op's output the layout of its inputs (the first input's when they differ).
 constexpr const char* kElementwiseLayout = "elementwise (TensorIterator): the output takes the inputs' layout";
 constexpr const char* kPerChannelLayout = "per-channel kernel with an NHWC path in cuDNN / ATen";
 constexpr const char* kMetadataOnly = "reads sizes, dtype or device only";
+constexpr const char* kDivisor = "a divisor of 0 gives inf or NaN";
+constexpr const char* kLogOfZero = "the log of 0 is -inf";
 
 // clang-format off
 const OpFacts kOpFacts[] = {
@@ -37,6 +40,7 @@ const OpFacts kOpFacts[] = {
      .layoutReason = "NHWC pooling kernel; output keeps the input's layout"},
     {.op = "aten::add", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::addbmm", .flops = kBiasedContraction},
+    {.op = "aten::addcdiv", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 2, .zeroReason = kDivisor},
     {.op = "aten::addmm", .flops = kBiasedContraction},
     {.op = "aten::avg_pool2d", .layout = kKeeps,
      .layoutReason = "NHWC pooling kernel; output keeps the input's layout"},
@@ -67,12 +71,17 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::cumsum", .castFusion = kDtypeArgument},
     {.op = "aten::detach", .preservesDtype = true},
     {.op = "aten::dim", .layout = kMetadata, .layoutReason = kMetadataOnly},
-    {.op = "aten::div", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::div", .layout = kKeeps, .layoutReason = kElementwiseLayout, .zeroSensitivity = kZeroAlways,
+     .zeroSensitiveInput = 1, .zeroReason = kDivisor},
     {.op = "aten::dropout", .preservesDtype = true, .layout = kKeeps, .layoutReason = "identity at inference"},
     {.op = "aten::elu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::embedding", .tableLookup = "gathers rows of an embedding table"},
     {.op = "aten::expand", .preservesDtype = true},
+    {.op = "aten::expand_as", .preservesDtype = true},
     {.op = "aten::flatten", .preservesDtype = true},
+    {.op = "aten::floor_divide", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 1, .zeroReason = kDivisor},
+    {.op = "aten::fmod", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 1,
+     .zeroReason = "the remainder of a division by 0 is NaN"},
     {.op = "aten::gather", .tableLookup = "reads a table at an index tensor"},
     {.op = "aten::gelu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::group_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {2, 3}},
@@ -87,6 +96,9 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::leaky_relu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::len", .layout = kMetadata, .layoutReason = kMetadataOnly},
     {.op = "aten::linear", .flops = kContraction},
+    {.op = "aten::log", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 0, .zeroReason = kLogOfZero},
+    {.op = "aten::log10", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 0, .zeroReason = kLogOfZero},
+    {.op = "aten::log2", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 0, .zeroReason = kLogOfZero},
     {.op = "aten::log_softmax", .castFusion = kDtypeArgument},
     {.op = "aten::lstm", .flops = kRecurrent},
     {.op = "aten::matmul", .flops = kContraction},
@@ -100,12 +112,21 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::neg", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::numel", .layout = kMetadata, .layoutReason = kMetadataOnly},
     {.op = "aten::permute", .preservesDtype = true},
+    {.op = "aten::pow", .zeroSensitivity = ZeroSensitivity::kNegativeExponent, .zeroSensitiveInput = 0,
+     .zeroReason = "0 to a negative power is inf"},
     {.op = "aten::prod", .castFusion = kDtypeArgument},
+    {.op = "aten::reciprocal", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 0,
+     .zeroReason = "the reciprocal of 0 is inf"},
     {.op = "aten::relu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::relu6", .layout = kKeeps, .layoutReason = kElementwiseLayout},
+    {.op = "aten::remainder", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 1,
+     .zeroReason = "the remainder of a division by 0 is NaN"},
     {.op = "aten::reshape", .preservesDtype = true},
+    {.op = "aten::reshape_as", .preservesDtype = true},
     {.op = "aten::rnn_relu", .flops = kRecurrent},
     {.op = "aten::rnn_tanh", .flops = kRecurrent},
+    {.op = "aten::rsqrt", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 0,
+     .zeroReason = "the reciprocal square root of 0 is inf"},
     {.op = "aten::scaled_dot_product_attention", .flops = kAttention},
     {.op = "aten::select", .preservesDtype = true},
     {.op = "aten::sigmoid", .layout = kKeeps, .layoutReason = kElementwiseLayout},
@@ -121,6 +142,7 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::tanh", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::to", .layout = kKeeps, .layoutReason = "a dtype cast keeps the memory format (preserve_format)"},
     {.op = "aten::transpose", .preservesDtype = true},
+    {.op = "aten::true_divide", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 1, .zeroReason = kDivisor},
     {.op = "aten::type_as", .layout = kKeeps,
      .layoutReason = "a dtype cast keeps the memory format (preserve_format)"},
     {.op = "aten::unflatten", .preservesDtype = true},
@@ -130,6 +152,7 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::upsample_nearest2d", .layout = kKeeps,
      .layoutReason = "NHWC upsampling kernel; output keeps the input's layout"},
     {.op = "aten::view", .preservesDtype = true},
+    {.op = "aten::view_as", .preservesDtype = true},
     {.op = "prim::ListConstruct", .layout = kKeeps,
      .layoutReason = "a list of tensors is only passed on; its readers decide (cat keeps NHWC)"},
     {.op = "prim::device", .layout = kMetadata, .layoutReason = kMetadataOnly},
@@ -155,6 +178,16 @@ const OpFacts& factsOf(const std::string& op) {
   static const OpFacts kNoFacts{""};
   auto it = byName.find(op);
   return it == byName.end() ? kNoFacts : *it->second;
+}
+
+std::vector<const OpFacts*> zeroSensitiveOps() {
+  std::vector<const OpFacts*> ops;
+  for (const OpFacts& facts : kOpFacts) {
+    if (facts.zeroSensitivity != ZeroSensitivity::kNone) {
+      ops.push_back(&facts);
+    }
+  }
+  return ops;
 }
 
 } // namespace torch_mp::core

@@ -11,11 +11,14 @@
 //   tableLookup     it reads elements of its first argument by index: a constant table it reads runs low, stored once
 //                   (graph_to_dataflow); the reason
 //   layout          what it does with a channels_last tensor (channels_last_convolutions); the reason
+//   zeroSensitive   an input whose value turning 0 makes the result inf or NaN (a divisor, log's argument): no value
+//                   that underflows the low dtype reaches it low (numeric_guards); the reason
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace torch_mp::core {
 
@@ -51,6 +54,13 @@ enum class LayoutRole : uint8_t {
   kReadsMetadataOnly,  // reads sizes, dtype or device, never elements: any layout will do, nothing to convert
 };
 
+// When an op's zeroSensitiveInput matters.
+enum class ZeroSensitivity : uint8_t {
+  kNone,
+  kAlways,            // a 0 there gives inf or NaN
+  kNegativeExponent,  // pow: only with a negative exponent (its second input), or one not known while converting
+};
+
 struct OpFacts {
   const char* op;  // qualified name, all overloads: "aten::relu"
   bool preservesDtype = false;
@@ -60,9 +70,15 @@ struct OpFacts {
   const char* tableLookup = nullptr;
   LayoutRole layout = LayoutRole::kNeedsContiguous;
   const char* layoutReason = nullptr;
+  ZeroSensitivity zeroSensitivity = ZeroSensitivity::kNone;
+  int8_t zeroSensitiveInput = -1;
+  const char* zeroReason = nullptr;
 };
 
 // The facts of a qualified op name; an op in no row has none (every field its default).
 const OpFacts& factsOf(const std::string& op);
+
+// Every op with a zero-sensitive input (one walk of a graph asks a set of these, not the table per node).
+std::vector<const OpFacts*> zeroSensitiveOps();
 
 } // namespace torch_mp::core

@@ -558,6 +558,15 @@ const char* toString(RuleKind kind) {
   return "?";
 }
 
+const char* toString(GuardKind kind) {
+  for (const GuardKindName& entry : kGuardKindNames) {
+    if (entry.kind == kind) {
+      return entry.name;
+    }
+  }
+  return "?";
+}
+
 Target targetFor(bool cuda, bool float16) {
   if (cuda) {
     return float16 ? Target::kCudaFloat16 : Target::kCudaBFloat16;

@@ -134,6 +134,7 @@ enum class RuleKind : uint8_t {
   kExclusion,    // the user's module-path exclusion
   kCallable,     // the user's per-node callable
   kFallback,     // the accuracy fallback keeps it fp32
+  kNonFinite,    // verification: low, its output was NaN or inf where fp32's was finite
   kPolicy,       // the op policy's entry
   kUnknownOp,    // in no policy list: fp32
 };
@@ -150,10 +151,45 @@ inline constexpr RuleKindName kRuleKindNames[] = {
     {RuleKind::kExclusion, "exclusion"},
     {RuleKind::kCallable, "callable"},
     {RuleKind::kFallback, "fallback"},
+    {RuleKind::kNonFinite, "non-finite"},
     {RuleKind::kPolicy, "policy"},
     {RuleKind::kUnknownOp, "unknown op"},
 };
 const char* toString(RuleKind kind);
+
+// Which numeric guard kept a node fp32 (jit/numeric_guards), with RuleKind::kRangeGuard.
+enum class GuardKind : uint8_t {
+  kObservedOverflow,  // a value observed above half the low dtype's max
+  kObservedIntegers,  // a value holding integers the low dtype skips (positions, indices)
+  kObservedTiny,      // fp16: a value observed only below the smallest normal
+  kConstantRange,     // a constant beyond the low dtype's max
+  kLostScalar,        // a scalar more than 1/16 off in the low dtype
+  kUnderflowToZero,   // a value that can underflow to 0 in the low dtype reaches an op a 0 changes (a divisor,
+                      // rsqrt, log, a negative power): the op and the path to it keep fp32
+};
+struct GuardKindName {
+  GuardKind kind;
+  const char* name;  // as the report writes it
+};
+inline constexpr GuardKindName kGuardKindNames[] = {
+    {GuardKind::kObservedOverflow, "observed overflow"},
+    {GuardKind::kObservedIntegers, "observed integers"},
+    {GuardKind::kObservedTiny, "observed tiny"},
+    {GuardKind::kConstantRange, "constant range"},
+    {GuardKind::kLostScalar, "lost scalar"},
+    {GuardKind::kUnderflowToZero, "underflow to zero"},
+};
+const char* toString(GuardKind kind);
+
+// A numeric guard's verdict: which guard, the value that crossed its limit, what was seen of it (its largest
+// magnitude, its smallest non-zero magnitude for kUnderflowToZero, a scalar's value) and the limit crossed (for a
+// lost scalar: what it becomes in the low dtype).
+struct GuardVerdict {
+  GuardKind kind;
+  std::string value;  // the value's name (TorchScript debug name, FX node name)
+  double seen;
+  double limit;
+};
 
 // The default target for a model that runs on CUDA (else the CPU) in float16 (else bfloat16).
 Target targetFor(bool cuda, bool float16);

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/op_facts.h"
 #include "jit/ir_utils.h"
 #include "jit/numeric_guards.h"
 
@@ -70,7 +71,7 @@ class PlanApplier {
         casts_(casts) {}
 
   void run() {
-    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
+    for (size_t n = 0; n < mapping_.planned.size(); ++n) {
       forEachMember(n, [&](Node* member) {
         if (plan_.precision[n] == Precision::kLow) {
           for (Value* output : member->outputs()) {
@@ -82,9 +83,9 @@ class PlanApplier {
         collectCasts(member, static_cast<int>(n));  // reads the plan, not the recorded dtypes
       });
     }
-    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
-      if (mapping_.unobserved[n]) {
-        readLowConstantsInFp32(mapping_.nodes[n]);
+    for (size_t n = 0; n < mapping_.planned.size(); ++n) {
+      if (mapping_.planned[n].unobserved) {
+        readLowConstantsInFp32(mapping_.planned[n].node);
       }
     }
     for (const CastRequest& request : requests_) {
@@ -100,10 +101,10 @@ class PlanApplier {
       Value* cast = casts_.create(castArguments_, own.reader->input(own.index), own.dtype);
       own.reader->replaceInput(own.index, cast);
     }
-    for (size_t n = 0; n < mapping_.nodes.size(); ++n) {
+    for (size_t n = 0; n < mapping_.planned.size(); ++n) {
       if (plan_.precision[n] == Precision::kLow &&
           mapping_.dataflow.nodes[n].category == core::OpCategory::kLowFp32Output) {
-        writeOutputsInFp32(mapping_.nodes[n]);
+        writeOutputsInFp32(mapping_.planned[n].node);
       }
     }
   }
@@ -125,8 +126,8 @@ class PlanApplier {
 
   template <typename Visit>
   void forEachMember(size_t n, const Visit& visit) {
-    visit(mapping_.nodes[n]);
-    for (Node* boundary : mapping_.blockBoundaries[n]) {
+    visit(mapping_.planned[n].node);
+    for (Node* boundary : mapping_.planned[n].blockBoundaries) {
       visit(boundary);
     }
   }
@@ -216,7 +217,8 @@ class PlanApplier {
   // A node the example inputs never reached reads its weights as low-precision copies cast back to fp32, so no
   // weight is stored twice: not one the reached path also reads in low precision, nor one of its own (freezing
   // folds the slow path of nn.MultiheadAttention into weight slices only it reads). A weight beyond the low
-  // dtype's range stays as it is.
+  // dtype's range stays as it is, and so does one read where a 0 gives inf or NaN (core/op_facts: a divisor) with
+  // values the low dtype turns into 0 (a learned scale of 1e-9).
   void readLowConstantsInFp32(Node* node) {
     for (size_t i = 0; i < node->inputs().size(); ++i) {
       Value* input = node->input(i);
@@ -224,7 +226,10 @@ class PlanApplier {
         continue;
       }
       const at::Tensor weight = torch::jit::toIValue(input)->toTensor();
-      const bool fits = largestFiniteMagnitude(weight) <= largestFinite(lowDtype_);
+      const FiniteMagnitudes magnitudes = finiteMagnitudes(weight);
+      const bool zeroSensitive = core::factsOf(node->kind().toQualString()).zeroSensitiveInput == static_cast<int>(i);
+      const bool fits = magnitudes.largest <= largestFinite(lowDtype_) &&
+          (!zeroSensitive || magnitudes.smallest >= smallestNonZero(lowDtype_));
       if (!lowConstants_.count(input) && (weight.scalar_type() != c10::ScalarType::Float || !fits)) {
         continue;
       }

@@ -222,27 +222,29 @@ std::vector<NodeDecision> decisionsOf(
     const ObservedValues& observed,
     c10::ScalarType lowDtype) {
   std::vector<NodeDecision> decisions;
-  decisions.reserve(mapping.nodes.size());
+  decisions.reserve(mapping.planned.size());
   ModuleScopes scopes;
-  for (size_t n = 0; n < mapping.nodes.size(); ++n) {
-    const Node* node = mapping.nodes[n];
+  for (size_t n = 0; n < mapping.planned.size(); ++n) {
+    const PlannedNode& planned = mapping.planned[n];
+    const Node* node = planned.node;
     if (node->kind() == c10::prim::Param || node->kind() == c10::prim::Return) {
       continue;
     }
     NodeDecision decision;
-    decision.id = mapping.ids[n];
+    decision.id = planned.id;
     decision.op = node->kind().toQualString();
     decision.output = node->outputs().empty() ? "" : node->output(0)->debugName();
     decision.scope = scopes.of(node);
     bool low = plan.precision[n] == core::Precision::kLow;
-    if (mapping.ruleKinds[n] == core::RuleKind::kNotFp32) {  // left as it is: say what it runs in
+    if (planned.ruleKind == core::RuleKind::kNotFp32) {  // left as it is: say what it runs in
       low = runsIn(node, observed, lowDtype);
     }
     decision.precision = low ? core::Precision::kLow : core::Precision::kFp32;
     decision.category = mapping.dataflow.nodes[n].category;
     decision.forcedToFp32 = plan.forcedToFp32[n];
-    decision.rule = mapping.rules[n];
-    decision.ruleKind = mapping.ruleKinds[n];
+    decision.rule = planned.rule;
+    decision.ruleKind = planned.ruleKind;
+    decision.guard = planned.guard;
     if (const ObservedValue* seen = node->outputs().empty() ? nullptr : observedFp32(observed, node->output(0));
         seen && seen->rangeObserved) {
       decision.amax = seen->largestMagnitude;

@@ -29,6 +29,7 @@ struct NodeDecision {
   bool forcedToFp32 = false;  // a follow/widest node the planner had to put in fp32 (a shared container, a write)
   std::string rule;       // why, for people
   core::RuleKind ruleKind = core::RuleKind::kPolicy;  // which kind of rule decided
+  std::optional<core::GuardVerdict> guard;  // with kRangeGuard: which guard, the value, what was seen, the limit
   double amax = -1.0;     // largest finite |x| of the first output observed in fp32 (-1: not an observed fp32 tensor)
   int64_t flops = 0;      // multiply-add FLOPs of a heavy op at the example inputs' sizes (flop_estimate)
 };
@@ -65,6 +66,14 @@ struct GraphItem {
 };
 const char* toString(GraphItem::Kind kind);
 
+// Where verification found a converted value holding NaN or inf where the fp32 model's is finite: an output, or else
+// an intermediate value the fp32 run observed finite.
+struct NonFiniteValue {
+  size_t run = 0;                     // 0: the example inputs; i: the i-th calibration input
+  std::optional<size_t> outputTensor;  // which of the outputs' floating tensors (nested ones included, in order)
+  std::string value;                   // else the intermediate's debug name
+};
+
 struct ConversionReport {
   std::string dtype;
   std::string policy;
@@ -87,6 +96,9 @@ struct ConversionReport {
   // false for the load-time pass, whose dtypes come from the executor's profile: no magnitudes, so the observed range
   // guard could not fire (constants are still checked)
   bool rangesObserved = true;
+  // verification (where it ran): the first value that turned NaN or inf where fp32's is finite; the conversion is not
+  // done (convert() keeps the nodes responsible fp32 and plans again)
+  std::optional<NonFiniteValue> nonFinite;
   double seconds = 0.0;
   // Seconds per pipeline stage, in order: cleanup and observe (the preparation, measured once however many plans
   // are made from it), plan, apply, cancel, tidy (PyTorch's clean-up passes between torch_mp's stages: mutation

@@ -31,12 +31,14 @@ enum class ValueKind {
   kContainer,       // a list/tuple/dict holding tensors
 };
 
-// What decided a node: its category, the rule's text and kind, and whether its dtypes were not all observed.
+// What decided a node: its category, the rule's text and kind, the guard that fired, and whether its dtypes were not
+// all observed.
 struct Classification {
   OpCategory category;
   core::RuleKind kind;
   std::string rule;
   bool unobserved;
+  std::optional<core::GuardVerdict> guard;
 };
 
 class DataflowBuilder {
@@ -47,7 +49,7 @@ class DataflowBuilder {
       const core::OpPolicy& policy,
       c10::ScalarType lowDtype,
       const NodeRule& nodeRule,
-      const std::unordered_set<NodeId>& keepFp32,
+      const KeptFp32& keepFp32,
       const StateContainers* state)
       : graph_(graph),
         observed_(observed),
@@ -115,9 +117,10 @@ class DataflowBuilder {
 
   // The node's category, the rule behind it and that rule's kind, or nothing when the node does not touch the plan.
   // The rules, first match wins: graph inputs and outputs; nodes not reached by the example inputs; nodes with a
-  // floating tensor that is not fp32; the observed-range guard; control flow; the constant-range guard; the user's
-  // choices (userChoice); the op policy (a constant-table lookup it lets follow runs low); unknown ops. A node that
-  // would compute low or follow keeps fp32 where a scalar it reads is lost in the low dtype.
+  // floating tensor that is not fp32; the observed-range guard; the underflow-to-zero guard; control flow; the
+  // constant-range guard; the user's choices (userChoice); the op policy (a constant-table lookup it lets follow runs
+  // low); unknown ops. A node that would compute low or follow keeps fp32 where a scalar it reads is lost in the low
+  // dtype.
   std::optional<Classification> classify(Node* node, const std::vector<Node*>& boundaries, std::optional<NodeId> id) {
     bool relevant = false;
     bool unknown = false;
@@ -160,11 +163,16 @@ class DataflowBuilder {
     if (!relevant) {
       return std::nullopt;
     }
-    Classification decided{OpCategory::kFp32, core::RuleKind::kPolicy, "", unknown};
+    Classification decided{OpCategory::kFp32, core::RuleKind::kPolicy, "", unknown, std::nullopt};
     auto fp32Because = [&](core::RuleKind kind, std::string rule) {
+      decided.category = OpCategory::kFp32;
       decided.kind = kind;
       decided.rule = std::move(rule);
       return decided;
+    };
+    auto guarded = [&](core::GuardVerdict verdict) {
+      decided.guard = std::move(verdict);
+      return fp32Because(core::RuleKind::kRangeGuard, describeGuard(*decided.guard, lowDtype_));
     };
     const bool controlFlow = node->kind() == c10::prim::If || node->kind() == c10::prim::Loop;
     if (node->kind() == c10::prim::Param) {
@@ -183,16 +191,19 @@ class DataflowBuilder {
     if (otherFloating) {
       return fp32Because(core::RuleKind::kNotFp32, "has a floating tensor that is not fp32: left as it is");
     }
-    if (std::optional<GuardVerdict> guard = guards_.observedOutOfRange(node, boundaries)) {
-      return fp32Because(core::RuleKind::kRangeGuard, std::move(guard->reason));
+    if (std::optional<core::GuardVerdict> guard = guards_.observedOutOfRange(node, boundaries)) {
+      return guarded(std::move(*guard));
     }
-    std::optional<GuardVerdict> constantGuard;
+    if (std::optional<core::GuardVerdict> guard = guards_.underflowToZero(node)) {
+      return guarded(std::move(*guard));
+    }
+    std::optional<core::GuardVerdict> constantGuard;
     if (controlFlow) {
       decided.category = OpCategory::kFollow;
       decided.kind = core::RuleKind::kControlFlow;
       decided.rule = "follow: control flow; values crossing its block boundaries share one precision";
     } else if (constantGuard = guards_.constantOutOfRange(node); constantGuard) {
-      return fp32Because(core::RuleKind::kRangeGuard, std::move(constantGuard->reason));
+      return guarded(std::move(*constantGuard));
     } else if (std::optional<NodeOverride> chosen = userChoice(node, id)) {
       decided.category = chosen->category;
       decided.kind = chosen->kind;
@@ -217,18 +228,21 @@ class DataflowBuilder {
       return fp32Because(core::RuleKind::kUnknownOp, "fp32: in no list (unknown op)");
     }
     if (decided.category != OpCategory::kFp32) {
-      if (std::optional<GuardVerdict> guard = guards_.scalarLostInLowDtype(node)) {
-        decided.category = OpCategory::kFp32;
-        return fp32Because(core::RuleKind::kRangeGuard, std::move(guard->reason));
+      if (std::optional<core::GuardVerdict> guard = guards_.scalarLostInLowDtype(node)) {
+        return guarded(std::move(*guard));
       }
     }
     return decided;
   }
 
-  // What the user asks of the node, first match wins: the accuracy fallback's kept nodes, the policy's exclusions,
-  // the node rule.
+  // What the user asks of the node, first match wins: the nodes the verification's repair keeps, the accuracy
+  // fallback's kept nodes, the policy's exclusions, the node rule.
   std::optional<NodeOverride> userChoice(const Node* node, std::optional<NodeId> id) {
-    if (id && keepFp32_.count(*id)) {
+    if (id && keepFp32_.nonFinite.count(*id)) {
+      return NodeOverride{OpCategory::kFp32, core::RuleKind::kNonFinite,
+                          "verification: in low precision its output was NaN or inf where fp32's is finite"};
+    }
+    if (id && keepFp32_.fallback.count(*id)) {
       return NodeOverride{OpCategory::kFp32, core::RuleKind::kFallback,
                           "accuracy fallback: keeping it in fp32 brings the error within tolerance"};
     }
@@ -433,12 +447,9 @@ class DataflowBuilder {
                          "its inputs, say positions or timesteps]";
       }
       index = mapping_.dataflow.addNode(decided->category);
-      mapping_.nodes.push_back(node);
-      mapping_.blockBoundaries.push_back(boundaries);
-      mapping_.rules.push_back(std::move(decided->rule));
-      mapping_.ruleKinds.push_back(decided->kind);
-      mapping_.ids.push_back(id.value_or(-1));
-      mapping_.unobserved.push_back(decided->unobserved);
+      mapping_.planned.push_back(PlannedNode{node, boundaries, id.value_or(-1), decided->kind,
+                                             std::move(decided->rule), std::move(decided->guard),
+                                             decided->unobserved});
       addUses(node, index);
       addOutputs(node, index);
       for (const Node* boundary : boundaries) {
@@ -473,12 +484,7 @@ class DataflowBuilder {
   void reserve(size_t nodes) {
     mapping_.dataflow.nodes.reserve(nodes);
     mapping_.dataflow.values.reserve(nodes);
-    mapping_.nodes.reserve(nodes);
-    mapping_.blockBoundaries.reserve(nodes);
-    mapping_.rules.reserve(nodes);
-    mapping_.ruleKinds.reserve(nodes);
-    mapping_.ids.reserve(nodes);
-    mapping_.unobserved.reserve(nodes);
+    mapping_.planned.reserve(nodes);
     mapping_.values.reserve(nodes);
   }
 
@@ -497,8 +503,8 @@ class DataflowBuilder {
       readIndex.emplace(state_->reads[r], r);
     }
     std::vector<int> plannerNode(state_->reads.size(), -1);
-    for (size_t n = 0; n < mapping_.nodes.size() && !readIndex.empty(); ++n) {
-      if (auto read = readIndex.find(mapping_.nodes[n]); read != readIndex.end()) {
+    for (size_t n = 0; n < mapping_.planned.size() && !readIndex.empty(); ++n) {
+      if (auto read = readIndex.find(mapping_.planned[n].node); read != readIndex.end()) {
         plannerNode[read->second] = static_cast<int>(n);
       }
     }
@@ -523,7 +529,7 @@ class DataflowBuilder {
   const ObservedValues& observed_;
   const core::OpPolicy& policy_;
   const NodeRule& nodeRule_;
-  const std::unordered_set<NodeId>& keepFp32_;
+  const KeptFp32& keepFp32_;
   const StateContainers* state_;
   std::unordered_set<const Value*> stateReads_;
   WriterQuery writers_;
@@ -552,7 +558,7 @@ DataflowMapping buildDataflow(
     const core::OpPolicy& policy,
     c10::ScalarType lowDtype,
     const NodeRule& nodeRule,
-    const std::unordered_set<NodeId>& keepFp32,
+    const KeptFp32& keepFp32,
     const StateContainers* state) {
   return DataflowBuilder(graph, observed, policy, lowDtype, nodeRule, keepFp32, state).run();
 }

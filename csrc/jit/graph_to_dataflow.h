@@ -12,8 +12,8 @@
 // Each decision carries its rule's kind (core::RuleKind); classify writes the order in which the rules are asked.
 // Module objects are not values when the module's state containers are given (their reads are planned instead);
 // without them, the module input ties everything read from module state to its dtype.
-// Any other node asks the user's choices first (the accuracy fallback's kept nodes, by id; the policy's module-path
-// exclusions; the per-node callables), then the op policy.
+// Any other node asks the user's choices first (the nodes kept fp32 by id: the verification's repair, the accuracy
+// fallback; the policy's module-path exclusions; the per-node callables), then the op policy.
 // Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
 // a planner value. Containers, Optional-typed tensors and written tensors that alias what their producer read
 // (in-place results, views) are tied to their producer and sharing readers; a written tensor its producer made
@@ -71,18 +71,31 @@ struct StateContainers {
   std::vector<c10::IValue> containers;         // in the order of their first read
 };
 
+// What classification decided for one planner node, and why.
+struct PlannedNode {
+  torch::jit::Node* node = nullptr;  // the TorchScript node (prim::Param for graph inputs)
+  // the block input/output nodes of a prim::If / prim::Loop, which share its precision
+  std::vector<torch::jit::Node*> blockBoundaries;
+  NodeId id = -1;                                   // its node's id, -1 where it has none
+  core::RuleKind ruleKind = core::RuleKind::kPolicy;  // which kind of rule decided it
+  std::string rule;                                 // why it has its category, for people
+  std::optional<core::GuardVerdict> guard;          // the numeric guard that kept it fp32 (kRangeGuard)
+  bool unobserved = false;                          // left alone because its dtypes are unknown
+};
+
+// Nodes kept fp32 by id, whatever the policy and the user's rules say: the verification's repair of outputs that
+// turned non-finite in low precision, and the accuracy fallback's choice.
+struct KeptFp32 {
+  std::unordered_set<NodeId> nonFinite;
+  std::unordered_set<NodeId> fallback;
+};
+
 struct DataflowMapping {
   core::DataflowGraph dataflow;
-  std::vector<torch::jit::Node*> nodes;  // planner node -> TorchScript node (prim::Param for graph inputs)
-  // planner node -> the block input/output nodes of a prim::If / prim::Loop, which share its precision
-  std::vector<std::vector<torch::jit::Node*>> blockBoundaries;
-  std::vector<std::string> rules;        // planner node -> why it has its category
-  std::vector<core::RuleKind> ruleKinds;  // planner node -> which kind of rule decided it
-  std::vector<NodeId> ids;               // planner node -> its node's id, -1 where it has none
+  std::vector<PlannedNode> planned;  // per planner node
   ska::flat_hash_map<const torch::jit::Value*, int> values;  // TorchScript value -> planner value
   std::vector<std::string> unknownOps;   // ops in no policy list, each once
-  std::vector<bool> unobserved;          // planner node -> left alone because its dtypes are unknown
-  int unobservedNodes = 0;               // how many of those
+  int unobservedNodes = 0;               // how many planner nodes were left alone as unobserved
   std::vector<int> stateContainerNodes;  // per state container: the planner node whose precision it has, or -1
 };
 
@@ -92,7 +105,7 @@ DataflowMapping buildDataflow(
     const core::OpPolicy& policy,
     c10::ScalarType lowDtype,
     const NodeRule& nodeRule = {},
-    const std::unordered_set<NodeId>& keepFp32 = {},
+    const KeptFp32& keepFp32 = {},
     const StateContainers* state = nullptr);
 
 // The value's observation where it was observed as an fp32 tensor, else nullptr.

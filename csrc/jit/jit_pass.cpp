@@ -10,8 +10,9 @@
 // profile nodes consumed and its types left unspecialized as the executor leaves them; the result runs behind a
 // guard on the tensor inputs' dtype and device (prim::TypeCheck), whose other branch is the unconverted graph as a
 // prim::FallbackGraph, which the executor turns into a function it profiles and optimizes on its own. With
-// `calibrate`, a graph not yet marked by calibration_inputs becomes its recording graph instead. Any other graph,
-// and any failure, leaves the graph exactly as it was.
+// `calibrate`, a graph not yet marked by calibration_inputs becomes its recording graph instead. A conversion whose
+// outputs on the recorded inputs hold NaN or inf where the fp32 graph's are finite is not used (convert() repairs
+// such a plan; here the graph stays fp32). Any other graph, and any failure, leaves the graph exactly as it was.
 #include "torch_mp/jit_pass.h"
 
 #include <torch/csrc/jit/jit_log.h>
@@ -70,7 +71,7 @@ ConvertOptions convertOptionsFor(const JitPassOptions& pass, c10::DeviceType dev
     options.policy = *pass.policy;
   }
   options.planner = pass.planner;
-  options.verifyOutputs = false;  // nothing to run it on: the executor runs it next
+  options.verifyOutputs = false;  // nothing to run it on, unless calibration_inputs recorded inputs
   options.fuseCasts = pass.fuseCasts;
   options.fusedKernels = pass.fusedKernels;
   options.channelsLast = pass.channelsLast;
@@ -128,7 +129,8 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
   ConversionReport report;
   try {
     specializeProfiledTypes(converted);
-    const ConvertOptions convertOptions = convertOptionsFor(*options, deviceOf(converted->block()));
+    ConvertOptions convertOptions = convertOptionsFor(*options, deviceOf(converted->block()));
+    convertOptions.verifyOutputs = !calibration.empty();  // the recorded inputs: its outputs must stay finite on them
     report = calibration.empty() ? ConvertTypedGraph(converted, convertOptions)
                                  : ConvertObservedGraph(converted, calibration, convertOptions);
   } catch (const c10::Error& error) {
@@ -136,6 +138,15 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
     return;
   } catch (const std::exception& error) {
     failed(error.what());
+    return;
+  }
+  if (report.nonFinite) {
+    TORCH_WARN("torch_mp: the mixed-precision pass left a graph fp32: converted, it computes NaN or inf on recorded "
+               "input ", report.nonFinite->run, " where the fp32 graph's values are finite (",
+               report.nonFinite->outputTensor ? "output tensor " + std::to_string(*report.nonFinite->outputTensor)
+                                              : "value %" + report.nonFinite->value,
+               "); torch_mp.convert repairs such a plan");
+    record(SkipReason::kNonFinite, std::move(report));
     return;
   }
   // The plan from the profile alone lowers at least what one with magnitudes lowers (the range guard only keeps
@@ -183,6 +194,8 @@ const char* toString(SkipReason reason) {
       return "the plan put no node in low precision";
     case SkipReason::kFailed:
       return "the conversion failed";
+    case SkipReason::kNonFinite:
+      return "converted, its outputs on the recorded inputs held NaN or inf where fp32's are finite";
     case SkipReason::kCalibrating:
       return "recording its inputs to calibrate on: runs fp32 until the executor optimizes it again";
   }

@@ -7,9 +7,14 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/op_facts.h"
+
 namespace torch_mp::jit {
 namespace {
 
+using core::GuardKind;
+using core::GuardVerdict;
+using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
 
@@ -23,10 +28,74 @@ std::string formatMagnitude(double value) {
   return text;
 }
 
+// The ops with a zero-sensitive input, by kind.
+const std::unordered_map<c10::Symbol, const core::OpFacts*>& zeroSensitiveKinds() {
+  static const std::unordered_map<c10::Symbol, const core::OpFacts*> kinds = [] {
+    std::unordered_map<c10::Symbol, const core::OpFacts*> map;
+    for (const core::OpFacts* facts : core::zeroSensitiveOps()) {
+      map.emplace(c10::Symbol::fromQualString(facts->op), facts);
+    }
+    return map;
+  }();
+  return kinds;
+}
+
+// pow's exponent, where the node is pow: whether it may be negative (a constant that is not, or not known).
+bool mayBeNegative(const Value* exponent) {
+  const std::optional<c10::IValue> constant = torch::jit::toIValue(exponent);
+  if (!constant) {
+    return true;
+  }
+  if (constant->isDouble() || constant->isInt()) {
+    return constant->toScalar().toDouble() < 0.0;
+  }
+  if (constant->isTensor()) {
+    const at::Tensor& tensor = constant->toTensor();
+    return tensor.numel() > 0 && tensor.min().item<double>() < 0.0;
+  }
+  return true;
+}
+
 } // namespace
 
 double largestFinite(c10::ScalarType lowDtype) {
   return lowDtype == c10::ScalarType::Half ? 65504.0 : 3.3895313892515355e38;
+}
+
+double smallestNonZero(c10::ScalarType lowDtype) {
+  return lowDtype == c10::ScalarType::Half ? std::ldexp(1.0, -24) : std::ldexp(1.0, -126);
+}
+
+std::string describeGuard(const GuardVerdict& verdict, c10::ScalarType lowDtype) {
+  const std::string value = "%" + verdict.value;
+  const std::string dtype = dtypeName(lowDtype);
+  const std::string seen = formatMagnitude(verdict.seen);
+  const std::string limit = formatMagnitude(verdict.limit);
+  std::string why;
+  switch (verdict.kind) {
+    case GuardKind::kObservedOverflow:
+      why = value + " observed up to " + seen + ", above half of " + dtype + "'s max " +
+          formatMagnitude(2 * verdict.limit);
+      break;
+    case GuardKind::kObservedIntegers:
+      why = value + " holds integers up to " + seen + " (positions, indices, coordinates?); " + dtype +
+          " holds every integer only up to " + limit;
+      break;
+    case GuardKind::kObservedTiny:
+      why = value + " observed only up to " + seen + ", below " + dtype + "'s smallest normal " + limit;
+      break;
+    case GuardKind::kConstantRange:
+      why = "constant " + value + " has values up to " + seen + ", beyond " + dtype + "'s max " + limit;
+      break;
+    case GuardKind::kLostScalar:
+      why = "scalar " + value + " = " + seen + " becomes " + limit + " in " + dtype;
+      break;
+    case GuardKind::kUnderflowToZero:
+      why = value + " can be as small as " + seen + ", below " + dtype + "'s smallest number " + limit +
+          ", and reaches an input where 0 gives inf or NaN (a divisor, rsqrt, log, a negative power)";
+      break;
+  }
+  return "range guard: " + why + ", so the node keeps fp32";
 }
 
 std::optional<GuardVerdict> NumericGuards::observedOutOfRange(
@@ -47,22 +116,12 @@ std::optional<GuardVerdict> NumericGuards::observedOutOfRange(
       return;
     }
     const double largest = it->second.largestMagnitude;
-    auto name = [&] { return "range guard: %" + value->debugName(); };  // built only for a verdict
     if (largest > overflowLimit) {
-      verdict = GuardVerdict{value, largest, overflowLimit,
-                             name() + " observed up to " + formatMagnitude(largest) + ", above half of " +
-                                 dtypeName(lowDtype_) + "'s max " + formatMagnitude(2 * overflowLimit) +
-                                 ", so the node keeps fp32"};
+      verdict = GuardVerdict{GuardKind::kObservedOverflow, value->debugName(), largest, overflowLimit};
     } else if (it->second.onlyIntegers && largest > exactIntegerLimit && largest < kFp32ExactIntegerLimit) {
-      verdict = GuardVerdict{value, largest, exactIntegerLimit,
-                             name() + " holds integers up to " + formatMagnitude(largest) +
-                                 " (positions, indices, coordinates?); " + dtypeName(lowDtype_) +
-                                 " holds every integer only up to " + formatMagnitude(exactIntegerLimit) +
-                                 ", so the node keeps fp32"};
+      verdict = GuardVerdict{GuardKind::kObservedIntegers, value->debugName(), largest, exactIntegerLimit};
     } else if (lowDtype_ == c10::ScalarType::Half && largest > 0.0 && largest < kSmallestNormal) {
-      verdict = GuardVerdict{value, largest, kSmallestNormal,
-                             name() + " observed only up to " + formatMagnitude(largest) +
-                                 ", below float16's smallest normal 6.1e-05, so the node keeps fp32"};
+      verdict = GuardVerdict{GuardKind::kObservedTiny, value->debugName(), largest, kSmallestNormal};
     }
   };
   auto checkNode = [&](const Node* member) {
@@ -103,9 +162,7 @@ std::optional<GuardVerdict> NumericGuards::constantOutOfRange(const Node* node) 
       cached = largestConstantMagnitude_.emplace(input, largest).first;
     }
     if (cached->second > largestFinite(lowDtype_)) {
-      return GuardVerdict{input, cached->second, largestFinite(lowDtype_),
-                          "range guard: constant %" + input->debugName() + " has values beyond " +
-                              c10::toString(lowDtype_) + "'s range, so the node keeps fp32"};
+      return GuardVerdict{GuardKind::kConstantRange, input->debugName(), cached->second, largestFinite(lowDtype_)};
     }
   }
   return std::nullopt;
@@ -125,13 +182,80 @@ std::optional<GuardVerdict> NumericGuards::scalarLostInLowDtype(const Node* node
     const double rounded = lowDtype_ == c10::ScalarType::Half ? static_cast<float>(c10::Half(scalar))
                                                                : static_cast<float>(c10::BFloat16(scalar));
     if (std::abs(rounded - scalar) > std::abs(scalar) / 16) {
-      return GuardVerdict{input, scalar, rounded,
-                          "range guard: scalar %" + input->debugName() + " = " + formatMagnitude(scalar) +
-                              " becomes " + formatMagnitude(rounded) + " in " + dtypeName(lowDtype_) +
-                              ", so the node keeps fp32"};
+      return GuardVerdict{GuardKind::kLostScalar, input->debugName(), scalar, rounded};
     }
   }
   return std::nullopt;
+}
+
+std::optional<GuardVerdict> NumericGuards::underflowToZero(const Node* node) {
+  if (!underflowToZero_) {
+    underflowToZero_.emplace();
+    findUnderflowToZero(node->owningGraph()->block());
+  }
+  auto it = underflowToZero_->find(node);
+  return it == underflowToZero_->end() ? std::nullopt : std::make_optional(it->second);
+}
+
+double NumericGuards::smallestMagnitude(const Value* value) const {
+  if (value->node()->kind() == c10::prim::Constant) {  // a weight: cast to the low dtype once, while converting
+    const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
+    return constant && constant->isTensor() && constant->toTensor().scalar_type() == c10::ScalarType::Float
+        ? finiteMagnitudes(constant->toTensor()).smallest
+        : std::numeric_limits<double>::infinity();
+  }
+  auto it = observed_.find(value);
+  return it != observed_.end() && it->second.isTensor && it->second.dtype == c10::ScalarType::Float
+      ? it->second.smallestMagnitude
+      : std::numeric_limits<double>::infinity();
+}
+
+// For each zero-sensitive read: the value read, followed back through the views and copies that pass it on to the
+// node that computes it; the smallest magnitude seen along the way, or of a float scalar that node reads.
+void NumericGuards::findUnderflowToZero(const Block* block) {
+  const auto& kinds = zeroSensitiveKinds();
+  const double limit = smallestNonZero(lowDtype_);
+  for (const Node* node : block->nodes()) {
+    for (const Block* sub : node->blocks()) {
+      findUnderflowToZero(sub);
+    }
+    auto sensitive = kinds.find(node->kind());
+    if (sensitive == kinds.end()) {
+      continue;
+    }
+    const core::OpFacts& facts = *sensitive->second;
+    const size_t index = static_cast<size_t>(facts.zeroSensitiveInput);
+    if (index >= node->inputs().size() || node->input(index)->type()->kind() != c10::TypeKind::TensorType ||
+        (facts.zeroSensitivity == core::ZeroSensitivity::kNegativeExponent &&
+         (node->inputs().size() < 2 || !mayBeNegative(node->input(1))))) {
+      continue;
+    }
+    std::vector<const Node*> path{node};
+    const Value* value = node->input(index);
+    double smallest = smallestMagnitude(value);
+    while (core::factsOf(value->node()->kind().toQualString()).preservesDtype && value->node()->inputs().size() > 0) {
+      path.push_back(value->node());
+      value = value->node()->input(0);
+      smallest = std::min(smallest, smallestMagnitude(value));
+    }
+    const Node* producer = value->node();
+    if (producer->kind() != c10::prim::Param && producer->kind() != c10::prim::Constant) {
+      path.push_back(producer);
+      for (const Value* input : producer->inputs()) {
+        if (input->node()->kind() == c10::prim::Constant && input->type()->kind() == c10::TypeKind::FloatType) {
+          const double scalar = std::abs(torch::jit::constant_as<double>(input).value());
+          smallest = scalar > 0.0 ? std::min(smallest, scalar) : smallest;
+        }
+      }
+    }
+    if (smallest >= limit) {
+      continue;
+    }
+    const GuardVerdict verdict{GuardKind::kUnderflowToZero, value->debugName(), smallest, limit};
+    for (const Node* member : path) {
+      underflowToZero_->emplace(member, verdict);
+    }
+  }
 }
 
 } // namespace torch_mp::jit

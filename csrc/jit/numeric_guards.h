@@ -1,14 +1,20 @@
 // The numeric guards: a node keeps fp32 because a number it reads or writes would not survive the low dtype.
 //
-//   observed range   a computed fp32 tensor it reads or writes was observed above half the low dtype's max (one
-//                    binade in reserve: the example inputs need not show the largest value), holding integers the
-//                    low dtype skips (positions, indices), or, in fp16, only below the smallest normal number
-//   constant range   a floating constant it reads (tensor or scalar) beyond the low dtype's max
-//   lost scalar      a non-zero float scalar it reads more than 1/16 off after rounding to the low dtype (clamp
-//                    converts its bounds to the tensor's dtype: fp16 turns 1e-8 into 0, and log gives -inf)
+//   observed range     a computed fp32 tensor it reads or writes was observed above half the low dtype's max (one
+//                      binade in reserve: the example inputs need not show the largest value), holding integers the
+//                      low dtype skips (positions, indices), or, in fp16, only below the smallest normal number
+//   constant range     a floating constant it reads (tensor or scalar) beyond the low dtype's max
+//   lost scalar        a non-zero float scalar it reads more than 1/16 off after rounding to the low dtype (clamp
+//                      converts its bounds to the tensor's dtype: fp16 turns 1e-8 into 0, and log gives -inf)
+//   underflow to zero  a value reaching an input a 0 changes (core/op_facts: a divisor, rsqrt's or log's argument, the
+//                      base of a negative power) can be smaller than the low dtype's smallest number (observed so, or
+//                      computed from a scalar that small: clamp_min(norm, 1e-12) in F.normalize); the reader, the
+//                      views between it and the value, and the value's producer keep fp32, so the value is never
+//                      low on its way there (fp16 turns 1e-12 into 0, and x / 0 is inf or NaN)
 //
-// Each returns the guard that fired (the value, what was seen, the limit it crossed) or nothing. The order in which
-// they are asked among the other rules is written once, in graph_to_dataflow's classification.
+// Each returns the guard that fired (core::GuardVerdict: which, the value, what was seen, the limit) or nothing;
+// describeGuard says it for people. The order in which they are asked among the other rules is written once, in
+// graph_to_dataflow's classification.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
@@ -18,35 +24,44 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/op_policy.h"
 #include "jit/value_observer.h"
 
 namespace torch_mp::jit {
-
-struct GuardVerdict {
-  const torch::jit::Value* value;  // what crossed the limit
-  double seen;                     // its largest magnitude (observed range, constant range) or its value (scalar)
-  double limit;                    // the limit it crossed (for a lost scalar: what it becomes in the low dtype)
-  std::string reason;              // "range guard: %x observed up to ..., so the node keeps fp32"
-};
 
 class NumericGuards {
  public:
   NumericGuards(const ObservedValues& observed, c10::ScalarType lowDtype) : observed_(observed), lowDtype_(lowDtype) {}
 
   // `boundaries`: the block input and output nodes planned with the node (a prim::If's or prim::Loop's).
-  std::optional<GuardVerdict> observedOutOfRange(
+  std::optional<core::GuardVerdict> observedOutOfRange(
       const torch::jit::Node* node,
       const std::vector<torch::jit::Node*>& boundaries) const;
-  std::optional<GuardVerdict> constantOutOfRange(const torch::jit::Node* node);
-  std::optional<GuardVerdict> scalarLostInLowDtype(const torch::jit::Node* node) const;
+  std::optional<core::GuardVerdict> constantOutOfRange(const torch::jit::Node* node);
+  std::optional<core::GuardVerdict> scalarLostInLowDtype(const torch::jit::Node* node) const;
+  // The first call walks the node's graph once for every zero-sensitive read.
+  std::optional<core::GuardVerdict> underflowToZero(const torch::jit::Node* node);
 
  private:
+  void findUnderflowToZero(const torch::jit::Block* block);
+  // The smallest non-zero magnitude `value` holds: observed, or a constant's own.
+  double smallestMagnitude(const torch::jit::Value* value) const;
+
   const ObservedValues& observed_;
   c10::ScalarType lowDtype_;
   std::unordered_map<const torch::jit::Value*, double> largestConstantMagnitude_;  // constants read so far
+  std::optional<std::unordered_map<const torch::jit::Node*, core::GuardVerdict>> underflowToZero_;
 };
 
 // The largest finite value of the low dtype (fp16: 65504; bf16: 3.39e38, a little below fp32's 3.40e38).
 double largestFinite(c10::ScalarType lowDtype);
+
+// Below this magnitude a value may become 0 in the low dtype: fp16's smallest subnormal 2^-24 (5.96e-8); bf16's
+// smallest normal 2^-126 (1.18e-38), since CPUs convert to bf16 flushing subnormals (AVX512-BF16's vcvtneps2bf16).
+double smallestNonZero(c10::ScalarType lowDtype);
+
+// The verdict for people: "range guard: %x observed up to 4e+04, above half of float16's max 6.55e+04, so the node
+// keeps fp32".
+std::string describeGuard(const core::GuardVerdict& verdict, c10::ScalarType lowDtype);
 
 } // namespace torch_mp::jit

@@ -214,9 +214,9 @@ void reportConversion(
   }
 }
 
-// The module input of a verification run: a copy, so the converted model's state stays as the conversion found it.
-Stack verificationInputs(const PreparedGraph& prepared, const ConvertOptions& options, const Graph& graph) {
-  Stack inputs = prepared.inputs;
+// The inputs of a verification run: the module input a copy, so the converted model's state stays as the conversion
+// found it; fp32 inputs lowered where the graph takes them low.
+Stack verificationInputs(Stack inputs, const ConvertOptions& options, const Graph& graph) {
   if (!inputs.empty() && inputs[0].isObject()) {
     inputs[0] = inputs[0].deepcopy();
   }
@@ -290,10 +290,12 @@ PreparedGraph prepareGraph(std::shared_ptr<Graph> graph, const Stack& inputs, co
     completeObservation(graph, observation.values);
     prepared.observed = std::move(observation.values);
     prepared.outputs = std::move(observation.outputs);
+    prepared.calibrationOutputs = std::move(observation.calibrationOutputs);
   });
   assignNodeIds(*graph);
   prepared.weightBytesBefore = constantBytes(*graph);
   prepared.inputs = inputs;
+  prepared.calibration = calibration;
   prepared.graph = std::move(graph);
   return prepared;
 }
@@ -344,7 +346,13 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
     stages.run("verify", graph, [&] {
       const std::optional<c10::ScalarType> lowIO =
           options.lowPrecisionIO ? std::make_optional(options.lowDtype) : std::nullopt;
-      verifyOutputDtypes(graph, verificationInputs(prepared, options, *graph), prepared.outputs, lowIO);
+      std::vector<Stack> runs{verificationInputs(prepared.inputs, options, *graph)};
+      std::vector<Stack> expected{prepared.outputs};
+      for (size_t c = 0; c < prepared.calibration.size() && c < prepared.calibrationOutputs.size(); ++c) {
+        runs.push_back(verificationInputs(prepared.calibration[c], options, *graph));
+        expected.push_back(prepared.calibrationOutputs[c]);
+      }
+      report.nonFinite = verifyConvertedOutputs(graph, runs, expected, prepared.observed, lowIO);
     });
   }
   report.seconds = 0.0;
@@ -411,6 +419,11 @@ ConvertedModule convertPreparedModule(const PreparedModel& prepared, const Conve
   copy.inputs = prepared.forward.inputs;
   copy.inputs[0] = module._ivalue();
   copy.outputs = prepared.forward.outputs;
+  copy.calibration = prepared.forward.calibration;
+  for (Stack& calibration : copy.calibration) {
+    calibration[0] = module._ivalue();
+  }
+  copy.calibrationOutputs = prepared.forward.calibrationOutputs;
   copy.weightBytesBefore = prepared.forward.weightBytesBefore;
   copy.rangesObserved = prepared.forward.rangesObserved;
   copy.phases = prepared.forward.phases;

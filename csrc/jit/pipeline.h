@@ -59,10 +59,13 @@ struct ConvertOptions {
   // The op table, its module-path exclusions and its name (which the report gives).
   core::OpPolicy policy;
   core::PlanMethod planner = core::PlanMethod::kMinCut;
-  // Run the converted graph once on the example inputs and check that every output keeps its dtype.
+  // Run the converted graph on the example inputs and check that every output keeps its dtype, and on the calibration
+  // inputs too that no output or observed value turns NaN or inf where fp32's is finite (the report's nonFinite says
+  // where).
   bool verifyOutputs = true;
-  // Nodes kept in fp32 whatever else says (the accuracy fallback's choice), by node id; asked first.
-  std::unordered_set<NodeId> keepFp32;
+  // Nodes kept in fp32 whatever else says (the verification's repair, the accuracy fallback's choice), by node id;
+  // asked first.
+  KeptFp32 keepFp32;
   // The user's per-node callables, asked after keepFp32 and the policy's exclusions, before the op table.
   NodeRule nodeRule;
   // fp32 tensor inputs and outputs (top level and in returned tuples/lists) take the low dtype instead of keeping
@@ -103,6 +106,8 @@ struct PreparedGraph {
   ObservedValues observed;   // of `graph`'s values
   torch::jit::Stack inputs;   // the example inputs (the module first for a method); none for a profiled graph
   torch::jit::Stack outputs;  // what the graph returned on them
+  std::vector<torch::jit::Stack> calibration;         // the calibration inputs, in the same form
+  std::vector<torch::jit::Stack> calibrationOutputs;  // what the graph returned on each
   int64_t weightBytesBefore = 0;
   bool rangesObserved = true;  // false where dtypes came from the executor's profile: no magnitudes
   Phases phases;               // cleanup, observe

@@ -47,8 +47,11 @@ void record(ObservedValue& slot, const c10::IValue& value) {
   if (slot.dtype == c10::ScalarType::Float) {
     // a nested tensor's rows padded with zeros have its magnitudes and integrality
     const at::Tensor dense = tensor.is_nested() ? tensor.to_padded_tensor(0.0) : tensor;
-    const double largest = largestFiniteMagnitude(dense);
+    const FiniteMagnitudes magnitudes = finiteMagnitudes(dense);
+    const double largest = magnitudes.largest;
     slot.largestMagnitude = std::max(slot.largestMagnitude, largest);
+    slot.smallestMagnitude = std::min(slot.smallestMagnitude, magnitudes.smallest);
+    slot.nonFinite = slot.nonFinite || !magnitudes.allFinite;
     if (slot.onlyIntegers && largest > kIntegerCheckAbove) {
       slot.onlyIntegers = at::equal(dense, dense.round());  // NaN never equals itself: not integers
     }
@@ -250,7 +253,7 @@ Observation observeRunningNodes(
   Observation observation;
   observation.outputs = runner.run(deepCopies(inputs), visit);
   for (const Stack& extra : calibration) {
-    runner.run(deepCopies(extra), visit);
+    observation.calibrationOutputs.push_back(runner.run(deepCopies(extra), visit));
   }
   observation.values.reserve(values.size());
   for (const Value* value : values) {
@@ -286,6 +289,7 @@ Observation observeInstrumentedCopy(
   Stack stack = deepCopies(inputs);
   std::vector<ObservedValue> recorded(copies.size());
   std::vector<bool> seen(copies.size(), false);
+  Observation observation;
   {
     ScopedRecorder scope(&recorded, &seen);
     torch::jit::Code code(instrumented, "torch_mp_observe");
@@ -293,10 +297,10 @@ Observation observeInstrumentedCopy(
     for (const Stack& extra : calibration) {
       Stack calibrationStack = deepCopies(extra);
       torch::jit::InterpreterState(code).run(calibrationStack);
+      observation.calibrationOutputs.push_back(std::move(calibrationStack));
     }
   }
 
-  Observation observation;
   observation.values.reserve(originals.size());
   for (size_t id = 0; id < originals.size(); ++id) {
     if (seen[id]) {
@@ -342,36 +346,50 @@ std::optional<std::vector<int64_t>> sizesOf(const ObservedValues& observed, cons
   return seen ? knownSizes(*seen) : std::nullopt;
 }
 
-double largestFiniteMagnitude(const at::Tensor& tensor) {
+FiniteMagnitudes finiteMagnitudes(const at::Tensor& tensor) {
+  constexpr double kNone = std::numeric_limits<double>::infinity();
   if (tensor.numel() == 0) {
-    return 0.0;
+    return {};
   }
   // Small contiguous fp32 CPU tensors (most values of a large graph run on small inputs): one pass over the data
-  // instead of aminmax and two item() calls, which cost microseconds per observed value. Only all-finite data
-  // takes this path, where max|x| is exactly max(-min, max); infinities and NaN take the general path below.
+  // instead of reductions and item() calls, which cost microseconds per observed value. Only all-finite data
+  // takes this path; infinities and NaN take the general path below.
   constexpr int64_t kDirectScanLimit = 4096;
   if (tensor.numel() <= kDirectScanLimit && tensor.scalar_type() == c10::ScalarType::Float && tensor.is_cpu() &&
       tensor.is_contiguous() && !tensor.is_conj() && !tensor.is_neg() && tensor.layout() == c10::kStrided) {
     const float* data = tensor.const_data_ptr<float>();
     float largest = 0.0f;
+    float smallest = std::numeric_limits<float>::infinity();
     bool finite = true;
     for (int64_t i = 0; i < tensor.numel(); ++i) {
-      finite = finite && std::isfinite(data[i]);
-      largest = std::max(largest, std::abs(data[i]));
+      const float magnitude = std::abs(data[i]);
+      finite = finite && std::isfinite(magnitude);
+      largest = std::max(largest, magnitude);
+      smallest = magnitude > 0.0f ? std::min(smallest, magnitude) : smallest;
     }
     if (finite) {
-      return largest;
+      return {largest, std::isfinite(smallest) ? smallest : kNone, true};
     }
   }
-  // aminmax needs no tensor-sized temporary; only a tensor holding infinities or NaN (which aminmax propagates) pays
-  // for a masked copy
-  auto [smallest, largest] = tensor.aminmax();
-  const double magnitude = std::max(-smallest.item<double>(), largest.item<double>());
-  if (std::isfinite(magnitude)) {
-    return magnitude;
-  }
+  // aminmax of |x| in one pass; only a tensor holding zeros, infinities or NaN (which aminmax propagates) pays for a
+  // masked copy
   const at::Tensor absolute = tensor.abs();
-  return absolute.masked_fill(absolute.isfinite().logical_not(), 0).max().item<double>();
+  auto [low, high] = absolute.aminmax();
+  double largest = high.item<double>();
+  double smallest = low.item<double>();
+  const bool finite = std::isfinite(largest);
+  if (!finite) {
+    largest = absolute.masked_fill(absolute.isfinite().logical_not(), 0).max().item<double>();
+  }
+  if (!finite || smallest == 0.0) {
+    const at::Tensor ignored = absolute.isfinite().logical_not().logical_or_(absolute.eq(0));
+    smallest = absolute.masked_fill(ignored, kNone).min().item<double>();
+  }
+  return {largest, smallest, finite};
+}
+
+double largestFiniteMagnitude(const at::Tensor& tensor) {
+  return finiteMagnitudes(tensor).largest;
 }
 
 void recordObservedDtypes(const ObservedValues& observed) {

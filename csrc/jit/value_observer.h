@@ -15,6 +15,7 @@
 #include <c10/util/flat_hash_map.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <limits>
 #include <memory>
 #include <optional>
 #include <unordered_map>
@@ -37,6 +38,12 @@ struct ObservedValue {
   // completed statically (inferUnreachedDtypes), never seen running: numel is 0
   bool inferred = false;
   double largestMagnitude = 0.0;  // fp32 tensors: max |x| over finite elements, across all times it was seen
+  // fp32 tensors: min |x| over finite non-zero elements, across all times it was seen (infinity: none seen); what the
+  // underflow guard compares with the low dtype's smallest number
+  double smallestMagnitude = std::numeric_limits<double>::infinity();
+  // fp32 tensors: whether it held NaN or inf any time it was seen (verification asks a converted value to be finite
+  // only where fp32's was)
+  bool nonFinite = false;
   // false where the values were never seen (dtype knowledge from types, typed_observation): largestMagnitude is 0
   // and onlyIntegers true, so no observed range guard fires
   bool rangeObserved = true;
@@ -53,6 +60,7 @@ using ObservedValues = ska::flat_hash_map<const torch::jit::Value*, ObservedValu
 struct Observation {
   ObservedValues values;
   torch::jit::Stack outputs;  // what the graph returned
+  std::vector<torch::jit::Stack> calibrationOutputs;  // what it returned on each calibration input
 };
 
 // `inputs` are the graph's inputs in order (the module itself first for a method graph). They are deep-copied, so
@@ -102,7 +110,16 @@ const ObservedValue* observedThroughCasts(const ObservedValues& observed, const 
 // such as a weight's low-precision copy, were never observed).
 std::optional<std::vector<int64_t>> sizesOf(const ObservedValues& observed, const torch::jit::Value* value);
 
-// max |x| over the finite elements of a floating tensor (0 for an empty one).
+// max |x| over the finite elements of a floating tensor (0 for an empty one), and min |x| over its finite non-zero
+// elements (infinity where it has none).
+struct FiniteMagnitudes {
+  double largest = 0.0;
+  double smallest = std::numeric_limits<double>::infinity();
+  bool allFinite = true;  // no NaN or inf
+};
+FiniteMagnitudes finiteMagnitudes(const at::Tensor& tensor);
+
+// finiteMagnitudes(tensor).largest.
 double largestFiniteMagnitude(const at::Tensor& tensor);
 
 // Below this magnitude every integer is exact in both low dtypes, so integrality is not checked (it costs a pass).

@@ -1,5 +1,7 @@
 #include "jit/verify_outputs.h"
 
+#include <ATen/Functions.h>
+
 #include <sstream>
 #include <string>
 
@@ -47,18 +49,126 @@ std::string signatureOf(const torch::jit::Stack& outputs, std::optional<c10::Sca
   return signature;
 }
 
+// Every tensor a (nested) value holds, in order.
+void collectTensors(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    out.push_back(value.toTensor());
+  } else if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) {
+      collectTensors(element, out);
+    }
+  } else if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) {
+      collectTensors(element, out);
+    }
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      collectTensors(entry.value(), out);
+    }
+  }
+}
+
+void checkOutputDtypes(
+    const torch::jit::Stack& returned,
+    const torch::jit::Stack& expected,
+    std::optional<c10::ScalarType> lowPrecisionIO) {
+  const std::string wanted = signatureOf(expected, std::nullopt);
+  const std::string actual = signatureOf(returned, lowPrecisionIO);
+  TORCH_CHECK(
+      wanted == actual, "torch_mp internal error: converted outputs have dtypes ", actual, " instead of ", wanted);
+}
+
+// A run of the converted graph: what it returned, and the first value the fp32 graph held finite on every run (per
+// the observation) that holds NaN or inf here; GraphRunner shows the values, where it runs the graph.
+struct VerifyingRun {
+  torch::jit::Stack outputs;
+  const torch::jit::Value* nonFinite = nullptr;
+};
+
+VerifyingRun runVerifying(
+    const std::shared_ptr<torch::jit::Graph>& graph, const torch::jit::Stack& inputs, const ObservedValues& observed) {
+  if (!GraphRunner::canRun(*graph)) {
+    return {runGraphOnce(graph, deepCopies(inputs)), nullptr};
+  }
+  VerifyingRun run;
+  const GraphRunner::Visitor visit = [&](const torch::jit::Value* value, const c10::IValue& held) {
+    if (run.nonFinite || !held.isTensor()) {
+      return;
+    }
+    auto seen = observed.find(value);
+    if (seen == observed.end() || seen->second.dtype != c10::ScalarType::Float || !seen->second.rangeObserved ||
+        seen->second.nonFinite) {
+      return;
+    }
+    const at::Tensor& tensor = held.toTensor();
+    if (tensor.defined() && tensor.is_floating_point() && !tensor.is_nested() &&
+        !at::isfinite(tensor).all().item<bool>()) {
+      run.nonFinite = value;
+    }
+  };
+  run.outputs = GraphRunner(*graph).run(deepCopies(inputs), visit);
+  return run;
+}
+
+std::vector<at::Tensor> tensorsOf(const torch::jit::Stack& outputs) {
+  std::vector<at::Tensor> tensors;
+  for (const c10::IValue& output : outputs) {
+    collectTensors(output, tensors);
+  }
+  return tensors;
+}
+
 } // namespace
 
-void verifyOutputDtypes(
+torch::jit::Stack verifyOutputDtypes(
     const std::shared_ptr<torch::jit::Graph>& graph,
     const torch::jit::Stack& inputs,
     const torch::jit::Stack& expected,
     std::optional<c10::ScalarType> lowPrecisionIO) {
-  const torch::jit::Stack stack = runGraphOnce(graph, deepCopies(inputs));
-  const std::string wanted = signatureOf(expected, std::nullopt);
-  const std::string actual = signatureOf(stack, lowPrecisionIO);
-  TORCH_CHECK(
-      wanted == actual, "torch_mp internal error: converted outputs have dtypes ", actual, " instead of ", wanted);
+  torch::jit::Stack stack = runGraphOnce(graph, deepCopies(inputs));
+  checkOutputDtypes(stack, expected, lowPrecisionIO);
+  return stack;
+}
+
+std::optional<size_t> firstNonFiniteTensor(const torch::jit::Stack& expected, const torch::jit::Stack& actual) {
+  const std::vector<at::Tensor> wanted = tensorsOf(expected);
+  const std::vector<at::Tensor> got = tensorsOf(actual);
+  for (size_t i = 0; i < got.size() && i < wanted.size(); ++i) {
+    const at::Tensor& tensor = got[i];
+    if (!tensor.defined() || !tensor.is_floating_point() || tensor.is_nested() || !wanted[i].defined() ||
+        !wanted[i].is_floating_point() || wanted[i].is_nested() || tensor.sizes() != wanted[i].sizes() ||
+        at::isfinite(tensor).all().item<bool>()) {
+      continue;
+    }
+    if (at::logical_and(at::isfinite(tensor).logical_not(), at::isfinite(wanted[i].to(tensor.device())))
+            .any()
+            .item<bool>()) {
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<NonFiniteValue> verifyConvertedOutputs(
+    const std::shared_ptr<torch::jit::Graph>& graph,
+    const std::vector<torch::jit::Stack>& runs,
+    const std::vector<torch::jit::Stack>& expected,
+    const ObservedValues& observed,
+    std::optional<c10::ScalarType> lowPrecisionIO) {
+  TORCH_INTERNAL_ASSERT(!runs.empty() && runs.size() == expected.size());
+  for (size_t run = 0; run < runs.size(); ++run) {
+    const VerifyingRun verified = runVerifying(graph, runs[run], observed);
+    if (run == 0) {
+      checkOutputDtypes(verified.outputs, expected[0], lowPrecisionIO);
+    }
+    if (std::optional<size_t> tensor = firstNonFiniteTensor(expected[run], verified.outputs)) {
+      return NonFiniteValue{run, tensor, ""};
+    }
+    if (verified.nonFinite) {
+      return NonFiniteValue{run, std::nullopt, verified.nonFinite->debugName()};
+    }
+  }
+  return std::nullopt;
 }
 
 } // namespace torch_mp::jit

@@ -4,6 +4,7 @@
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
+#include <torch/version.h>
 
 #include <iterator>
 #include <memory>
@@ -211,6 +212,16 @@ py::object ruleKindOrNone(const std::optional<core::RuleKind>& kind) {
   return kind ? py::object(py::str(core::toString(*kind))) : py::none();
 }
 
+// A numeric guard's verdict: {"kind": "underflow to zero", "value": "26", "seen": 1e-12, "limit": 5.96e-08}.
+py::dict guardDict(const core::GuardVerdict& guard) {
+  py::dict entry;
+  entry["kind"] = core::toString(guard.kind);
+  entry["value"] = guard.value;
+  entry["seen"] = guard.seen;
+  entry["limit"] = guard.limit;
+  return entry;
+}
+
 // The report as Python values (dicts, lists, numbers, strings): what `Report.data` holds and `json` writes.
 py::dict reportDict(const jit::ConversionReport& report) {
   py::dict phases;
@@ -231,6 +242,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
     entry["rule_kind"] = core::toString(node.ruleKind);
     entry["amax"] = node.amax < 0 ? py::object(py::none()) : py::object(py::float_(node.amax));
     entry["flops"] = node.flops;
+    entry["guard"] = node.guard ? py::object(guardDict(*node.guard)) : py::object(py::none());
     nodes.append(std::move(entry));
   }
   py::list weights;
@@ -284,6 +296,16 @@ py::dict reportDict(const jit::ConversionReport& report) {
   data["fused_convolutions"] = report.fusedConvolutions;
   data["unobserved_nodes"] = report.unobservedNodes;
   data["ranges_observed"] = report.rangesObserved;
+  if (report.nonFinite) {
+    py::dict where;
+    where["run"] = report.nonFinite->run;
+    where["tensor"] = report.nonFinite->outputTensor ? py::object(py::int_(*report.nonFinite->outputTensor))
+                                                     : py::object(py::none());
+    where["value"] = report.nonFinite->outputTensor ? py::object(py::none()) : py::object(py::str(report.nonFinite->value));
+    data["non_finite"] = std::move(where);
+  } else {
+    data["non_finite"] = py::none();
+  }
   data["low_precision_flop_fraction"] = report.lowPrecisionFlopFraction();
   data["unknown_ops"] = py::cast(report.unknownOps);
   data["nodes"] = nodes;
@@ -373,6 +395,8 @@ PYBIND11_MODULE(_C, m) {
   using namespace torch_mp;
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
   m.attr("MODEL_RUN_FAILED") = jit::kModelRunFailed;
+  // the torch whose headers compiled the extension: its operator ids (c10::aten::*) are that torch's (torch_mp._compat)
+  m.attr("BUILT_WITH_TORCH") = py::make_tuple(TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
   m.attr("CATEGORIES") = namesOf(core::kAllCategories);
   m.attr("TARGETS") = namesOf(core::kAllTargets);
   {
@@ -381,6 +405,11 @@ PYBIND11_MODULE(_C, m) {
       kinds[i] = core::kRuleKindNames[i].name;
     }
     m.attr("RULE_KINDS") = kinds;  // what a node's rule_kind in the report can be
+    py::tuple guards(std::size(core::kGuardKindNames));
+    for (size_t i = 0; i < guards.size(); ++i) {
+      guards[i] = core::kGuardKindNames[i].name;
+    }
+    m.attr("GUARD_KINDS") = guards;  // what a node's guard["kind"] in the report can be
   }
   m.def(
       "target_for", [](bool cuda, bool float16) { return core::toString(core::targetFor(cuda, float16)); },
@@ -470,7 +499,14 @@ PYBIND11_MODULE(_C, m) {
           "planner", [](const jit::ConvertOptions& o) { return plannerName(o.planner); },
           [](jit::ConvertOptions& o, const std::string& planner) { o.planner = parsePlanner(planner); })
       .def_readwrite("verify_outputs", &jit::ConvertOptions::verifyOutputs)
-      .def_readwrite("keep_fp32", &jit::ConvertOptions::keepFp32, "Node ids kept fp32 (the accuracy fallback's).")
+      .def_property(
+          "keep_fp32", [](const jit::ConvertOptions& o) { return o.keepFp32.fallback; },
+          [](jit::ConvertOptions& o, std::unordered_set<jit::NodeId> ids) { o.keepFp32.fallback = std::move(ids); },
+          "Node ids kept fp32 (the accuracy fallback's).")
+      .def_property(
+          "keep_fp32_non_finite", [](const jit::ConvertOptions& o) { return o.keepFp32.nonFinite; },
+          [](jit::ConvertOptions& o, std::unordered_set<jit::NodeId> ids) { o.keepFp32.nonFinite = std::move(ids); },
+          "Node ids kept fp32 because their low-precision outputs were NaN or inf where fp32's are finite.")
       .def_readwrite("low_precision_io", &jit::ConvertOptions::lowPrecisionIO)
       .def_readwrite("fuse_casts", &jit::ConvertOptions::fuseCasts)
       .def_readwrite("fused_kernels", &jit::ConvertOptions::fusedKernels)

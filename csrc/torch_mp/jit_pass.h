@@ -50,6 +50,8 @@ enum class SkipReason {
   kNotFrozen,       // every tensor read from module attributes (prim::GetAttr), none constant: freeze first
   kNothingToLower,  // the plan put no node in low precision
   kFailed,          // the conversion threw; the message is in PassActivity::lastError
+  kNonFinite,       // on the recorded inputs its values turned NaN or inf where fp32's are finite (the report says
+                    // where: nonFinite)
   kCalibrating,     // not yet: the graph records its inputs and runs fp32 until the executor optimizes it again
 };
 const char* toString(SkipReason reason);

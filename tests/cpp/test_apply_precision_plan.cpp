@@ -33,11 +33,11 @@ Applied apply(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector
   recordObservedDtypes(observed);
   const DataflowMapping mapping = buildDataflow(graph, observed, policy, at::kHalf);
   core::PrecisionPlan plan;
-  for (const torch::jit::Node* node : mapping.nodes) {
-    plan.precision.push_back(lowOps.count(node->kind().toQualString()) ? core::Precision::kLow
-                                                                        : core::Precision::kFp32);
+  for (const PlannedNode& planned : mapping.planned) {
+    plan.precision.push_back(lowOps.count(planned.node->kind().toQualString()) ? core::Precision::kLow
+                                                                                : core::Precision::kFp32);
   }
-  plan.forcedToFp32.assign(mapping.nodes.size(), false);
+  plan.forcedToFp32.assign(mapping.planned.size(), false);
   CastLedger ledger(observed);
   applyPrecisionPlan(graph, mapping, plan, observed, at::kHalf, ledger);
   graph->lint();

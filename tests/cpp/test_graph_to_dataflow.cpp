@@ -38,7 +38,7 @@ struct Built {
 
 // Observes the graph by running it (constants: a 4x3x3x3 weight for %w) and builds its dataflow for fp16.
 Built build(const std::string& ir, const std::vector<c10::IValue>& inputs, const NodeRule& rule = {},
-            const std::unordered_set<NodeId>& keepFp32 = {}, core::OpPolicy policy = core::OpPolicy::defaults(
+            const KeptFp32& keepFp32 = {}, core::OpPolicy policy = core::OpPolicy::defaults(
                 core::Target::kCudaFloat16, core::CpuFeatures::all())) {
   Built built;
   built.graph = parseGraph(ir);
@@ -54,8 +54,8 @@ Built build(const std::string& ir, const std::vector<c10::IValue>& inputs, const
 }
 
 int plannerNodeOf(const DataflowMapping& mapping, const std::string& op) {
-  for (size_t n = 0; n < mapping.nodes.size(); ++n) {
-    if (mapping.nodes[n]->kind().toQualString() == op) {
+  for (size_t n = 0; n < mapping.planned.size(); ++n) {
+    if (mapping.planned[n].node->kind().toQualString() == op) {
       return static_cast<int>(n);
     }
   }
@@ -77,14 +77,14 @@ TEST(GraphToDataflowTest, CategoriesAndRuleKindsComeFromThePolicyAndTheGraphsEdg
       {"aten::frac", {OpCategory::kFp32, RuleKind::kUnknownOp}},
       {"prim::Return", {OpCategory::kFp32, RuleKind::kIo}},
   };
-  ASSERT_EQ(m.nodes.size(), expected.size());  // the integer add and the int lists are not planned
+  ASSERT_EQ(m.planned.size(), expected.size());  // the integer add and the int lists are not planned
   for (size_t n = 0; n < expected.size(); ++n) {
-    EXPECT_EQ(m.nodes[n]->kind().toQualString(), expected[n].first) << n;
+    EXPECT_EQ(m.planned[n].node->kind().toQualString(), expected[n].first) << n;
     EXPECT_EQ(m.dataflow.nodes[n].category, expected[n].second.first) << expected[n].first;
-    EXPECT_EQ(m.ruleKinds[n], expected[n].second.second) << expected[n].first;
+    EXPECT_EQ(m.planned[n].ruleKind, expected[n].second.second) << expected[n].first;
   }
   EXPECT_EQ(m.unknownOps, std::vector<std::string>{"aten::frac"});
-  EXPECT_EQ(m.rules[plannerNodeOf(m, "aten::frac")], "fp32: in no list (unknown op)");
+  EXPECT_EQ(m.planned[plannerNodeOf(m, "aten::frac")].rule, "fp32: in no list (unknown op)");
   EXPECT_EQ(m.unobservedNodes, 0);
 }
 
@@ -116,15 +116,16 @@ TEST(GraphToDataflowTest, AWrittenTensorTiesItsSharingReadersAndAListTiesEveryth
       %c : Tensor = aten::cat(%l, %zero)
       return (%c))IR", {torch::randn({4, 4}), torch::randn({4, 4})});
   const DataflowMapping& m = built.mapping;
-  const torch::jit::Node* mm = m.nodes[plannerNodeOf(m, "aten::mm")];
+  const torch::jit::Node* mm = m.planned[plannerNodeOf(m, "aten::mm")].node;
   const core::DataflowGraph::Value& product = m.dataflow.values[m.values.at(mm->output())];
   EXPECT_EQ(product.tie, core::Tie::kReaders);  // written in place after a fresh mm: its sharing readers read one copy
-  const torch::jit::Node* list = m.nodes[plannerNodeOf(m, "prim::ListConstruct")];
+  const torch::jit::Node* list = m.planned[plannerNodeOf(m, "prim::ListConstruct")].node;
   EXPECT_EQ(m.dataflow.values[m.values.at(list->output())].tie, core::Tie::kAll);
   EXPECT_EQ(m.dataflow.values[m.values.at(list->output())].castBytes, 0);
   // add_ writes the product: it shares it; the list holds it: it shares it too
   for (size_t c = 0; c < product.consumers.size(); ++c) {
-    EXPECT_EQ(product.access[c], core::Access::kShares) << m.nodes[product.consumers[c]]->kind().toQualString();
+    EXPECT_EQ(product.access[c], core::Access::kShares)
+        << m.planned[product.consumers[c]].node->kind().toQualString();
   }
 }
 
@@ -135,16 +136,16 @@ TEST(GraphToDataflowTest, TheFallbacksKeptNodesAreAskedBeforeTheNodeRule) {
     return NodeOverride{OpCategory::kFp32, RuleKind::kCallable, "the rule"};
   };
   const Built plain = build(kMixedGraph, mixedInputs(), rule);
-  const NodeId conv = *nodeIdOf(plain.mapping.nodes[plannerNodeOf(plain.mapping, "aten::conv2d")]);
+  const NodeId conv = *nodeIdOf(plain.mapping.planned[plannerNodeOf(plain.mapping, "aten::conv2d")].node);
   asked.clear();
-  const Built kept = build(kMixedGraph, mixedInputs(), rule, {conv});
+  const Built kept = build(kMixedGraph, mixedInputs(), rule, KeptFp32{{}, {conv}});
   const DataflowMapping& m = kept.mapping;
   const int convNode = plannerNodeOf(m, "aten::conv2d");
-  EXPECT_EQ(*nodeIdOf(m.nodes[convNode]), conv);  // one graph, numbered alike: the same id
-  EXPECT_EQ(m.ruleKinds[convNode], RuleKind::kFallback);
+  EXPECT_EQ(*nodeIdOf(m.planned[convNode].node), conv);  // one graph, numbered alike: the same id
+  EXPECT_EQ(m.planned[convNode].ruleKind, RuleKind::kFallback);
   EXPECT_EQ(m.dataflow.nodes[convNode].category, OpCategory::kFp32);
-  EXPECT_EQ(m.ruleKinds[plannerNodeOf(m, "aten::relu")], RuleKind::kCallable);
-  EXPECT_EQ(m.rules[plannerNodeOf(m, "aten::relu")], "fp32: the rule");
+  EXPECT_EQ(m.planned[plannerNodeOf(m, "aten::relu")].ruleKind, RuleKind::kCallable);
+  EXPECT_EQ(m.planned[plannerNodeOf(m, "aten::relu")].rule, "fp32: the rule");
   EXPECT_EQ(std::count(asked.begin(), asked.end(), "aten::conv2d"), 0);  // the rule never saw the kept conv
   EXPECT_EQ(std::count(asked.begin(), asked.end(), "aten::relu"), 1);
 }
@@ -168,8 +169,8 @@ TEST(GraphToDataflowTest, AnExclusionMatchingTheNodesModuleComesBeforeTheNodeRul
   };
   const DataflowMapping m = buildDataflow(graph, observed, policy, at::kHalf, rule);
   const int conv = plannerNodeOf(m, "aten::conv2d");
-  EXPECT_EQ(m.ruleKinds[conv], RuleKind::kExclusion);
-  EXPECT_EQ(m.rules[conv], "fp32: excluded: the head stays fp32");
+  EXPECT_EQ(m.planned[conv].ruleKind, RuleKind::kExclusion);
+  EXPECT_EQ(m.planned[conv].rule, "fp32: excluded: the head stays fp32");
   EXPECT_EQ(asked, 0);
   EXPECT_TRUE(policy.exclusionFor("aten::conv2d", "head.fc"));
   EXPECT_FALSE(policy.exclusionFor("aten::conv2d", "heads.fc"));
@@ -189,13 +190,13 @@ TEST(GraphToDataflowTest, ANodeTheInputsDidNotReachIsLeftAloneAndCounted) {
   const DataflowMapping& m = built.mapping;
   const int exp = plannerNodeOf(m, "aten::exp");
   ASSERT_GE(exp, 0);
-  EXPECT_EQ(m.ruleKinds[exp], RuleKind::kUnobserved);
-  EXPECT_TRUE(m.unobserved[exp]);
+  EXPECT_EQ(m.planned[exp].ruleKind, RuleKind::kUnobserved);
+  EXPECT_TRUE(m.planned[exp].unobserved);
   const int branch = plannerNodeOf(m, "prim::If");
-  EXPECT_EQ(m.ruleKinds[branch], RuleKind::kUnobserved);  // a branch not taken: its boundaries keep their dtype
-  EXPECT_EQ(m.blockBoundaries[branch].size(), 4u);         // each block's param and return nodes
+  EXPECT_EQ(m.planned[branch].ruleKind, RuleKind::kUnobserved);  // a branch not taken: its boundaries keep their dtype
+  EXPECT_EQ(m.planned[branch].blockBoundaries.size(), 4u);         // each block's param and return nodes
   EXPECT_EQ(m.unobservedNodes, 2);
-  EXPECT_EQ(m.ruleKinds[plannerNodeOf(m, "aten::relu")], RuleKind::kPolicy);
+  EXPECT_EQ(m.planned[plannerNodeOf(m, "aten::relu")].ruleKind, RuleKind::kPolicy);
 }
 
 TEST(GraphToDataflowTest, ControlFlowWhoseBranchesRanIsOneFollowNode) {
@@ -210,8 +211,8 @@ TEST(GraphToDataflowTest, ControlFlowWhoseBranchesRanIsOneFollowNode) {
   const DataflowMapping& m = built.mapping;
   const int loop = plannerNodeOf(m, "prim::Loop");
   EXPECT_EQ(m.dataflow.nodes[loop].category, OpCategory::kFollow);
-  EXPECT_EQ(m.ruleKinds[loop], RuleKind::kControlFlow);
-  EXPECT_EQ(m.blockBoundaries[loop].size(), 2u);
+  EXPECT_EQ(m.planned[loop].ruleKind, RuleKind::kControlFlow);
+  EXPECT_EQ(m.planned[loop].blockBoundaries.size(), 2u);
   EXPECT_EQ(m.dataflow.nodes[plannerNodeOf(m, "aten::mm")].category, OpCategory::kLowPrecision);
 }
 

@@ -815,8 +815,9 @@ TEST(PipelineRulesTest, IntegerValuesBeyondTheExactRangeKeepFp32) {
 }
 
 // clamp converts its bound to the tensor's dtype: 1e-8 is 0 in fp16, and log(clamp(relu(x), 1e-8)) would be -inf.
+// The clamp feeds log: the underflow-to-zero guard names it first; feeding a product, the lost scalar does.
 TEST(PipelineRulesTest, ScalarTheLowDtypeLosesKeepsItsReaderFp32) {
-  auto graphWithBound = [](const std::string& bound) {
+  auto graphWithBound = [](const std::string& bound, const std::string& reader = "aten::log(%c)") {
     return parseGraph(R"IR(
       graph(%x : Tensor, %w : Tensor):
         %bound : float = prim::Constant[value=)IR" + bound + R"IR(]()
@@ -824,7 +825,7 @@ TEST(PipelineRulesTest, ScalarTheLowDtypeLosesKeepsItsReaderFp32) {
         %p : Tensor = aten::mm(%x, %w)
         %r : Tensor = aten::relu(%p)
         %c : Tensor = aten::clamp(%r, %bound, %none)
-        %y : Tensor = aten::log(%c)
+        %y : Tensor = )IR" + reader + R"IR(
         return (%y))IR");
   };
   const std::vector<c10::IValue> inputs{torch::randn({8, 6}), torch::randn({6, 5})};
@@ -834,8 +835,20 @@ TEST(PipelineRulesTest, ScalarTheLowDtypeLosesKeepsItsReaderFp32) {
   const NodeDecision& clamp = decisionFor(tiny.report, "aten::clamp");
   EXPECT_EQ(clamp.precision, core::Precision::kFp32);
   EXPECT_EQ(clamp.ruleKind, core::RuleKind::kRangeGuard);
-  EXPECT_NE(clamp.rule.find("becomes 0 in float16"), std::string::npos) << clamp.rule;
+  ASSERT_TRUE(clamp.guard);
+  EXPECT_EQ(clamp.guard->kind, core::GuardKind::kUnderflowToZero);
+  EXPECT_EQ(clamp.guard->value, clamp.output);
+  EXPECT_FLOAT_EQ(clamp.guard->seen, 1e-8);  // the clamped values, observed in fp32
+  EXPECT_EQ(decisionFor(tiny.report, "aten::log").guard->kind, core::GuardKind::kUnderflowToZero);
   EXPECT_TRUE(tiny.after[0].toTensor().isfinite().all().item<bool>());
+  auto product = convert(graphWithBound("1e-08", "aten::mul(%c, %c)"), inputs);
+  const NodeDecision& productClamp = decisionFor(product.report, "aten::clamp");
+  EXPECT_EQ(productClamp.precision, core::Precision::kFp32);
+  ASSERT_TRUE(productClamp.guard);
+  EXPECT_EQ(productClamp.guard->kind, core::GuardKind::kLostScalar);
+  EXPECT_EQ(productClamp.guard->seen, 1e-8);
+  EXPECT_EQ(productClamp.guard->limit, 0.0);
+  EXPECT_FALSE(decisionFor(product.report, "aten::mul").guard);  // a product of a 0 is no inf
   expectCloseOutputs(tiny.before, tiny.after, 1e-2);
 
   auto held = convert(graphWithBound("0.001"), inputs);  // fp16 holds 1e-3 to 0.01%: no guard

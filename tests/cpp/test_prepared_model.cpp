@@ -100,7 +100,7 @@ TEST(PreparedModelTest, NodesKeptFp32ByIdStayFp32AndSayItIsTheFallback) {
   const NodeDecision& second = decisionFor(plain.report, "aten::matmul", 1);
   ASSERT_EQ(second.precision, core::Precision::kLow);
   ConvertOptions options = halfOptions();
-  options.keepFp32 = {second.id};
+  options.keepFp32.fallback = {second.id};
   ConvertedModule kept = convertPreparedModule(prepared, options);
   const NodeDecision& keptSecond = decisionFor(kept.report, "aten::matmul", 1);
   EXPECT_EQ(keptSecond.id, second.id);

@@ -57,6 +57,11 @@ UNARY = [
     ("torch.softmax({a}, -1)", 1), ("torch.log_softmax({a}, -1)", 1), ("torch.exp({a}.clamp(max=3.0))", 1),
     ("({a} - {a}.mean(-1, keepdim=True))", 1), ("self.norm({a} + x)", 1), ("({a}.sum(-1, keepdim=True) * 0.1 + {a})", 1),
     ("torch.nn.functional.dropout({a}, 0.5, False)", 1), ("{a}.pow(2.0).clamp(max=4.0)", 1),
+    # divisors that a 0 would turn into inf or NaN: a norm clamped to 1e-12 (F.normalize), an RMS with a 1e-12
+    # epsilon, a learned scale of 1e-9; fp16 rounds each to 0
+    ("torch.nn.functional.normalize({a}, dim=-1)", 1),
+    ("({a} * torch.rsqrt({a}.pow(2.0).mean(-1, keepdim=True) + 1e-12))", 1),
+    ("(({a} * 1e-9) / self.small)", 1),
 ]
 LOW = [("self.lin{p}({a})", 1), ("torch.matmul({a}, self.w{p})", 1), ("torch.bmm({a}.unsqueeze(0), self.w{p}.unsqueeze(0))[0]", 1),
        ("self.conv({a}.unsqueeze(1)).squeeze(1)", 1)]
@@ -161,6 +166,7 @@ def generate_program(choose: Chooser, max_statements: int = 10):
                 self.w2 = nn.Parameter(torch.randn({F}, {F}) / {F} ** 0.5)
                 self.norm = nn.LayerNorm({F})
                 self.conv = nn.Conv1d(1, 1, 3, padding=1)
+                self.small = nn.Parameter(torch.full(({F},), 1e-9))
 
             def forward(self, x: Tensor, i: Tensor) -> {annotation}:
         """
@@ -183,17 +189,25 @@ def build_module(source: str) -> nn.Module:
     return module.Fuzzed().eval()
 
 
+def _inputs(scale: float = 1.0) -> torch.Tensor:
+    """Random rows and a row of zeros (a padded token: norms of 0, divisors that only an epsilon keeps from 0)."""
+    x = torch.randn(BATCH, FEATURES) * scale
+    x[-1] = 0.0
+    return x
+
+
 def check_conversion(source: str, output_depths: List[int], dtype: torch.dtype, seed: int = 0) -> None:
-    """Converts the program's module and checks: lint, runs, every output's dtype, and the error bound
-    |y - y_fp32| <= 4 * u * (depth + 1) * max(1, max|y_fp32|) per floating output, u the dtype's unit roundoff and
-    depth that of the output's own cone (the ops it depends on), not the whole program's."""
+    """Converts the program's module and checks: lint, runs, every output's dtype, no NaN or inf where fp32's output
+    is finite, and the error bound |y - y_fp32| <= 4 * u * (depth + 1) * max(1, max|y_fp32|) per floating output, u
+    the dtype's unit roundoff and depth that of the output's own cone (the ops it depends on), not the whole
+    program's."""
     torch.manual_seed(seed)
     model = build_module(source)
-    x, i = torch.randn(BATCH, FEATURES), torch.randint(0, 3, (BATCH,))  # i[0] + 1 <= 3 loop trips
+    x, i = _inputs(), torch.randint(0, 3, (BATCH,))  # i[0] + 1 <= 3 loop trips
     converted = torch_mp.convert(model, (x, i), dtype)
     converted.graph.lint()
     for trial in range(2):
-        fresh = torch.randn(BATCH, FEATURES) * (1 + trial)
+        fresh = _inputs(1 + trial)
         with torch.no_grad():
             reference = flatten_tensors(model(fresh, i))
             result = flatten_tensors(converted(fresh, i))
@@ -202,6 +216,8 @@ def check_conversion(source: str, output_depths: List[int], dtype: torch.dtype, 
         floating = [(ref, out) for ref, out in zip(reference, result) if ref.is_floating_point()]
         assert len(floating) == len(output_depths), "one depth per floating output"
         for (ref, out), depth in zip(floating, output_depths):
+            turned = (~torch.isfinite(out) & torch.isfinite(ref)).sum().item()
+            assert turned == 0, f"{turned} outputs are NaN or inf where fp32's are finite"
             scale = max(1.0, ref.abs().max().item())
             bound = 4 * UNIT_ROUNDOFF[dtype] * (depth + 1) * scale
             error = (ref.double() - out.double()).abs().max().item()

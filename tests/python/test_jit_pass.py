@@ -398,3 +398,22 @@ def test_calibration_gives_the_range_guard_convert_applies_and_the_profile_alone
     assert mixed.isfinite().all()
     torch.testing.assert_close(mixed, expected, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(mixed, model(x), rtol=0, atol=5e-2)
+
+
+def test_a_plan_whose_outputs_turn_non_finite_on_the_recorded_inputs_leaves_the_graph_fp32(tmp_path):
+    """Catastrophic cancellation (test_non_finite.Cancellation): in fp16 the divisor is 0 and the output inf. convert()
+    repairs the plan; the pass, which cannot plan again inside the executor, leaves the graph fp32."""
+    from test_non_finite import Cancellation
+
+    torch.manual_seed(0)
+    model = Cancellation().eval()
+    x = torch.randn(16, 8)
+    path = save_frozen(model, tmp_path / "cancellation.pt")
+    before = torch_mp.jit_pass.activity()
+    with torch_mp.jit_pass(dtype=torch.float16):
+        output = run_profiled(torch.jit.load(path), x)
+    activity = torch_mp.jit_pass.activity()
+    assert activity.converted == before.converted and activity.skipped > before.skipped
+    assert activity.last_report.data["non_finite"] == {"run": 0, "tensor": 0, "value": None}
+    assert torch.isfinite(output).all()
+    torch.testing.assert_close(output, model(x))
