@@ -67,13 +67,22 @@ def find_cuda_home():
 
 
 def cuda_library_headers(cuda_home):
-    """ATen's CUDA headers include cuBLAS, cuSPARSE and cuSOLVER headers, which a toolkit of nvcc alone lacks; the
-    CUDA wheels torch depends on carry them (site-packages/nvidia/*/include). Those folders where the toolkit lacks
-    cusparse.h, searched after the toolkit's own."""
-    if os.path.isfile(os.path.join(cuda_home, "include", "cusparse.h")):
+    """ATen's CUDA headers include cuBLAS, cuSPARSE and cuSOLVER headers, which a toolkit of nvcc alone lacks; the CUDA
+    wheels torch depends on carry them (site-packages/nvidia/*/include). Only the headers the toolkit lacks, linked
+    into one folder (build/cuda_library_headers), searched after the toolkit's own: the wheels of a newer CUDA (torch
+    2.15's 13.2 beside nvcc 13.0) also carry the CUDA runtime's headers, which nvcc refuses to mix with its own."""
+    toolkit = os.path.join(cuda_home, "include")
+    if os.path.isfile(os.path.join(toolkit, "cusparse.h")):
         return []
     site_packages = os.path.dirname(os.path.dirname(torch.__file__))
-    return sorted(glob.glob(os.path.join(site_packages, "nvidia", "*", "include")))
+    folder = os.path.join(ROOT, "build", "cuda_library_headers")
+    os.makedirs(folder, exist_ok=True)
+    for header in sorted(glob.glob(os.path.join(site_packages, "nvidia", "*", "include", "*"))):
+        name = os.path.basename(header)
+        link = os.path.join(folder, name)
+        if not os.path.exists(os.path.join(toolkit, name)) and not os.path.lexists(link):
+            os.symlink(header, link)
+    return [folder]
 
 
 def cuda_setting():
@@ -174,7 +183,7 @@ setup(
     description="Mixed-precision conversion of PyTorch models to frozen TorchScript",
     packages=find_packages(include=["torch_mp", "torch_mp.*"]),
     python_requires=">=3.10",
-    install_requires=["torch>=2.11,<2.15", "graphviz"],
+    install_requires=["torch>=2.11", "graphviz"],
     ext_modules=[extension()],
     cmdclass={"build_ext": BuildExtension},
 )

@@ -5,6 +5,10 @@
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
 
+from . import _C, _compat
+
+_compat.check_extension(_C.BUILT_WITH_TORCH)
+
 from ._convert import ConversionError, InputSpec, PreparedModel, convert, prepare
 from ._torchscript import TorchScriptDeprecationWarning
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphModule, cuda_graphs

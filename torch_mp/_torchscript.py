@@ -1,6 +1,6 @@
 """The torch.jit calls torch_mp makes on the user's behalf, without torch's deprecation warnings for them.
 
-torch 2.14 warns FutureWarning (torch 2.13: DeprecationWarning, hidden by default) on every torch.jit.script / trace /
+torch 2.14 and 2.15 warn FutureWarning (torch 2.13: DeprecationWarning, hidden by default) on every torch.jit.script / trace /
 save / load. Those warnings are attributed to torch's own modules (torch.jit._script, ...), so a filter on the module
 cannot tell torch_mp's calls from the user's; a warnings filter whose message test holds only in a thread inside
 jit_call can. It is thread-local, so it needs no lock around the calls, and a user's own torch.jit calls, in any
@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 
-import torch
+from ._compat import JIT_CALLS_WARN
 
 
 class TorchScriptDeprecationWarning(FutureWarning):
@@ -22,11 +22,10 @@ MESSAGE = (
     "torch_mp converts to TorchScript, which PyTorch deprecates: since torch 2.14, torch.jit.script, trace, save and "
     "load warn FutureWarning (torch.compile and torch.export are PyTorch's replacements). torch_mp hides those "
     "warnings for the torch.jit calls it makes on your behalf (your own torch.jit calls still warn). Its output, a "
-    "frozen TorchScript module, keeps working through torch 2.14, the newest torch torch_mp supports. "
+    "frozen TorchScript module, keeps working through torch 2.15, the newest torch torch_mp is tested with. "
     "See \"TorchScript's status\" in torch_mp's README.md."
 )
 
-TORCH_WARNS = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 14)
 
 _thread = threading.local()  # depth: how many jit_call frames this thread is inside
 _lock = threading.Lock()
@@ -48,7 +47,7 @@ _FILTER = ("ignore", _InsideJitCall(), Warning, re.compile(r"torch\.jit\."), 0)
 def jit_call(function, *args, **kwargs):
     """function(*args, **kwargs), a torch.jit function torch_mp calls for the user, without torch's deprecation
     warning; warns TorchScriptDeprecationWarning instead, the first time in the process where torch would warn."""
-    if TORCH_WARNS:
+    if JIT_CALLS_WARN:
         _warn_once()
     with _lock:
         # first in the list, each time: filters added since (pytest's "always" for DeprecationWarning, a user's

@@ -116,7 +116,7 @@ def test_one_torch_mp_warning_per_process(scenario):
     ours = [w for phase in scenario["phases"].values() for w in phase if w[0] == OURS]
     assert len(ours) == 1, ours
     _, message, filename, _ = ours[0]
-    assert "deprecates" in message and "through torch 2.14" in message and "TorchScript's status" in message
+    assert "deprecates" in message and "through torch 2.15" in message and "TorchScript's status" in message
     assert filename == "<string>"  # attributed to the user's convert call, not to torch_mp's insides
 
 

@@ -1,0 +1,35 @@
+"""What differs between the torch versions torch_mp supports (2.11 to 2.15), one entry each, with the version that
+needs it. Everything else is the same on all of them."""
+from __future__ import annotations
+
+import re
+from typing import Tuple
+
+import torch
+
+
+def _release(version: str) -> Tuple[int, int, int]:
+    """(major, minor, patch) of a version string such as "2.15.0+cu132" or "2.16.0.dev20261201"."""
+    parts = [int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3]]
+    return tuple(parts + [0] * (3 - len(parts)))  # type: ignore[return-value]
+
+
+TORCH = _release(torch.__version__)
+
+# torch 2.14: torch.jit.script, trace, freeze, save and load warn FutureWarning on every call (2.13: DeprecationWarning,
+# hidden by default; 2.15 warns as 2.14 does).
+JIT_CALLS_WARN = TORCH[:2] >= (2, 14)
+
+
+def check_extension(built_with: Tuple[int, int, int]) -> None:
+    """Every version: the extension's compiled-in operator ids (c10::aten::to, ...) are those of the torch whose
+    headers it was built with, and each release renumbers them (2.15 added five ops before aten::to, so an extension
+    built against 2.15 and run on 2.14 made aten::to_padded_tensor nodes where it meant aten::to: what `pip install`
+    left when a `torch<2.15` requirement made it replace the torch it had just built against). Refused here, at
+    import, rather than as a wrong graph later."""
+    if tuple(built_with) != TORCH:
+        raise ImportError(
+            f"torch_mp's extension was built against torch {'.'.join(map(str, built_with))} but torch "
+            f"{torch.__version__} is installed; operator ids differ between torch releases, so it cannot run. "
+            "Rebuild it against this torch: pip install --no-build-isolation --force-reinstall --no-deps <torch_mp "
+            "checkout> (or `pip install --no-build-isolation -e .` in it)")
