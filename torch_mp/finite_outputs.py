@@ -21,6 +21,7 @@ import torch
 
 from . import _C
 from ._convert import ConversionError
+from .fallback import producers_read
 from .report import Report
 
 MAX_ROUNDS = 8
@@ -91,15 +92,7 @@ def _turned_non_finite(value, reference) -> bool:
 
 def _producers(report: Report) -> Dict[int, List[int]]:
     """For each item of the report's graph, the planned nodes whose values it reads, looking through casts."""
-    items = {item["id"]: item for item in report.data["graph"]}
-
-    def through_casts(item_id: int) -> List[int]:
-        item = items.get(item_id)
-        if item is None or item["kind"] != "cast":
-            return [item_id]
-        return [p for source in item["inputs"] for p in through_casts(source)]
-
-    return {item_id: [p for source in item["inputs"] for p in through_casts(source)] for item_id, item in items.items()}
+    return producers_read(report, {item["id"] for item in report.data["graph"]})
 
 
 def _nearest_low(node: int, producers: Dict[int, List[int]], low: Set[int]) -> Set[int]:
