@@ -10,6 +10,8 @@ from . import _C, _compat
 _compat.check_extension(_C.BUILT_WITH_TORCH)
 
 from ._convert import ConversionError, InputSpec, PreparedModel, convert, prepare
+from ._export import export
+from .aoti import aoti_compile
 from ._torchscript import TorchScriptDeprecationWarning
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphModule, cuda_graphs
 from .jit_pass import jit_pass
@@ -29,9 +31,11 @@ __all__ = [
     "PreparedModel",
     "Report",
     "TorchScriptDeprecationWarning",
+    "aoti_compile",
     "convert",
     "cpu_features",
     "cuda_graphs",
+    "export",
     "jit_pass",
     "prepare",
     "target_for",

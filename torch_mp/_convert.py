@@ -260,10 +260,14 @@ class Conversion:
         self._options.fuse_convolutions = options.fuse_convolutions
         self._options.set_node_rule(options.policy.node_rule())
 
-    @property
-    def reference(self):
-        """The prepared fp32 module, its nodes numbered as in every conversion of it (for torch_mp._C.probe_nodes)."""
-        return self.prepared._bound.frozen
+    def probe(self, module, inputs: Tuple[Any, ...], ids: Sequence[int]) -> List[Optional[torch.Tensor]]:
+        """The first output of each node named, in a conversion made with keep_node_ids, on `inputs` (as the fp32
+        model takes them)."""
+        return _C.probe_nodes(module._c, self.module_inputs(inputs), ids)
+
+    def probe_reference(self, inputs: Tuple[Any, ...], ids: Sequence[int]) -> List[Optional[torch.Tensor]]:
+        """The same of the prepared fp32 module, whose nodes are numbered as in every conversion of it."""
+        return _C.probe_nodes(self.prepared._bound.frozen, inputs, ids)
 
     def run(self, keep_fp32: Iterable[int] = (), keep_node_ids: bool = False, in_place: bool = False,
             verify: bool = True) -> Tuple[Any, Report]:

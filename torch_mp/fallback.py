@@ -31,7 +31,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _C
 from ._convert import ConversionError
 from .report import Report
 
@@ -157,8 +156,8 @@ def rank_by_added_error(job, report: Report, inputs: Tuple[Any, ...]) -> List[Tu
     readers = producers_read(report, set(low))
     ids = sorted(set(low) | {node for reads in readers.values() for node in reads})
     with torch.no_grad():
-        low_values = _C.probe_nodes(module._c, inputs, ids)
-        reference_values = _C.probe_nodes(job.reference, inputs, ids)
+        low_values = job.probe(module, inputs, ids)
+        reference_values = job.probe_reference(inputs, ids)
     errors: Dict[int, Tuple[float, float]] = {}
     for node, value, reference in zip(ids, low_values, reference_values):
         # a nested tensor (rows of different lengths) has no flat form to compare

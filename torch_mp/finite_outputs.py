@@ -5,7 +5,7 @@ output tensor holding NaN or inf where the fp32 model's is finite, or else the f
 where fp32's was finite on every run (`report.data["non_finite"]`). Such a conversion is not done. `repair_non_finite` finds the nodes responsible, keeps them fp32 and plans again:
 
 1. The conversion runs once more with its node ids kept, and every planned node's value is read on the failing inputs
-   (torch_mp._C.probe_nodes), beside the prepared fp32 graph's value of the same node (the accuracy fallback's probe).
+   (job.probe), beside the fp32 graph's value of the same node (job.probe_reference, as the accuracy fallback probes).
 2. The nodes whose values hold NaN or inf where fp32's are finite, and none of whose inputs do, are the first ones.
    A first node that ran low is kept fp32. One that ran fp32 was handed a value it could not use (a divisor rounded
    to 0): the nearest low nodes it reads from, through casts and other fp32 nodes, are kept fp32.
@@ -19,7 +19,6 @@ from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import torch
 
-from . import _C
 from ._convert import ConversionError
 from .fallback import producers_read
 from .report import Report
@@ -70,8 +69,8 @@ def _responsible_nodes(job, inputs: Tuple[Any, ...]) -> Tuple[List[int], Set[int
     probed, report = job.run(keep_node_ids=True, verify=False)
     ids = [node["id"] for node in report.nodes]
     with torch.no_grad():
-        values = _C.probe_nodes(probed._c, job.module_inputs(inputs), ids)
-        references = _C.probe_nodes(job.reference, inputs, ids)
+        values = job.probe(probed, inputs, ids)
+        references = job.probe_reference(inputs, ids)
     bad = {node for node, value, reference in zip(ids, values, references) if _turned_non_finite(value, reference)}
     producers = _producers(report)
     first = sorted(node for node in bad if not any(p in bad for p in producers.get(node, ())))

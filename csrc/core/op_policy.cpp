@@ -71,6 +71,11 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::linalg_multi_dot", kLow, kGemm},
     {"aten::linalg_vecdot", kLow, kGemm},
     {"aten::scaled_dot_product_attention", kLow, kAttention},
+    // the kernels torch.export names for it (run_decompositions: the CPU, flash, memory-efficient and cuDNN forms)
+    {"aten::_scaled_dot_product_flash_attention_for_cpu", kLow, kAttention},
+    {"aten::_scaled_dot_product_flash_attention", kLow, kAttention},
+    {"aten::_scaled_dot_product_efficient_attention", kLow, kAttention},
+    {"aten::_scaled_dot_product_cudnn_attention", kLow, kAttention},
     {"aten::_native_multi_head_attention", kLow, kAttention},
     {"aten::_transformer_encoder_layer_fwd", kLow,
      "fused transformer layer (nn.TransformerEncoderLayer fast path): GEMMs and attention in low precision, its "
@@ -131,6 +136,10 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::channel_shuffle", kFollow, kShape},
     {"aten::clone", kFollow, kShape},
     {"aten::detach", kFollow, kShape},
+    {"aten::alias", kFollow, kShape},
+    {"aten::_unsafe_view", kFollow, kShape},
+    {"aten::lift_fresh_copy", kFollow, "copies a constant the program lifted: no arithmetic"},
+    {"aten::_unsafe_index", kFollow, kShape},
     {"prim::unchecked_cast", kFollow, kShape},
     {"aten::size", kFollow, kMetadata},
     {"aten::dim", kFollow, kMetadata},
@@ -185,6 +194,7 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::avg_pool2d", kFollow, kPool},
     {"aten::adaptive_avg_pool1d", kFollow, kPool},
     {"aten::adaptive_avg_pool2d", kFollow, kPool},
+    {"aten::_adaptive_avg_pool2d", kFollow, kPool},
     {"aten::adaptive_avg_pool3d", kFollow, kPool},
 
     // --- follow: pointwise activations and arithmetic -------------------------------------------------------
@@ -308,6 +318,11 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::group_norm", kFp32, kNorm},
     {"aten::instance_norm", kFp32, kNorm},
     {"aten::batch_norm", kFp32, kNorm},
+    // torch.export's forms of the norms (run_decompositions)
+    {"aten::_native_batch_norm_legit_no_training", kFp32, kNorm},
+    {"aten::_native_batch_norm_legit", kFp32, kNorm},
+    {"aten::native_batch_norm", kFp32, kNorm},
+    {"aten::native_group_norm", kFp32, kNorm},
     {"aten::local_response_norm", kFp32, kNorm},
     {"aten::mse_loss", kFp32, kLoss},
     {"aten::l1_loss", kFp32, kLoss},
@@ -351,6 +366,7 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::tensor", kFp32, kFactory},
     {"aten::scalar_tensor", kFp32, kFactory},
     {"aten::to", kFp32, kExplicitCast},
+    {"aten::_to_copy", kFp32, kExplicitCast},
     {"aten::type_as", kFp32, kExplicitCast},
     {"aten::float", kFp32, kExplicitCast},
 };
@@ -366,6 +382,7 @@ const DefaultEntry kCudaFloat16Entries[] = {
     {"aten::layer_norm", kFollow, kNormOnCudaFp16},
     {"aten::native_layer_norm", kFollow, kNormOnCudaFp16},
     {"aten::group_norm", kFollow, kNormOnCudaFp16},
+    {"aten::native_group_norm", kFollow, kNormOnCudaFp16},
 };
 // clang-format on
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/flop_formulas.h"
 #include "core/op_facts.h"
 
 namespace torch_mp::jit {
@@ -12,7 +13,7 @@ namespace {
 
 using torch::jit::Node;
 using torch::jit::Value;
-using Sizes = std::vector<int64_t>;
+using core::Sizes;
 
 std::optional<Sizes> sizesOf(const Value* value, const ObservedValues& observed) {
   if (auto constant = torch::jit::toIValue(value); constant && constant->isTensor()) {
@@ -25,51 +26,18 @@ std::optional<Sizes> sizesOf(const Value* value, const ObservedValues& observed)
   return knownSizes(it->second);
 }
 
-int64_t product(const Sizes& sizes, size_t from = 0) {
-  int64_t result = 1;
-  for (size_t i = from; i < sizes.size(); ++i) {
-    result *= sizes[i];
+// The sizes of a node's inputs and first output; aten::_convolution / aten::convolution carry the transposed flag as
+// their seventh input.
+core::FlopOperands operandsOf(const Node* node, const ObservedValues& observed) {
+  core::FlopOperands operands;
+  for (const Value* input : node->inputs()) {
+    operands.inputs.push_back(sizesOf(input, observed));
   }
-  return result;
-}
-
-// 2 * (elements of the result) * (length of the reduced dimension).
-int64_t contraction(const Node* node, size_t left, const ObservedValues& observed) {
-  auto a = sizesOf(node->input(left), observed);
-  auto out = sizesOf(node->output(0), observed);
-  if (!a || !out || a->empty()) {
-    return 0;
+  operands.output = node->outputs().empty() ? std::nullopt : sizesOf(node->output(0), observed);
+  if (core::factsOf(node->kind().toQualString()).flops == core::FlopFormula::kGenericConvolution) {
+    operands.transposed = torch::jit::constant_as<bool>(node->input(6));
   }
-  return 2 * product(*out) * a->back();
-}
-
-// Convolution: each output element reads (input channels / groups) * kernel elements, which is the weight's size
-// over its first dimension; a transposed convolution does that per input element.
-int64_t convolution(const Node* node, const ObservedValues& observed, bool transposed) {
-  auto weight = sizesOf(node->input(1), observed);
-  auto data = sizesOf(transposed ? node->input(0) : node->output(0), observed);
-  if (!weight || !data || weight->empty() || (*weight)[0] == 0) {
-    return 0;
-  }
-  return 2 * product(*data) * (product(*weight) / (*weight)[0]);
-}
-
-// aten::_convolution / aten::convolution carry the transposed flag as their seventh input.
-int64_t genericConvolution(const Node* node, const ObservedValues& observed) {
-  auto transposed = torch::jit::constant_as<bool>(node->input(6));
-  return transposed ? convolution(node, observed, *transposed) : 0;
-}
-
-// q [.., L, E], k [.., S, E], v [.., S, Ev]: q k^T and (softmax) v.
-int64_t attention(const Node* node, const ObservedValues& observed) {
-  auto q = sizesOf(node->input(0), observed);
-  auto k = sizesOf(node->input(1), observed);
-  auto out = sizesOf(node->output(0), observed);
-  if (!q || !k || !out || k->size() < 2) {
-    return 0;
-  }
-  const int64_t keys = (*k)[k->size() - 2];
-  return 2 * product(*q) * keys + 2 * product(*out) * keys;
+  return operands;
 }
 
 // Every 2-D weight of the flat parameter list (built by a prim::ListConstruct, or one constant list where the
@@ -80,12 +48,12 @@ int64_t recurrent(const Node* node, const ObservedValues& observed) {
   if (!input || input->empty()) {
     return 0;
   }
-  const int64_t rows = product(*input) / std::max<int64_t>(input->back(), 1);
+  const int64_t rows = core::elementCount(*input) / std::max<int64_t>(input->back(), 1);
   int64_t weights = 0;
   if (params->node()->kind() == c10::prim::ListConstruct) {
     for (const Value* param : params->node()->inputs()) {
       if (auto sizes = sizesOf(param, observed); sizes && sizes->size() == 2) {
-        weights += product(*sizes);
+        weights += core::elementCount(*sizes);
       }
     }
   } else if (auto constant = torch::jit::toIValue(params); constant && constant->isTensorList()) {
@@ -112,7 +80,7 @@ int64_t fusedTransformer(const Node* node, const ObservedValues& observed, std::
   int64_t flops = 0;
   for (size_t index : weights) {
     if (auto sizes = sizesOf(node->input(index), observed); sizes && sizes->size() == 2) {
-      flops += 2 * tokens * product(*sizes);
+      flops += 2 * tokens * core::elementCount(*sizes);
     }
   }
   if (auto sizes = knownSizes(input->second); sizes && sizes->size() >= 2) {
@@ -124,21 +92,17 @@ int64_t fusedTransformer(const Node* node, const ObservedValues& observed, std::
 } // namespace
 
 int64_t estimateFlops(const Node* node, const ObservedValues& observed) {
-  switch (core::factsOf(node->kind().toQualString()).flops) {
+  const core::FlopFormula formula = core::factsOf(node->kind().toQualString()).flops;
+  switch (formula) {
     case core::FlopFormula::kNone:
       return 0;
     case core::FlopFormula::kConvolution:
-      return convolution(node, observed, /*transposed=*/false);
     case core::FlopFormula::kTransposedConvolution:
-      return convolution(node, observed, /*transposed=*/true);
     case core::FlopFormula::kGenericConvolution:
-      return genericConvolution(node, observed);
     case core::FlopFormula::kContraction:
-      return contraction(node, 0, observed);
     case core::FlopFormula::kBiasedContraction:
-      return contraction(node, 1, observed);
     case core::FlopFormula::kAttention:
-      return attention(node, observed);
+      return core::flopsOf(formula, operandsOf(node, observed));
     case core::FlopFormula::kMultiHeadAttention:
       // (query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, ...)
       return fusedTransformer(node, observed, {5, 7});

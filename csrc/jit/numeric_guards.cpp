@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
+#include "core/numeric_limits.h"
 #include "core/op_facts.h"
 
 namespace torch_mp::jit {
@@ -58,12 +60,16 @@ bool mayBeNegative(const Value* exponent) {
 
 } // namespace
 
+core::LowDtype toLowDtype(c10::ScalarType lowDtype) {
+  return lowDtype == c10::ScalarType::Half ? core::LowDtype::kFloat16 : core::LowDtype::kBFloat16;
+}
+
 double largestFinite(c10::ScalarType lowDtype) {
-  return lowDtype == c10::ScalarType::Half ? 65504.0 : 3.3895313892515355e38;
+  return core::largestFinite(toLowDtype(lowDtype));
 }
 
 double smallestNonZero(c10::ScalarType lowDtype) {
-  return lowDtype == c10::ScalarType::Half ? std::ldexp(1.0, -24) : std::ldexp(1.0, -126);
+  return core::smallestNonZero(toLowDtype(lowDtype));
 }
 
 std::string describeGuard(const GuardVerdict& verdict, c10::ScalarType lowDtype) {
@@ -101,12 +107,6 @@ std::string describeGuard(const GuardVerdict& verdict, c10::ScalarType lowDtype)
 std::optional<GuardVerdict> NumericGuards::observedOutOfRange(
     const Node* node,
     const std::vector<Node*>& boundaries) const {
-  const double overflowLimit = largestFinite(lowDtype_) / 2;
-  const double kSmallestNormal = std::ldexp(1.0, -14);
-  // 2^(significand bits): the first integer the low dtype skips is one past it
-  const double exactIntegerLimit = lowDtype_ == c10::ScalarType::Half ? 2048.0 : 256.0;
-  // from 2^24 on every fp32 value is an integer: holding only integers says nothing there
-  constexpr double kFp32ExactIntegerLimit = 16777216.0;
   std::optional<GuardVerdict> verdict;
   auto check = [&](const Value* value) {
     auto it = observed_.find(value);
@@ -115,14 +115,8 @@ std::optional<GuardVerdict> NumericGuards::observedOutOfRange(
         it->second.dtype != c10::ScalarType::Float) {
       return;
     }
-    const double largest = it->second.largestMagnitude;
-    if (largest > overflowLimit) {
-      verdict = GuardVerdict{GuardKind::kObservedOverflow, value->debugName(), largest, overflowLimit};
-    } else if (it->second.onlyIntegers && largest > exactIntegerLimit && largest < kFp32ExactIntegerLimit) {
-      verdict = GuardVerdict{GuardKind::kObservedIntegers, value->debugName(), largest, exactIntegerLimit};
-    } else if (lowDtype_ == c10::ScalarType::Half && largest > 0.0 && largest < kSmallestNormal) {
-      verdict = GuardVerdict{GuardKind::kObservedTiny, value->debugName(), largest, kSmallestNormal};
-    }
+    verdict = core::observedRangeVerdict({it->second.largestMagnitude, it->second.onlyIntegers}, toLowDtype(lowDtype_),
+                                         value->debugName());
   };
   auto checkNode = [&](const Node* member) {
     for (const Value* input : member->inputs()) {
@@ -175,15 +169,22 @@ std::optional<GuardVerdict> NumericGuards::scalarLostInLowDtype(const Node* node
     if (input->node()->kind() != c10::prim::Constant || input->type()->kind() != c10::TypeKind::FloatType) {
       continue;
     }
-    const double scalar = torch::jit::constant_as<double>(input).value();
-    if (scalar == 0.0 || !std::isfinite(scalar)) {
-      continue;
+    if (auto verdict = lostScalarVerdict(torch::jit::constant_as<double>(input).value(), lowDtype_,
+                                         input->debugName())) {
+      return verdict;
     }
-    const double rounded = lowDtype_ == c10::ScalarType::Half ? static_cast<float>(c10::Half(scalar))
-                                                               : static_cast<float>(c10::BFloat16(scalar));
-    if (std::abs(rounded - scalar) > std::abs(scalar) / 16) {
-      return GuardVerdict{GuardKind::kLostScalar, input->debugName(), scalar, rounded};
-    }
+  }
+  return std::nullopt;
+}
+
+std::optional<GuardVerdict> lostScalarVerdict(double scalar, c10::ScalarType lowDtype, std::string name) {
+  if (scalar == 0.0 || !std::isfinite(scalar)) {
+    return std::nullopt;
+  }
+  const double rounded = lowDtype == c10::ScalarType::Half ? static_cast<float>(c10::Half(scalar))
+                                                          : static_cast<float>(c10::BFloat16(scalar));
+  if (std::abs(rounded - scalar) > std::abs(scalar) / 16) {
+    return GuardVerdict{GuardKind::kLostScalar, std::move(name), scalar, rounded};
   }
   return std::nullopt;
 }

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/numeric_limits.h"
 #include "core/op_policy.h"
 #include "jit/value_observer.h"
 
@@ -53,12 +54,14 @@ class NumericGuards {
   std::optional<std::unordered_map<const torch::jit::Node*, core::GuardVerdict>> underflowToZero_;
 };
 
-// The largest finite value of the low dtype (fp16: 65504; bf16: 3.39e38, a little below fp32's 3.40e38).
+core::LowDtype toLowDtype(c10::ScalarType lowDtype);
+// core/numeric_limits' limits, for a c10 dtype
 double largestFinite(c10::ScalarType lowDtype);
-
-// Below this magnitude a value may become 0 in the low dtype: fp16's smallest subnormal 2^-24 (5.96e-8); bf16's
-// smallest normal 2^-126 (1.18e-38), since CPUs convert to bf16 flushing subnormals (AVX512-BF16's vcvtneps2bf16).
 double smallestNonZero(c10::ScalarType lowDtype);
+
+// A float scalar kernels convert to the tensor's dtype (clamp's bounds), more than 1/16 off after rounding to the low
+// dtype (for fp16 below 2^-20, about 9.5e-7): the lost-scalar verdict, else nothing.
+std::optional<core::GuardVerdict> lostScalarVerdict(double scalar, c10::ScalarType lowDtype, std::string name);
 
 // The verdict for people: "range guard: %x observed up to 4e+04, above half of float16's max 6.55e+04, so the node
 // keeps fp32".

@@ -7,6 +7,7 @@
 #include <torch/version.h>
 
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,7 +15,12 @@
 #include <vector>
 
 #include "core/fast_kernels.h"
+#include "core/flop_formulas.h"
+#include "core/numeric_limits.h"
+#include "core/op_facts.h"
+#include "core/precision_planner.h"
 #include "core/op_policy.h"
+#include "jit/numeric_guards.h"
 #include "jit/pipeline.h"
 #include "jit/value_probe.h"
 #include "torch_mp/jit_pass.h"
@@ -222,6 +228,115 @@ py::dict guardDict(const core::GuardVerdict& guard) {
   return entry;
 }
 
+// The torch.export front (torch_mp/_export.py) plans with the core, as convert does: one category per node, and per
+// castable fp32 value its producer, the bytes one cast of it moves and its consumers. Returns per node "low" or
+// "fp32" and whether the constraints forced it to fp32.
+using DataflowValue = std::tuple<int, int64_t, std::vector<int>>;
+
+std::pair<std::vector<std::string>, std::vector<bool>> planDataflow(
+    const std::vector<std::string>& categories,
+    const std::vector<DataflowValue>& values,
+    const std::string& planner) {
+  core::DataflowGraph graph;
+  for (const std::string& category : categories) {
+    graph.addNode(parseCategory(category));
+  }
+  const int nodeCount = static_cast<int>(categories.size());
+  for (const auto& [producer, castBytes, consumers] : values) {
+    TORCH_CHECK_VALUE(producer >= 0 && producer < nodeCount, "torch_mp: value produced by node ", producer, " of ",
+                      nodeCount);
+    const int value = graph.addValue(producer, castBytes);
+    for (int consumer : consumers) {
+      TORCH_CHECK_VALUE(consumer >= 0 && consumer < nodeCount, "torch_mp: value read by node ", consumer, " of ",
+                        nodeCount);
+      graph.addUse(value, consumer);
+    }
+  }
+  const core::PrecisionPlan plan = core::planPrecision(graph, parsePlanner(planner));
+  std::vector<std::string> precision;
+  for (core::Precision p : plan.precision) {
+    precision.emplace_back(precisionName(p));
+  }
+  return {precision, plan.forcedToFp32};
+}
+
+core::LowDtype lowDtypeNamed(const std::string& name) {
+  return jit::toLowDtype(parseDtype(name));
+}
+
+// Per op with an input a 0 changes (core/op_facts): (that input's index, whether only a negative exponent matters).
+std::map<std::string, std::pair<int, bool>> zeroSensitiveOps() {
+  std::map<std::string, std::pair<int, bool>> ops;
+  for (const core::OpFacts* facts : core::zeroSensitiveOps()) {
+    ops[facts->op] = {facts->zeroSensitiveInput,
+                      facts->zeroSensitivity == core::ZeroSensitivity::kNegativeExponent};
+  }
+  return ops;
+}
+
+void bindCoreForExport(py::module_& m) {
+  m.def("plan_dataflow", &planDataflow, py::arg("categories"), py::arg("values"), py::arg("planner") = "min-cut",
+        "Plans a dataflow graph with the core planner: categories per node, (producer, cast bytes, consumers) per "
+        "castable fp32 value; returns (precision per node, forced to fp32 per node).");
+  m.def(
+      "observed_range_verdict",
+      [](double largest, bool onlyIntegers, const std::string& dtype, std::string name) -> py::object {
+        auto verdict = core::observedRangeVerdict({largest, onlyIntegers}, lowDtypeNamed(dtype), std::move(name));
+        return verdict ? py::object(guardDict(*verdict)) : py::object(py::none());
+      },
+      py::arg("largest"), py::arg("only_integers"), py::arg("dtype"), py::arg("name"),
+      "The range guard's verdict on one observed fp32 value (a dict as a report's guard), or None.");
+  m.def(
+      "largest_finite", [](const std::string& dtype) { return core::largestFinite(lowDtypeNamed(dtype)); },
+      py::arg("dtype"));
+  m.def(
+      "smallest_non_zero", [](const std::string& dtype) { return core::smallestNonZero(lowDtypeNamed(dtype)); },
+      py::arg("dtype"), "Below this magnitude a value may become 0 in the low dtype.");
+  m.def(
+      "lost_scalar_verdict",
+      [](double scalar, const std::string& dtype, std::string name) -> py::object {
+        auto verdict = jit::lostScalarVerdict(scalar, parseDtype(dtype), std::move(name));
+        return verdict ? py::object(guardDict(*verdict)) : py::object(py::none());
+      },
+      py::arg("scalar"), py::arg("dtype"), py::arg("name"),
+      "The range guard's verdict on a float scalar an op reads (a dict as a report's guard), or None.");
+  m.def(
+      "op_facts",
+      [](const std::string& op) {
+        const core::OpFacts& facts = core::factsOf(op);
+        py::dict entry;
+        entry["preserves_dtype"] = facts.preservesDtype;
+        entry["table_lookup"] = facts.tableLookup ? py::object(py::str(facts.tableLookup)) : py::object(py::none());
+        return entry;
+      },
+      py::arg("op"),
+      "What core/op_facts knows of an op that the export front asks: preserves_dtype (its one tensor output has its "
+      "first input's dtype: views, reshapes, copies), table_lookup (why a constant table it reads runs low, or None).");
+  m.def(
+      "estimate_flops",
+      [](const std::string& op, std::vector<std::optional<core::Sizes>> inputs, std::optional<core::Sizes> output,
+         std::optional<bool> transposed) {
+        return core::flopsOf(core::factsOf(op).flops, {std::move(inputs), std::move(output), transposed});
+      },
+      py::arg("op"), py::arg("input_sizes"), py::arg("output_sizes"), py::arg("transposed") = py::none(),
+      "Multiply-add FLOPs of a heavy op (core/flop_formulas) from its inputs' sizes (None: not a tensor) and its "
+      "first output's; 0 for other ops.");
+  m.def("zero_sensitive_ops", &zeroSensitiveOps,
+        "{op: (input index, only with a negative exponent)} for the ops whose result a 0 there makes inf or NaN.");
+  m.def(
+      "describe_guard",
+      [](const std::string& kind, std::string value, double seen, double limit, const std::string& dtype) {
+        for (const core::GuardKindName& name : core::kGuardKindNames) {
+          if (kind == name.name) {
+            return jit::describeGuard({name.kind, std::move(value), seen, limit}, parseDtype(dtype));
+          }
+        }
+        TORCH_CHECK_VALUE(false, "torch_mp: unknown guard kind '", kind, "'");
+      },
+      py::arg("kind"), py::arg("value"), py::arg("seen"), py::arg("limit"), py::arg("dtype"),
+      "The guard's verdict for people, as a report's rule says it.");
+}
+
 // The report as Python values (dicts, lists, numbers, strings): what `Report.data` holds and `json` writes.
 py::dict reportDict(const jit::ConversionReport& report) {
   py::dict phases;
@@ -395,6 +510,7 @@ PYBIND11_MODULE(_C, m) {
   using namespace torch_mp;
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
   m.attr("MODEL_RUN_FAILED") = jit::kModelRunFailed;
+  bindCoreForExport(m);
   // the torch whose headers compiled the extension: its operator ids (c10::aten::*) are that torch's (torch_mp._compat)
   m.attr("BUILT_WITH_TORCH") = py::make_tuple(TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
   m.attr("CATEGORIES") = namesOf(core::kAllCategories);

@@ -1,0 +1,50 @@
+"""torch_mp.aoti_compile: AOTInductor packages of torch_mp.export's programs compute what the program does.
+
+Each compile takes tens of seconds on a 2-core machine: this file holds the suite's only two. The C++ loader runs a
+package in ctest (aoti_package, tests/aoti/check.sh).
+"""
+import pytest
+import torch
+
+import torch_mp
+
+
+class RoundTrip(torch.nn.Module):
+    """relu, planned low by the policy, between an fp32 input and an fp32 exp: its casts are an fp32 -> fp16 -> fp32
+    round trip, which Inductor would compute in fp32 straight through inside one fused kernel."""
+
+    def forward(self, x):
+        return torch.exp(torch.relu(x))
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("aoti")
+    policy = torch_mp.OpPolicy.default("cpu_fp16").set("aten::relu", "low", "the test's round trip")
+    # 1 + 2^-12 and its neighbours: not float16 numbers, so the round trip changes them
+    x = 1.0 + torch.arange(64, dtype=torch.float32).reshape(8, 8) * 2.0 ** -12
+    paths = {}
+    for emulate in (True, False):
+        path = str(folder / f"round_trip_{emulate}.pt2")
+        paths[emulate] = torch_mp.aoti_compile(RoundTrip().eval(), (x,), torch.float16, path, policy=policy,
+                                               inductor_configs={"emulate_precision_casts": emulate})
+    program = torch_mp.export(RoundTrip().eval(), (x,), torch.float16, policy=policy)
+    return x, program, paths
+
+
+def test_the_package_rounds_where_the_program_casts(packages):
+    x, program, paths = packages
+    assert [n.kwargs["dtype"] for n in program.graph.nodes if n.target is torch.ops.aten._to_copy.default] == \
+        [torch.float16, torch.float32]
+    expected = program.module()(x)
+    package = torch._inductor.aoti_load_package(paths[True])
+    torch.testing.assert_close(package(x), expected, rtol=1e-6, atol=0)
+    # the casts are what makes the difference: without emulate_precision_casts the package skips the rounding
+    unrounded = torch._inductor.aoti_load_package(paths[False])(x)
+    assert not torch.allclose(unrounded, expected, rtol=1e-5, atol=0)
+    torch.testing.assert_close(unrounded, torch.exp(x), rtol=1e-6, atol=0)
+
+
+def test_package_path_must_be_a_pt2_file(tmp_path):
+    with pytest.raises(ValueError, match=r"must end in \.pt2"):
+        torch_mp.aoti_compile(RoundTrip().eval(), (torch.randn(2),), torch.float16, str(tmp_path / "model.so"))

@@ -1,0 +1,271 @@
+"""torch_mp.export: the plan applied to torch.export programs as explicit casts (FX-level, small programs)."""
+import io
+import operator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_mp
+
+CAST = torch.ops.aten._to_copy.default
+
+
+def convnet():
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(8 * 6 * 6, 10)).eval()
+
+
+def casts(program):
+    """(what is cast, to which dtype) per cast node, in graph order."""
+    return [(node.args[0].name, node.kwargs["dtype"]) for node in program.graph.nodes if node.target is CAST]
+
+
+def node_named(program, name):
+    return next(node for node in program.graph.nodes if node.name == name)
+
+
+def check_meta(program, inputs):
+    """meta['val'] of every call and placeholder has the dtype and shape the program computes."""
+    checked = []
+
+    class Check(torch.fx.Interpreter):
+        def run_node(self, node):
+            value = super().run_node(node)
+            meta = node.meta.get("val")
+            if isinstance(value, torch.Tensor):
+                assert meta.dtype == value.dtype, (node.name, meta.dtype, value.dtype)
+                assert tuple(meta.shape) == tuple(value.shape), node.name
+                checked.append(node.name)
+            return value
+
+    Check(program.graph_module).run(*program._graph_module_flat_inputs(inputs, {}))
+    return checked
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_conv_linear_casts_weights_and_numerics(dtype):
+    model = convnet()
+    x = torch.randn(2, 3, 8, 8)
+    program, report = torch_mp.export(model, (x,), dtype, return_report=True)
+    assert isinstance(program, torch.export.ExportedProgram)
+    # one cast in (x to the low dtype before the convolution), one out (the linear's result back to fp32)
+    assert casts(program) == [("input", dtype), ("linear", torch.float32)]
+    cast_in = next(n for n in program.graph.nodes if n.target is CAST)
+    assert list(cast_in.users)[0].target is torch.ops.aten.conv2d.default
+    low = {n["op"] for n in report.nodes if n["precision"] == "low"}
+    assert low == {"aten::conv2d", "aten::relu", "aten::flatten", "aten::linear"}
+    # every weight stored once, in the low dtype, parameters staying parameters
+    for name in ("0.weight", "0.bias", "3.weight", "3.bias"):
+        assert program.state_dict[name].dtype == dtype
+        assert isinstance(program.state_dict[name], torch.nn.Parameter)
+    assert report.data["weight_bytes_after"] * 2 == report.data["weight_bytes_before"]
+    assert report.low_precision_flop_fraction == 1.0
+    assert [c["bytes"] for c in report.casts] == [2 * 3 * 8 * 8 * (4 + 2), 2 * 10 * (2 + 4)]
+    program.validate()
+    assert len(check_meta(program, (x,))) > 8
+    out = program.module()(x)
+    reference = model(x)
+    assert out.dtype == torch.float32
+    tolerance = 2e-2 if dtype == torch.float16 else 8e-2
+    torch.testing.assert_close(out, reference, rtol=tolerance, atol=tolerance * reference.abs().max().item())
+    # the user's model is untouched
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_save_load_and_decompositions():
+    model = convnet()
+    x = torch.randn(2, 3, 8, 8)
+    program = torch_mp.export(model, (x,), torch.float16)
+    out = program.module()(x)
+    buffer = io.BytesIO()
+    torch.export.save(program, buffer)
+    buffer.seek(0)
+    loaded = torch.export.load(buffer)
+    assert torch.equal(loaded.module()(x), out)
+    assert loaded.state_dict["0.weight"].dtype == torch.float16
+    decomposed = program.run_decompositions()
+    ops = {n.target for n in decomposed.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.convolution.default in ops and CAST in ops
+    assert torch.equal(decomposed.module()(x), out)
+
+
+def test_a_program_is_taken_and_left_as_it_was():
+    model = convnet()
+    x = torch.randn(2, 3, 8, 8)
+    exported = torch.export.export(model, (x,))
+    nodes = [(n.name, n.target) for n in exported.graph.nodes]
+    program = torch_mp.export(exported, None, torch.bfloat16)  # its own example inputs
+    assert [(n.name, n.target) for n in exported.graph.nodes] == nodes
+    assert all(t.dtype == torch.float32 for t in exported.state_dict.values())
+    assert casts(program) == [("input", torch.bfloat16), ("linear", torch.float32)]
+
+
+def test_exporting_the_result_again_changes_no_node():
+    x = torch.randn(2, 3, 8, 8)
+    program = torch_mp.export(convnet(), (x,), torch.float16)
+    again, report = torch_mp.export(program, (x,), torch.float16, return_report=True)
+    def listing(graph):
+        return [(n.name, n.target, str(n.args), str(n.kwargs)) for n in graph.nodes]
+
+    assert listing(again.graph) == listing(program.graph)
+    assert report.casts == []
+    assert {n["rule_kind"] for n in report.nodes} == {"not fp32"}
+
+
+def test_in_place_writes_are_made_functional():
+    class Writes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = self.linear(x)
+            y.add_(1.0)
+            return y.relu()
+
+    model = Writes().eval()
+    x = torch.randn(4, 16)
+    program = torch_mp.export(model, (x,), torch.bfloat16)
+    ops = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.add_.Tensor not in ops and torch.ops.aten.add.Tensor in ops
+    assert casts(program) == [("x", torch.bfloat16), ("relu", torch.float32)]
+    torch.testing.assert_close(program.module()(x), model(x), rtol=5e-2, atol=5e-2)
+
+
+class Scaled(torch.nn.Module):
+    """A linear whose result is scaled up: an overflow of fp16 the range guard sees on the observed value."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+
+
+def test_range_guard_fires_on_an_observed_overflow():
+    x = torch.ones(2, 8)
+    model = Scaled(1e5).eval()
+    program, report = torch_mp.export(model, (x,), torch.float16, return_report=True)
+    mul = next(n for n in report.nodes if n["op"] == "aten::mul")
+    assert (mul["precision"], mul["rule_kind"], mul["guard"]["kind"]) == ("fp32", "range guard", "observed overflow")
+    assert mul["guard"]["value"] == "mul" and mul["guard"]["limit"] == 65504 / 2
+    assert mul["guard"]["seen"] == pytest.approx(model(x).abs().max().item())
+    assert torch.isfinite(program.module()(x)).all()
+    # bf16 holds it: no guard
+    _, report = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
+    assert all(n["guard"] is None for n in report.nodes)
+
+
+def test_range_guard_sees_the_calibration_inputs():
+    model = Scaled(100.0).eval()
+    small, large = torch.full((2, 8), 0.01), torch.full((2, 8), 1000.0)
+    _, report = torch_mp.export(model, (small,), torch.float16, return_report=True)
+    assert all(n["guard"] is None for n in report.nodes)
+    _, report = torch_mp.export(model, (small,), torch.float16, calibration_inputs=[(large,)], return_report=True)
+    assert {n["op"] for n in report.nodes if n["rule_kind"] == "range guard"} >= {"aten::mul"}
+
+
+class CosineAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(32, 32)
+        self.k = torch.nn.Linear(32, 32, bias=False)
+
+    def forward(self, x):
+        q = F.normalize(self.q(x), dim=-1)
+        k = F.normalize(self.k(x), dim=-1)
+        return (q @ k.transpose(-2, -1)).softmax(-1)
+
+
+def test_underflow_guard_keeps_the_divisor_fp32():
+    x = torch.randn(2, 16, 32)
+    x[:, -4:] = 0  # padded tokens: k is exactly 0 there, its norm is clamped to 1e-12
+    model = CosineAttention().eval()
+    program, report = torch_mp.export(model, (x,), torch.float16, return_report=True)
+    guarded = [n for n in report.nodes if n["guard"] and n["guard"]["kind"] == "underflow to zero"]
+    assert {n["op"] for n in guarded} >= {"aten::div", "aten::clamp_min"}
+    assert all(n["precision"] == "fp32" for n in guarded)
+    out = program.module()(x)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, model(x), rtol=1e-2, atol=1e-2)
+    # without zeros nothing underflows fp16's 6e-8, and bf16 keeps fp32's range
+    _, report = torch_mp.export(model, (torch.randn(2, 16, 32),), torch.bfloat16, return_report=True)
+    assert not any(n["guard"] for n in report.nodes)
+
+
+def test_exclusion_by_module_path():
+    x = torch.randn(2, 3, 8, 8)
+    policy = torch_mp.OpPolicy.default("cpu_bf16").exclude("3", reason="head stays fp32")
+    program, report = torch_mp.export(convnet(), (x,), torch.bfloat16, policy=policy, return_report=True)
+    linear = next(n for n in report.nodes if n["op"] == "aten::linear")
+    assert (linear["precision"], linear["rule_kind"], linear["scope"]) == ("fp32", "exclusion", "3")
+    assert program.state_dict["3.weight"].dtype == torch.float32
+    assert program.state_dict["0.weight"].dtype == torch.bfloat16
+    # a pattern that matches no module changes nothing
+    policy = torch_mp.OpPolicy.default("cpu_bf16").exclude("head*")
+    _, report = torch_mp.export(convnet(), (x,), torch.bfloat16, policy=policy, return_report=True)
+    assert not any(n["rule_kind"] == "exclusion" for n in report.nodes)
+
+
+def test_low_precision_io():
+    x = torch.randn(2, 3, 8, 8)
+    program = torch_mp.export(convnet(), (x,), torch.float16, keep_io_dtypes=False)
+    assert casts(program) == []
+    assert node_named(program, "input").meta["val"].dtype == torch.float16
+    out = program.module()(x.half())
+    assert out.dtype == torch.float16
+
+
+def test_a_weight_read_by_fp32_and_low_nodes_stays_fp32_once():
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(50, 16)
+            self.head = torch.nn.Linear(16, 50, bias=False)
+            self.head.weight = self.embedding.weight
+
+        def forward(self, ids):
+            return self.head(torch.layer_norm(self.embedding(ids), (16,)))
+
+    model = Tied().eval()
+    ids = torch.randint(0, 50, (2, 5))
+    program, report = torch_mp.export(model, (ids,), torch.float16, return_report=True)
+    # the one table (two state-dict names) is stored once, low: embedding and head both run low
+    assert report.data["weight_bytes_after"] * 2 == report.data["weight_bytes_before"]
+    assert program.state_dict["head.weight"] is program.state_dict["embedding.weight"]
+    torch.testing.assert_close(program.module()(ids), model(ids), rtol=2e-2, atol=2e-2)
+
+
+def test_an_unexportable_model_is_a_clear_error():
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum().item() > 0 else x
+
+    with pytest.raises(ValueError, match="torch.export could not capture DataDependent"):
+        torch_mp.export(DataDependent().eval(), (torch.randn(3),), torch.float16)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="training mode"):
+        torch_mp.export(convnet().train(), (torch.randn(2, 3, 8, 8),), torch.float16)
+    with pytest.raises(ValueError, match="low-precision floating dtype"):
+        torch_mp.export(convnet(), (torch.randn(2, 3, 8, 8),), torch.float64)
+    with pytest.raises(TypeError, match="nn.Module or torch.export.ExportedProgram"):
+        torch_mp.export(lambda x: x, (torch.randn(2),), torch.float16)
+
+
+def test_the_fallback_keeps_nodes_by_fx_name():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(4)]).eval()
+    x = torch.randn(8, 32)
+    program, report = torch_mp.export(model, (x,), torch.bfloat16, tolerance=1e-3, progress=False,
+                                      return_report=True)
+    kept = report.data["fallback"]["kept_fp32"]
+    assert kept and all(isinstance(name, str) for name in kept)
+    out = program.module()(x)
+    reference = model(x)
+    assert ((out - reference).norm() / reference.norm()).item() <= 1e-3
+    assert {n["id"] for n in report.nodes if n["rule_kind"] == "fallback"} == set(kept)

@@ -1,0 +1,738 @@
+"""torch_mp.export: convert's planner and policy on a torch.export program, applied as explicit casts.
+
+The program (exported here, or given) is made functional where it writes in place, observed on the example and
+calibration inputs by an FX interpreter, and each call to an ATen op is decided in convert's written order (a
+floating tensor that is not fp32, the numeric guards, higher-order ops, the kept sets, exclusions, the node rules,
+the policy's entry, unknown ops). The guards' limits and verdicts, the op facts, the policy and the min-cut planner
+are the C++ core's (torch_mp._C), the same ones convert asks. The plan is applied as `aten._to_copy` casts where a
+reader needs another dtype than its producer writes, one per value and dtype; a parameter, buffer or lifted constant
+that only low nodes read is stored once in the low dtype. Node ids in the report are FX node names.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import operator
+import time
+import warnings
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, TensorArgument
+from torch.fx.node import map_arg
+
+from . import _C
+from ._convert import (LOW_DTYPES, ConversionError, _check_dtype, _device_of, _normalize_calibration,
+                       _normalize_inputs, _refuse_autocast, _tensors)
+from .policy import OpPolicy, target_for
+from .report import Report
+
+CAST = torch.ops.aten._to_copy.default
+_STORED = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+_SOURCE, _SINK = 0, 1  # the dataflow nodes for the program's inputs and outputs
+
+
+def export(
+    model: Any,
+    example_inputs: Any = None,
+    dtype: torch.dtype = torch.float16,
+    *,
+    policy: Optional[OpPolicy] = None,
+    calibration_inputs: Optional[Sequence[Any]] = None,
+    dynamic_shapes: Any = None,
+    keep_io_dtypes: bool = True,
+    tolerance: Optional[float] = None,
+    metric: Optional[Callable[[Any, Any], float]] = None,
+    progress: bool = True,
+    return_report: bool = False,
+):
+    """Exports a model (torch.export.export) and applies a mixed-precision plan to the program.
+
+    Args:
+        model: an nn.Module in eval mode, or a torch.export.ExportedProgram. It is not modified.
+        example_inputs: the positional inputs of one forward call (as for convert); for a program, default its own
+            example inputs.
+        dtype, policy, calibration_inputs, tolerance, metric, progress, return_report: as for torch_mp.convert.
+        dynamic_shapes: passed to torch.export.export.
+        keep_io_dtypes: True (default): inputs and outputs keep their dtypes. False: fp32 tensor inputs and outputs
+            take the low dtype.
+
+    Returns:
+        the torch.export.ExportedProgram, or (program, Report) with return_report=True.
+    """
+    _check_dtype(dtype)
+    if policy is not None and not isinstance(policy, OpPolicy):
+        raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
+    if metric is not None and tolerance is None:
+        raise ValueError("a metric needs a tolerance: the fallback keeps nodes in fp32 until metric <= tolerance")
+    if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
+        raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
+    _refuse_autocast()
+    start = time.perf_counter()
+    program, inputs = _program_of(model, example_inputs, dynamic_shapes)
+    calibration = _normalize_calibration(calibration_inputs)
+    if policy is None:
+        device = _device_of(inputs, None)
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        policy = OpPolicy.default(target_for(device, dtype), cuda_capability=capability)
+    job = ProgramConversion(program, inputs, calibration, dtype, policy, keep_io_dtypes)
+    job.captured_seconds = time.perf_counter() - start
+    if tolerance is None:
+        converted, report = job.run()
+    else:
+        from .fallback import search_fallback
+
+        converted, report = search_fallback(job, calibration or [inputs], tolerance, metric, progress)
+    if report.data["non_finite"] is not None:
+        from .finite_outputs import repair_non_finite
+
+        converted, report = repair_non_finite(job, converted, report, [inputs] + list(calibration))
+    report.annotate("capture", "export")
+    if policy.slow_kernels:
+        report.annotate("slow_kernels", policy.slow_kernels)
+    report.annotate("seconds", time.perf_counter() - start)
+    return (converted.program, report) if return_report else converted.program
+
+
+def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[ExportedProgram, Tuple[Any, ...]]:
+    """The functional program to plan (a new one: the model's or the given program is never changed) and the
+    example inputs."""
+    if isinstance(model, ExportedProgram):
+        if example_inputs is None and model.example_inputs is not None:
+            args, kwargs = model.example_inputs
+            if kwargs:
+                raise ValueError("the program's example inputs hold keyword arguments; pass example_inputs")
+            example_inputs = args
+        inputs = _normalize_inputs(example_inputs)
+        program = model
+    elif isinstance(model, torch.nn.Module):
+        if model.training:
+            raise ValueError(f"{type(model).__name__} is in training mode (dropout and batch-norm statistics would "
+                             "be wrong); call model.eval() before exporting")
+        inputs = _normalize_inputs(example_inputs)
+        program = _export_module(model, inputs, dynamic_shapes)
+    else:
+        raise TypeError(f"expected a torch.nn.Module or torch.export.ExportedProgram, got {type(model).__name__}")
+    if not inputs:
+        raise ValueError("example_inputs are required: torch_mp runs the program to observe every value")
+    writes = any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
+                 for n in program.graph.nodes if n.op == "call_function")
+    # a program that writes in place is made functional: then no cast can come between a write and what aliases it
+    if writes:
+        with _quiet_spec_copies():
+            program = program.run_decompositions({})
+    return program, inputs
+
+
+@contextlib.contextmanager
+def _quiet_spec_copies():
+    """torch's own copies of a program's pytree specs warn of its deprecated LeafSpec (torch >= 2.13): not the
+    user's to act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        yield
+
+
+def _export_module(model: torch.nn.Module, inputs: Tuple[Any, ...], dynamic_shapes: Any) -> ExportedProgram:
+    errors = []
+    for strict in (False, True):  # non-strict traces Python as it runs; strict (TorchDynamo) where that fails
+        try:
+            with torch.no_grad():
+                return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
+        except Exception as error:  # noqa: BLE001 - both modes failing is the error to report
+            errors.append(f"{'strict' if strict else 'non-strict'}: {_first_line(error)}")
+    raise ValueError(f"torch.export could not capture {type(model).__name__}: " + "; ".join(errors))
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+class ConvertedProgram:
+    """A converted program and its runnable module (made on first call): what job.run returns to the fallback and
+    the repair, which call it."""
+
+    def __init__(self, program: ExportedProgram):
+        self.program = program
+        self._module = None
+
+    def __call__(self, *args):
+        if self._module is None:
+            self._module = self.program.module()
+        return self._module(*args)
+
+
+class _Seen:
+    """What the runs showed of one value: its dtype, and for an fp32 tensor its size and the magnitudes it held."""
+
+    __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.dtype = tensor.dtype
+        self.shape = None if tensor.is_nested else list(tensor.shape)  # on the example inputs
+        self.numel = tensor.numel()
+        self.largest, self.smallest, self.only_integers, self.finite = 0.0, float("inf"), True, True
+        self.add(tensor)
+
+    def add(self, tensor: torch.Tensor) -> None:
+        if self.dtype != torch.float32 or tensor.is_nested:
+            return
+        magnitude = tensor.detach().abs()
+        finite = torch.isfinite(magnitude)
+        if not bool(finite.all()):
+            self.finite = False
+            magnitude = magnitude[finite]
+        if magnitude.numel() == 0:
+            return
+        self.largest = max(self.largest, float(magnitude.max()))
+        non_zero = magnitude[magnitude > 0]
+        if non_zero.numel():
+            self.smallest = min(self.smallest, float(non_zero.min()))
+        self.only_integers = self.only_integers and bool((magnitude == magnitude.floor()).all())
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs a program's graph module, calling `record(node, value)` for every placeholder and call."""
+
+    def __init__(self, module: torch.fx.GraphModule, record: Callable[[torch.fx.Node, Any], None]):
+        super().__init__(module)
+        self.record = record
+
+    def run_node(self, node: torch.fx.Node) -> Any:
+        value = super().run_node(node)
+        if node.op in ("placeholder", "call_function"):
+            self.record(node, value)
+        return value
+
+
+def _flat_inputs(program: ExportedProgram, inputs: Tuple[Any, ...]) -> List[Any]:
+    """The graph module's arguments for the program's forward(*inputs): its parameters, buffers and constants, then
+    the inputs, flat."""
+    return program._graph_module_flat_inputs(inputs, {})
+
+
+def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]]) -> Dict[str, _Seen]:
+    seen: Dict[str, _Seen] = {}
+
+    def record(node: torch.fx.Node, value: Any) -> None:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            if node.name in seen:
+                seen[node.name].add(value)
+            else:
+                seen[node.name] = _Seen(value)
+
+    with torch.no_grad():
+        for inputs in runs:
+            _Recorder(program.graph_module, record).run(*_flat_inputs(program, inputs))
+    return seen
+
+
+def _probe(program: ExportedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]) -> List[Optional[torch.Tensor]]:
+    """The first tensor each named node computes on `inputs` (None where it computes none)."""
+    wanted, values = set(ids), {}
+
+    def record(node: torch.fx.Node, value: Any) -> None:
+        if node.name in wanted:
+            first = next(iter(_tensors(value)), None)
+            values[node.name] = None if first is None else first.detach().clone()
+
+    with torch.no_grad():
+        _Recorder(program.graph_module, record).run(*_flat_inputs(program, inputs))
+    return [values.get(name) for name in ids]
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _floating_dtypes(value: Any) -> List[torch.dtype]:
+    return [t.dtype for t in _tensors(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _fp32_tensor(node: Any) -> bool:
+    value = _val(node)
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float32
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    return target._schema.name if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+
+
+def _scope(node: torch.fx.Node) -> str:
+    """The module path of the innermost module the node ran in ("layer1.0.conv1"), as named_modules() names it."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    for prefix in ("L['self'].", "L__self__."):  # strict export's spelling
+        path = path[len(prefix):] if path.startswith(prefix) else path
+    return path.replace("['", ".").replace("']", "").replace("[", ".").replace("]", "")
+
+
+class _Decision(NamedTuple):
+    category: str
+    rule_kind: str
+    rule: str
+    guard: Optional[Dict[str, Any]] = None
+
+
+class _Planned(NamedTuple):
+    """One record per planned node."""
+
+    node: torch.fx.Node
+    op: str
+    scope: str
+    decision: _Decision
+    index: int  # in the dataflow graph
+
+
+class ProgramConversion:
+    """A functional program, its observations and the options of its conversions; run() converts it, keeping given
+    nodes (by FX name) in fp32 (what the accuracy fallback varies), and always those in `keep_non_finite`. The job
+    interface of torch_mp.fallback and torch_mp.finite_outputs, as _convert.Conversion for TorchScript."""
+
+    def __init__(self, program: ExportedProgram, inputs, calibration, dtype: torch.dtype, policy: OpPolicy,
+                 keep_io_dtypes: bool):
+        self.program = program
+        self.inputs = inputs
+        self.calibration = calibration
+        self.low_dtype = dtype
+        self.dtype_name = LOW_DTYPES[dtype]
+        self.policy = policy
+        self.low_precision_io = not keep_io_dtypes
+        self.keep_non_finite: Set[str] = set()
+        self.captured_seconds = 0.0
+        start = time.perf_counter()
+        self.runs = [inputs] + list(calibration)
+        self.seen = _observe(program, self.runs)
+        self.observed_seconds = time.perf_counter() - start
+        self._reference_module = None
+        self._underflow = _underflow_to_zero(program.graph, self.seen, self.dtype_name)
+
+    # --- the job interface ------------------------------------------------------------------------------------
+
+    def scripted(self, *inputs):
+        """The fp32 program's output (the fallback's reference)."""
+        if self._reference_module is None:
+            self._reference_module = self.program.module()
+        return self._reference_module(*inputs)
+
+    def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        if not self.low_precision_io:
+            return inputs
+        return tuple(x.to(self.low_dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+                     for x in inputs)
+
+    def probe(self, converted: ConvertedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]):
+        return _probe(converted.program, self.module_inputs(inputs), ids)
+
+    def probe_reference(self, inputs: Tuple[Any, ...], ids: Sequence[str]):
+        return _probe(self.program, inputs, ids)
+
+    def run(self, keep_fp32: Iterable[str] = (), keep_node_ids: bool = False, in_place: bool = False,
+            verify: bool = True) -> Tuple[ConvertedProgram, Report]:
+        """Plans and applies; FX node names stay as they are, so `keep_node_ids` and `in_place` change nothing."""
+        start = time.perf_counter()
+        planned = self._decide(set(keep_fp32))
+        precision = self._plan(planned)
+        program, casts, weights, graph = _apply(self.program, planned, precision, self.low_dtype,
+                                                self.low_precision_io, self.seen)
+        converted = ConvertedProgram(program)
+        non_finite = self._verify(converted) if verify else None
+        seconds = time.perf_counter() - start
+        report = self._report(planned, precision, casts, weights, graph, non_finite, seconds)
+        return converted, report
+
+    # --- deciding and planning -------------------------------------------------------------------------------
+
+    def _decide(self, keep_fp32: Set[str]) -> List[_Planned]:
+        node_rule = self.policy.node_rule()
+        planned = []
+        for node in self.program.graph.nodes:
+            if node.op != "call_function" or node.target is operator.getitem:
+                continue
+            reads_tensor = any(isinstance(_val(i), torch.Tensor) for i in node.all_input_nodes)
+            if not reads_tensor and not list(_tensors(_val(node))):
+                continue  # arithmetic on sizes
+            op, scope = _op_name(node), _scope(node)
+            decision = self._rule(node, op, scope, keep_fp32, node_rule)
+            planned.append(_Planned(node, op, scope, decision, len(planned) + 2))
+        return planned
+
+    def _rule(self, node, op, scope, keep_fp32, node_rule) -> _Decision:
+        """The rule that decides one node, in convert's order (jit/graph_to_dataflow's classification)."""
+        outputs = _outputs_of(node)
+        floating = [d for i in node.all_input_nodes for d in _floating_dtypes(_val(i))] + \
+            [d for o in outputs for d in _floating_dtypes(_val(o))]
+        if any(d != torch.float32 for d in floating):
+            return _Decision("fp32", "not fp32", "has a floating tensor that is not fp32: left as it is")
+        guard = self._observed_guard(node, outputs) or self._underflow.get(node.name)
+        if guard:
+            return self._guarded(guard)
+        if not isinstance(node.target, torch._ops.OpOverload):
+            return _Decision("fp32", "control flow", f"fp32: {op} is a higher-order op; its subgraphs stay fp32")
+        guard = self._constant_guard(node)
+        if guard:
+            return self._guarded(guard)
+        chosen = self._user_choice(node, op, scope, keep_fp32, node_rule)
+        if chosen is not None:
+            decision = chosen
+        else:
+            entry = self.policy._c.entry(op)
+            if entry is None:
+                return _Decision("fp32", "unknown op", "fp32: in no list (unknown op)")
+            category, reason = entry
+            decision = _Decision(category, "policy", f"{category}: {reason}")
+            lookup = _C.op_facts(op)["table_lookup"]
+            if lookup and category == "follow" and node.args and self._stored(node.args[0]):
+                decision = _Decision("low", "policy", f"low: {lookup} that is a constant: the table is stored "
+                                                      "once, in the low dtype, and only what is read is cast")
+        if decision.category != "fp32":
+            for position, scalar in enumerate(list(node.args) + list(node.kwargs.values())):
+                if isinstance(scalar, float):
+                    verdict = _C.lost_scalar_verdict(scalar, self.dtype_name, f"{node.name}[{position}]")
+                    if verdict:
+                        return self._guarded(verdict)
+        return decision
+
+    def _user_choice(self, node, op, scope, keep_fp32, node_rule) -> Optional[_Decision]:
+        if node.name in self.keep_non_finite:
+            return _Decision("fp32", "non-finite",
+                             "fp32: verification: in low precision its output was NaN or inf where fp32's is finite")
+        if node.name in keep_fp32:
+            return _Decision("fp32", "fallback",
+                             "fp32: accuracy fallback: keeping it in fp32 brings the error within tolerance")
+        exclusion = self.policy._c.excluded_by(op, scope)
+        if exclusion is not None:
+            return _Decision("fp32", "exclusion", f"fp32: excluded: {exclusion[2]}")
+        if node_rule is None:
+            return None
+        shapes = [tuple(_val(i).shape) if isinstance(_val(i), torch.Tensor) else None for i in node.args
+                  if isinstance(i, torch.fx.Node)]
+        dtypes = [_val(i).dtype if isinstance(_val(i), torch.Tensor) else None for i in node.args
+                  if isinstance(i, torch.fx.Node)]
+        constants = [(argument.name, value) for argument, value in zip(node.target._schema.arguments, node.args)
+                     if not isinstance(value, (torch.fx.Node, list, tuple))]
+        chosen = node_rule(node.name, op, scope, node.name, shapes, dtypes, constants)
+        return None if chosen is None else _Decision(chosen[0], "callable", f"{chosen[0]}: {chosen[1]}")
+
+    def _guarded(self, verdict: Dict[str, Any]) -> _Decision:
+        rule = _C.describe_guard(verdict["kind"], verdict["value"], verdict["seen"], verdict["limit"],
+                                 self.dtype_name)
+        return _Decision("fp32", "range guard", rule, verdict)
+
+    def _observed_guard(self, node, outputs) -> Optional[Dict[str, Any]]:
+        for value in list(node.all_input_nodes) + outputs:
+            seen = self.seen.get(value.name)
+            if seen is None or seen.dtype != torch.float32 or self._stored(value):
+                continue  # constants are checked by _constant_guard: a tiny bias is harmless
+            verdict = _C.observed_range_verdict(seen.largest, seen.only_integers, self.dtype_name, value.name)
+            if verdict:
+                return verdict
+        return None
+
+    def _constant_guard(self, node) -> Optional[Dict[str, Any]]:
+        limit = _C.largest_finite(self.dtype_name)
+        for value in node.all_input_nodes:
+            seen = self.seen.get(value.name)
+            if self._stored(value) and seen is not None and seen.largest > limit:
+                return {"kind": "constant range", "value": value.name, "seen": seen.largest, "limit": limit}
+        return None
+
+    def _stored(self, node: Any) -> bool:
+        """Whether a node is a parameter, buffer or lifted constant of the program."""
+        return isinstance(node, torch.fx.Node) and node.op == "placeholder" and node.name in self._stored_names
+
+    @property
+    def _stored_names(self) -> Set[str]:
+        return {spec.arg.name for spec in self.program.graph_signature.input_specs if spec.kind in _STORED}
+
+    def _plan(self, planned: List[_Planned]) -> Dict[str, str]:
+        """The core's min-cut over the program's castable fp32 values; the precision per planned node's name."""
+        io = "low" if self.low_precision_io else "fp32"
+        categories = [io, io] + [p.decision.category for p in planned]
+        index = {p.node.name: p.index for p in planned}
+        values = []
+        for node in self.program.graph.nodes:
+            if node.op == "placeholder" and not self._stored(node):
+                producer = _SOURCE
+            elif node.op == "call_function" and node.target is operator.getitem:
+                producer = index.get(node.args[0].name)
+            else:
+                producer = index.get(node.name)
+            if producer is None or not _fp32_tensor(node):
+                continue
+            consumers = sorted({_SINK if user.op == "output" else index[user.name] for user in node.users
+                                if user.op == "output" or user.name in index})
+            seen = self.seen.get(node.name)
+            numel = seen.numel if seen is not None else 0
+            values.append((producer, numel * (4 + self.low_dtype.itemsize), consumers))
+        precision, _ = _C.plan_dataflow(categories, values)
+        return {p.node.name: precision[p.index] for p in planned}
+
+    # --- verification and report -----------------------------------------------------------------------------
+
+    def _verify(self, converted: ConvertedProgram) -> Optional[Dict[str, Any]]:
+        """Where the converted program computes NaN or inf where the fp32 one is finite: the first output tensor, or
+        else the first intermediate value the fp32 runs saw finite; None when nowhere."""
+        for run, inputs in enumerate(self.runs):
+            bad: List[str] = []
+
+            def record(node, value, bad=bad):
+                seen = self.seen.get(node.name)
+                if not bad and seen is not None and seen.finite and isinstance(value, torch.Tensor) \
+                        and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                    bad.append(node.name)
+
+            with torch.no_grad():
+                outputs = _Recorder(converted.program.graph_module, record).run(
+                    *_flat_inputs(converted.program, self.module_inputs(inputs)))
+                references = _Recorder(self.program.graph_module, lambda node, value: None).run(
+                    *_flat_inputs(self.program, inputs))
+            pairs = [(o, r) for o, r in zip(_tensors(outputs), _tensors(references)) if o.is_floating_point()]
+            for position, (output, reference) in enumerate(pairs):
+                if bool((~torch.isfinite(output) & torch.isfinite(reference)).any()):
+                    return {"run": run, "tensor": position, "value": ""}
+            if bad:
+                return {"run": run, "tensor": None, "value": bad[0]}
+        return None
+
+    def _report(self, planned, precision, casts, weights, graph, non_finite, seconds) -> Report:
+        flops = {p.node.name: _flops(p, self.seen) for p in planned}
+        heavy = sum(flops.values())
+        low_flops = sum(f for name, f in flops.items() if precision[name] == "low")
+        nodes = []
+        for p in planned:
+            seen = self.seen.get(_outputs_of(p.node)[0].name) if _outputs_of(p.node) else None
+            nodes.append({
+                "id": p.node.name, "op": p.op, "output": p.node.name, "scope": p.scope,
+                "precision": precision[p.node.name], "category": p.decision.category,
+                "forced_to_fp32": precision[p.node.name] == "fp32" and p.decision.category != "fp32",
+                "rule": p.decision.rule, "rule_kind": p.decision.rule_kind,
+                "amax": seen.largest if seen is not None and seen.dtype == torch.float32 else None,
+                "flops": flops[p.node.name], "guard": p.decision.guard,
+            })
+        data = {
+            "dtype": self.dtype_name, "policy": self.policy.name, "planner": "min-cut", "seconds": seconds,
+            "phases": {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan and apply": seconds},
+            "nodes": nodes, "casts": casts, "cast_bytes": sum(c["bytes"] for c in casts),
+            "weight_bytes_before": weights[0], "weight_bytes_after": weights[1], "weights_kept_fp32": [],
+            "unknown_ops": sorted({p.op for p in planned if p.decision.rule_kind == "unknown op"}),
+            "unobserved_nodes": 0, "low_precision_flop_fraction": low_flops / heavy if heavy else 0.0,
+            "fused_casts": 0, "fused_cast_bytes": 0, "non_finite": non_finite,
+            "graph": graph,
+        }
+        return Report(data)
+
+
+def _outputs_of(node: torch.fx.Node) -> List[torch.fx.Node]:
+    """The nodes holding a call's tensors: itself, or for one returning several, the getitems that take them."""
+    if isinstance(_val(node), (tuple, list)):
+        return [user for user in node.users if user.target is operator.getitem]
+    return [node]
+
+
+def _underflow_to_zero(graph: torch.fx.Graph, seen: Dict[str, _Seen], dtype: str) -> Dict[str, Dict[str, Any]]:
+    """For each read where a 0 gives inf or NaN (core/op_facts: a divisor, rsqrt's or log's argument, the base of a
+    negative power) of a value that can be smaller than the low dtype's smallest number (observed so, or computed
+    from a float scalar that small), the verdict for the reader, the views between it and the value, and the value's
+    producer, by node name (jit/numeric_guards' underflowToZero)."""
+    sensitive = _C.zero_sensitive_ops()
+    limit = _C.smallest_non_zero(dtype)
+    verdicts: Dict[str, Dict[str, Any]] = {}
+
+    def smallest(node: Any) -> float:
+        found = seen.get(node.name) if isinstance(node, torch.fx.Node) else None
+        return found.smallest if found is not None and found.dtype == torch.float32 else float("inf")
+
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        entry = sensitive.get(node.target._schema.name)
+        if entry is None:
+            continue
+        index, negative_exponent_only = entry
+        if index >= len(node.args) or not isinstance(node.args[index], torch.fx.Node):
+            continue
+        if negative_exponent_only:
+            exponent = node.args[1] if len(node.args) > 1 else None
+            if isinstance(exponent, (int, float)) and exponent >= 0:
+                continue
+        path, value = [node], node.args[index]
+        least = smallest(value)
+        while value.op == "call_function" and isinstance(value.target, torch._ops.OpOverload) \
+                and _C.op_facts(value.target._schema.name)["preserves_dtype"] and value.args \
+                and isinstance(value.args[0], torch.fx.Node):
+            path.append(value)
+            value = value.args[0]
+            least = min(least, smallest(value))
+        if value.op == "call_function":
+            path.append(value)
+            scalars = [abs(a) for a in list(value.args) + list(value.kwargs.values()) if isinstance(a, float) and a]
+            least = min([least] + scalars)
+        if least >= limit:
+            continue
+        verdict = {"kind": "underflow to zero", "value": value.name, "seen": least, "limit": limit}
+        for member in path:
+            verdicts.setdefault(member.name, verdict)
+    return verdicts
+
+
+def _flops(planned: _Planned, seen: Dict[str, _Seen]) -> int:
+    """Multiply-add FLOPs of a heavy op at the example inputs' sizes (core/op_facts' formulas, jit/flop_estimate)."""
+    node = planned.node
+
+    def sizes(value: Any) -> Optional[List[int]]:
+        observed = seen.get(value.name)
+        return observed.shape if observed is not None else None
+
+    outputs = _outputs_of(node)
+    inputs = [sizes(a) if isinstance(a, torch.fx.Node) else None for a in node.args]
+    transposed = node.args[6] if len(node.args) > 6 and isinstance(node.args[6], bool) else None
+    return _C.estimate_flops(planned.op, inputs, sizes(outputs[0]) if outputs else None, transposed)
+
+
+_DTYPE_NAMES = {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float64: "Double"}
+
+
+def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[str, str], low: torch.dtype,
+           low_io: bool, seen: Dict[str, _Seen]):
+    """A new program with the plan applied: a cast wherever a reader needs another dtype than its producer writes
+    (low nodes read the low dtype where the fp32 program had fp32, every other reader what the fp32 program had), made
+    once per value and dtype before its first reader; the stored tensors only low nodes read, in the low dtype.
+    Returns (program, casts as the report lists them, (weight bytes before, after), the report's graph)."""
+    with _quiet_spec_copies():
+        module = copy.deepcopy(program.graph_module)
+    graph = module.graph
+    for original, copied in zip(program.graph.nodes, graph.nodes):
+        copied.name = original.name  # deepcopy renames those that shadow builtins ("input"); the signature names them
+    before = {node.name: _val(node) for node in graph.nodes}
+    fake_mode = torch._guards.detect_fake_mode([before[n.name] for n in graph.nodes if n.op == "placeholder"])
+    low_nodes = {name for name, chosen in precision.items() if chosen == "low"}
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+    state_dict, constants = dict(program.state_dict), dict(program.constants)
+
+    def table_of(name: str) -> Dict[str, Any]:
+        return state_dict if specs[name].target in state_dict else constants
+
+    # one tensor may be held by several placeholders (tied weights): it is stored low when only low nodes read it
+    holders: Dict[int, List[torch.fx.Node]] = {}
+    for node in graph.nodes:
+        if node.op == "placeholder" and specs[node.name].kind in _STORED and _fp32_tensor(node):
+            holders.setdefault(id(table_of(node.name)[specs[node.name].target]), []).append(node)
+    stored_low = set()
+    for group in holders.values():
+        readers = [user for node in group for user in node.users]
+        if readers and all(user.name in low_nodes for user in readers):
+            stored_low.update(node.name for node in group)
+
+    def wanted(value: torch.fx.Node, reader_low: bool) -> Optional[torch.dtype]:
+        original = before.get(value.name)
+        if not isinstance(original, torch.Tensor) or not original.is_floating_point():
+            return None
+        return low if reader_low and original.dtype == torch.float32 else original.dtype
+
+    casts: List[Dict[str, Any]] = []
+    made: Dict[Tuple[str, torch.dtype], torch.fx.Node] = {}
+
+    def read(value: Any, reader: torch.fx.Node, reader_low: bool) -> Any:
+        if not isinstance(value, torch.fx.Node) or not isinstance(_val(value), torch.Tensor):
+            return value
+        dtype = wanted(value, reader_low)
+        if dtype is None or _val(value).dtype == dtype:
+            return value
+        key = (value.name, dtype)
+        if key not in made:
+            with graph.inserting_before(reader):
+                cast = graph.call_function(CAST, (value,), {"dtype": dtype})
+            with fake_mode:
+                cast.meta["val"] = CAST(_val(value), dtype=dtype)
+            made[key] = cast
+            numel = seen[value.name].numel if value.name in seen else 0
+            casts.append({"id": cast.name, "value": value.name, "from": _DTYPE_NAMES.get(_val(value).dtype, "?"),
+                          "to": _DTYPE_NAMES.get(dtype, "?"),
+                          "bytes": numel * (_val(value).dtype.itemsize + dtype.itemsize), "reached": True})
+        return made[key]
+
+    for node in list(graph.nodes):
+        if node.op == "placeholder":
+            if node.name in stored_low or (low_io and specs[node.name].kind == InputKind.USER_INPUT
+                                           and _fp32_tensor(node)):
+                with fake_mode:
+                    node.meta["val"] = CAST(_val(node), dtype=low)
+            continue
+        if node.op not in ("call_function", "output"):
+            continue
+        if node.op == "output":  # with low-precision IO, fp32 outputs are read as a low node reads them
+            node.args = map_arg(node.args, lambda v: read(v, node, low_io))
+            continue
+        if node.target is not operator.getitem:  # a getitem takes what its call made
+            reader_low = node.name in low_nodes
+            node.args = map_arg(node.args, lambda v: read(v, node, reader_low))
+            node.kwargs = map_arg(node.kwargs, lambda v: read(v, node, reader_low))
+        if any(_val(i) is not before.get(i.name) for i in node.all_input_nodes):  # a cast, or a dtype changed
+            with fake_mode:
+                node.meta["val"] = node.target(*map_arg(node.args, _val), **map_arg(node.kwargs, _val))
+
+    module.recompile()
+    lowered: Dict[int, torch.Tensor] = {}  # one low tensor per fp32 one
+    for name in sorted(stored_low):
+        table, target = table_of(name), specs[name].target
+        tensor = table[target]
+        if id(tensor) not in lowered:
+            copy_ = tensor.detach().to(low)
+            lowered[id(tensor)] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) \
+                if isinstance(tensor, torch.nn.Parameter) else copy_
+        table[target] = lowered[id(tensor)]
+    weights = (_stored_bytes(program.state_dict, program.constants), _stored_bytes(state_dict, constants))
+    with _quiet_spec_copies():
+        converted = program._update(module, _renamed_outputs(program.graph_signature, graph), state_dict=state_dict,
+                                    constants=constants)
+    return converted, casts, weights, _graph_items(graph, planned, made)
+
+
+def _renamed_outputs(signature, graph: torch.fx.Graph):
+    """The signature with each tensor output named by the node the output now returns (a cast, where one was put
+    before it)."""
+    returned = list(graph.output_node().args[0])
+    specs = [dataclasses.replace(spec, arg=TensorArgument(name=node.name))
+             if isinstance(spec.arg, TensorArgument) and isinstance(node, torch.fx.Node) else spec
+             for spec, node in zip(signature.output_specs, returned)]
+    return dataclasses.replace(signature, output_specs=specs)
+
+
+def _stored_bytes(*tables: Dict[str, Any]) -> int:
+    storages = {}
+    for table in tables:
+        for tensor in table.values():
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def _graph_items(graph: torch.fx.Graph, planned: List[_Planned], made) -> List[Dict[str, Any]]:
+    """The report's graph: planned nodes and casts by id, each with the ids of the items whose values it reads
+    (through getitems, to the call that computed the value)."""
+    casts = {cast.name: index for index, cast in enumerate(made.values())}
+    names = {p.node.name for p in planned}
+
+    def source(node: torch.fx.Node) -> Optional[str]:
+        while node.target is operator.getitem:
+            node = node.args[0]
+        return node.name if node.name in names or node.name in casts else None
+
+    items = []
+    for node in graph.nodes:
+        if node.name in names or node.name in casts:
+            reads = [source(i) for i in node.all_input_nodes]
+            item = {"id": node.name, "kind": "cast" if node.name in casts else "node", "op": _op_name(node),
+                    "inputs": [r for r in reads if r is not None]}
+            if node.name in casts:
+                item["cast"] = casts[node.name]
+            items.append(item)
+    return items

@@ -1,0 +1,32 @@
+"""torch_mp.aoti_compile: torch_mp.export's program compiled by AOTInductor into a package (.pt2) that loads with
+torch._inductor.aoti_load_package in Python and torch::inductor::AOTIModelPackageLoader in C++, without torch_mp."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Optional
+
+import torch
+
+from ._export import export
+
+# What keeps the plan's rounding in Inductor's kernels. Inductor fuses a cast into the pointwise kernel around it and
+# would otherwise compute in fp32 straight through an fp32 -> low -> fp32 round trip; emulate_precision_casts rounds
+# where the program casts, so the package computes what the exported program does (tests/python/test_aoti.py).
+INDUCTOR_CONFIGS: Dict[str, Any] = {"emulate_precision_casts": True}
+
+
+def aoti_compile(model: Any, example_inputs: Any, dtype: torch.dtype, package_path: str, *,
+                 inductor_configs: Optional[Dict[str, Any]] = None, return_report: bool = False, **options):
+    """Exports and converts `model` (torch_mp.export, with `options`), then writes an AOTInductor package to
+    `package_path` (a path ending in .pt2). `inductor_configs` are added to INDUCTOR_CONFIGS. Returns the path, or
+    (path, Report) with return_report=True; the report's "aoti_seconds" is the compile time."""
+    if not str(package_path).endswith(".pt2"):
+        raise ValueError(f"package_path must end in .pt2 (AOTInductor's package format), got {package_path!r}")
+    program, report = export(model, example_inputs, dtype, return_report=True, **options)
+    configs = {**INDUCTOR_CONFIGS, **(inductor_configs or {})}
+    start = time.perf_counter()
+    path = torch._inductor.aoti_compile_and_package(program, package_path=os.fspath(package_path),
+                                                    inductor_configs=configs)
+    report.annotate("aoti_seconds", time.perf_counter() - start)
+    return (path, report) if return_report else path
