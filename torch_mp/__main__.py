@@ -4,6 +4,9 @@
     python -m torch_mp convert IN.pt -o OUT.pt --dtype fp16 --input-shape 1,3,224,224 [--report report.json]
                        [--exclude GLOB ...] [--calib FILE] [--tolerance X] [--low-precision-io] [--svg graph.svg]
                        [--kernels portable|fused]
+    python -m torch_mp export IN.pt2 -o OUT.pt2 --dtype fp16 [--inputs FILE] [the options of convert but --svg and
+                       --kernels]                          the same plan on a program saved by torch.export.save
+    python -m torch_mp aoti IN.pt2 -o PACKAGE.pt2 ...       the same, then compiled into an AOTInductor package
     python -m torch_mp report OUT.pt [--svg graph.svg] [--casts]
                                                            summarise a converted file (and draw it)
     python -m torch_mp policy [--target cuda_fp16]          print a default op policy (docs/OP_POLICY.md)
@@ -160,40 +163,97 @@ def print_fallback(report: torch_mp.Report) -> None:
                                                for n in kept))
 
 
-def convert(args: argparse.Namespace) -> int:
-    model = load_torchscript(args.input)
+def example_inputs(args: argparse.Namespace, default=None):
     if args.inputs:
         example = load_inputs(args.inputs, "--inputs")
-        example = example if isinstance(example, tuple) else (example,)
-    elif args.input_shape:
-        example = tuple(
-            torch_mp.InputSpec(shape, getattr(torch, args.input_dtype)) for shape in args.input_shape
-        )
-    else:
-        raise CliError("give the example inputs: --input-shape 1,3,224,224 (repeatable) or --inputs FILE.pt")
-    calibration = load_calibration(args.calib) if args.calib else None
-    if args.svg:
-        require_graphviz()
+        return example if isinstance(example, tuple) else (example,)
+    if args.input_shape:
+        return tuple(torch_mp.InputSpec(shape, getattr(torch, args.input_dtype)) for shape in args.input_shape)
+    if default is not None:
+        return default
+    raise CliError("give the example inputs: --input-shape 1,3,224,224 (repeatable) or --inputs FILE.pt")
+
+
+def conversion_options(args: argparse.Namespace, example) -> dict:
+    """The options convert, export and aoti share, as keyword arguments of torch_mp.convert / torch_mp.export."""
     dtype = DTYPES[args.dtype]
     policy = None
     if args.exclude:
         device = next((t.device for t in example if isinstance(t, torch.Tensor)), torch.device("cpu"))
         policy = torch_mp.OpPolicy.default(torch_mp.target_for(device, dtype)).exclude(*args.exclude)
-    model.eval()
-    converted, report = torch_mp.convert(model, example, dtype, return_report=True, policy=policy,
-                                         calibration_inputs=calibration, tolerance=args.tolerance,
-                                         keep_io_dtypes=not args.low_precision_io, kernels=args.kernels)
-    check_exclusions(args.exclude or [], report)
-    jit_call(torch.jit.save, converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
+    return dict(policy=policy, calibration_inputs=load_calibration(args.calib) if args.calib else None,
+                tolerance=args.tolerance, keep_io_dtypes=not args.low_precision_io)
+
+
+def finish(args: argparse.Namespace, report: torch_mp.Report) -> None:
+    """What convert, export and aoti print and write once the model is converted and saved."""
     if args.report:
         with open(args.report, "w") as f:
             f.write(report.to_json())
     print(report.summary())
     if "fallback" in report.data:
         print_fallback(report)
+
+
+def convert(args: argparse.Namespace) -> int:
+    model = load_torchscript(args.input)
+    example = example_inputs(args)
+    if args.svg:
+        require_graphviz()
+    model.eval()
+    converted, report = torch_mp.convert(model, example, DTYPES[args.dtype], return_report=True,
+                                         kernels=args.kernels, **conversion_options(args, example))
+    check_exclusions(args.exclude or [], report)
+    jit_call(torch.jit.save, converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
+    finish(args, report)
     print(f"saved {args.output}")
     if args.svg:
         write_svg(report, args.svg)
+    return 0
+
+
+def load_program(path: str) -> torch.export.ExportedProgram:
+    if not os.path.isfile(path):
+        raise CliError(f"{path} does not exist")
+    try:
+        return torch.export.load(path)
+    except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise CliError(f"{path} is not a program saved by torch.export.save (corrupt, truncated or another format): "
+                       f"{first}")
+
+
+def program_example(program: torch.export.ExportedProgram, args: argparse.Namespace):
+    saved = program.example_inputs[0] if program.example_inputs is not None else None
+    return example_inputs(args, saved)
+
+
+def export(args: argparse.Namespace) -> int:
+    program = load_program(args.input)
+    example = program_example(program, args)
+    converted, report = torch_mp.export(program, example, DTYPES[args.dtype], return_report=True,
+                                        **conversion_options(args, example))
+    check_exclusions(args.exclude or [], report)
+    torch.export.save(converted, args.output)
+    finish(args, report)
+    print(f"saved {args.output}")
+    return 0
+
+
+def aoti(args: argparse.Namespace) -> int:
+    if not args.output.endswith(".pt2"):
+        raise CliError(f"-o {args.output}: an AOTInductor package's name ends in .pt2")
+    program = load_program(args.input)
+    example = program_example(program, args)
+    options = conversion_options(args, example)
+    if args.exclude:  # a typo found before the compile, not after
+        _, planned = torch_mp.export(program, example, DTYPES[args.dtype], return_report=True, **options)
+        check_exclusions(args.exclude, planned)
+    _, report = torch_mp.aoti_compile(program, example, DTYPES[args.dtype], args.output, return_report=True,
+                                      **options)
+    finish(args, report)
+    print(f"compiled in {report.data['aoti_seconds']:.1f} s; saved {args.output} (loads with "
+          "torch._inductor.aoti_load_package, or torch::inductor::AOTIModelPackageLoader in C++)")
     return 0
 
 
@@ -241,6 +301,27 @@ def policy_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_conversion_options(parser: argparse.ArgumentParser, inputs_default: str = "") -> None:
+    default = f" (default: {inputs_default})" if inputs_default else ""
+    parser.add_argument("--dtype", choices=DTYPES, default="fp16")
+    parser.add_argument("--input-shape", type=parse_shape, action="append",
+                        help="shape of one forward input, filled with random normals (repeat per input)" + default)
+    parser.add_argument("--input-dtype", default="float32", choices=("float32", "float64", "int64", "int32"))
+    parser.add_argument("--inputs", help="a file written by torch.save holding the inputs (tuple or tensor)" + default)
+    parser.add_argument("--report", help="also write the report as JSON here")
+    parser.add_argument("--exclude", type=parse_glob, action="append", metavar="GLOB",
+                        help="keep every node inside modules whose path matches GLOB in fp32 "
+                             "(fnmatch, like 'head' or 'layer4.*'; repeatable)")
+    parser.add_argument("--calib", metavar="FILE",
+                        help="a file written by torch.save holding a list of calibration inputs (each a "
+                             "tensor or a tuple of tensors): the range guard and the fallback use them")
+    parser.add_argument("--tolerance", type=parse_tolerance, metavar="X",
+                        help="accuracy fallback: keep the fewest nodes in fp32 so that the relative error "
+                             "against the fp32 model is at most X on every --calib input (or the example inputs)")
+    parser.add_argument("--low-precision-io", action="store_true",
+                        help="fp32 inputs and outputs take the low dtype (default: they keep their dtypes)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m torch_mp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -253,28 +334,19 @@ def main(argv=None) -> int:
     convert_parser = commands.add_parser("convert", help="convert a saved TorchScript model")
     convert_parser.add_argument("input", help="saved TorchScript model (scripted in eval mode, or frozen)")
     convert_parser.add_argument("-o", "--output", required=True, help="where to save the converted model")
-    convert_parser.add_argument("--dtype", choices=DTYPES, default="fp16")
-    convert_parser.add_argument("--input-shape", type=parse_shape, action="append",
-                                help="shape of one forward input, filled with random normals (repeat per input)")
-    convert_parser.add_argument("--input-dtype", default="float32", choices=("float32", "float64", "int64", "int32"))
-    convert_parser.add_argument("--inputs", help="a file written by torch.save holding the inputs (tuple or tensor)")
-    convert_parser.add_argument("--report", help="also write the report as JSON here")
-    convert_parser.add_argument("--exclude", type=parse_glob, action="append", metavar="GLOB",
-                                help="keep every node inside modules whose path matches GLOB in fp32 "
-                                     "(fnmatch, like 'head' or 'layer4.*'; repeatable)")
-    convert_parser.add_argument("--calib", metavar="FILE",
-                                help="a file written by torch.save holding a list of calibration inputs (each a "
-                                     "tensor or a tuple of tensors): the range guard and the fallback use them")
-    convert_parser.add_argument("--tolerance", type=parse_tolerance, metavar="X",
-                                help="accuracy fallback: keep the fewest nodes in fp32 so that the relative error "
-                                     "against the fp32 model is at most X on every --calib input (or the example "
-                                     "inputs)")
-    convert_parser.add_argument("--low-precision-io", action="store_true",
-                                help="fp32 inputs and outputs take the low dtype (default: they keep their dtypes)")
+    add_conversion_options(convert_parser)
     convert_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")
     convert_parser.add_argument("--kernels", choices=("portable", "fused"), default="portable",
                                 help="fused: elementwise chains become torch_mp::fused_pointwise calls; loading the "
                                      "output then needs the torch_mp library (default: portable, aten ops only)")
+    export_parser = commands.add_parser("export", help="convert a program saved by torch.export.save")
+    export_parser.add_argument("input", help="a program saved by torch.export.save (.pt2)")
+    export_parser.add_argument("-o", "--output", required=True, help="where to save the converted program (.pt2)")
+    add_conversion_options(export_parser, inputs_default="the program's own example inputs")
+    aoti_parser = commands.add_parser("aoti", help="convert a saved program and compile it with AOTInductor")
+    aoti_parser.add_argument("input", help="a program saved by torch.export.save (.pt2)")
+    aoti_parser.add_argument("-o", "--output", required=True, help="where to write the AOTInductor package (.pt2)")
+    add_conversion_options(aoti_parser, inputs_default="the program's own example inputs")
     report_parser = commands.add_parser("report", help="summarise a converted model")
     report_parser.add_argument("model")
     report_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")
@@ -282,7 +354,8 @@ def main(argv=None) -> int:
     policy_parser = commands.add_parser("policy", help="print a default op policy as a markdown table")
     policy_parser.add_argument("--target", choices=torch_mp.TARGETS, default="cuda_fp16")
     args = parser.parse_args(argv)
-    handlers = {"demo": demo, "convert": convert, "report": report, "policy": policy_table}
+    handlers = {"demo": demo, "convert": convert, "export": export, "aoti": aoti, "report": report,
+                "policy": policy_table}
     try:
         return handlers[args.command](args)
     except (CliError, ValueError, TypeError, torch_mp.ConversionError) as error:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import dataclasses
+import math
 import operator
 import time
 import warnings
@@ -20,12 +20,13 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, TensorArgument
+from torch.export.graph_signature import InputKind
 from torch.fx.node import map_arg
 
 from . import _C
 from ._convert import (LOW_DTYPES, ConversionError, _check_dtype, _device_of, _normalize_calibration,
                        _normalize_inputs, _refuse_autocast, _tensors)
+from .inference_form import inference_form, renamed_outputs
 from .policy import OpPolicy, target_for
 from .report import Report
 
@@ -117,13 +118,7 @@ def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[E
         raise TypeError(f"expected a torch.nn.Module or torch.export.ExportedProgram, got {type(model).__name__}")
     if not inputs:
         raise ValueError("example_inputs are required: torch_mp runs the program to observe every value")
-    writes = any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable
-                 for n in program.graph.nodes if n.op == "call_function")
-    # a program that writes in place is made functional: then no cast can come between a write and what aliases it
-    if writes:
-        with _quiet_spec_copies():
-            program = program.run_decompositions({})
-    return program, inputs
+    return inference_form(program, _quiet_spec_copies), inputs
 
 
 @contextlib.contextmanager
@@ -166,32 +161,41 @@ class ConvertedProgram:
 
 
 class _Seen:
-    """What the runs showed of one value: its dtype, and for an fp32 tensor its size and the magnitudes it held."""
+    """What the runs showed of one value: its dtype, and for an fp32 tensor its size and the magnitudes it held (the
+    smallest non-zero one only where `smallest` is asked: the underflow guard's values)."""
 
-    __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite")
+    __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite", "wants_smallest")
 
-    def __init__(self, tensor: torch.Tensor):
+    # Below this largest magnitude no guard depends on integers (bf16 holds every integer up to 256): a run that stays
+    # below it leaves `only_integers` as the other runs make it.
+    INTEGER_CHECK_FROM = 256.0
+
+    def __init__(self, tensor: torch.Tensor, wants_smallest: bool):
         self.dtype = tensor.dtype
         self.shape = None if tensor.is_nested else list(tensor.shape)  # on the example inputs
         self.numel = tensor.numel()
         self.largest, self.smallest, self.only_integers, self.finite = 0.0, float("inf"), True, True
+        self.wants_smallest = wants_smallest
         self.add(tensor)
 
     def add(self, tensor: torch.Tensor) -> None:
-        if self.dtype != torch.float32 or tensor.is_nested:
+        if self.dtype != torch.float32 or tensor.is_nested or tensor.numel() == 0:
             return
-        magnitude = tensor.detach().abs()
-        finite = torch.isfinite(magnitude)
-        if not bool(finite.all()):
+        tensor = tensor.detach()
+        low, high = (float(v) for v in torch.aminmax(tensor))  # one pass; NaN and inf show in either
+        if not (math.isfinite(low) and math.isfinite(high)):
             self.finite = False
-            magnitude = magnitude[finite]
-        if magnitude.numel() == 0:
-            return
-        self.largest = max(self.largest, float(magnitude.max()))
-        non_zero = magnitude[magnitude > 0]
-        if non_zero.numel():
-            self.smallest = min(self.smallest, float(non_zero.min()))
-        self.only_integers = self.only_integers and bool((magnitude == magnitude.floor()).all())
+            tensor = tensor[torch.isfinite(tensor)]
+            if tensor.numel() == 0:
+                return
+            low, high = (float(v) for v in torch.aminmax(tensor))
+        largest = max(-low, high)
+        self.largest = max(self.largest, largest)
+        if largest > self.INTEGER_CHECK_FROM:
+            self.only_integers = self.only_integers and bool((tensor == tensor.floor()).all())
+        if self.wants_smallest:
+            magnitude = tensor.abs()
+            self.smallest = min(self.smallest, float(torch.where(magnitude > 0, magnitude, math.inf).min()))
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -214,7 +218,8 @@ def _flat_inputs(program: ExportedProgram, inputs: Tuple[Any, ...]) -> List[Any]
     return program._graph_module_flat_inputs(inputs, {})
 
 
-def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]]) -> Dict[str, _Seen]:
+def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]], smallest_of: Set[str]):
+    """What each run showed of every floating value, by node name, and each run's outputs."""
     seen: Dict[str, _Seen] = {}
 
     def record(node: torch.fx.Node, value: Any) -> None:
@@ -222,12 +227,13 @@ def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]]) -> Dict[
             if node.name in seen:
                 seen[node.name].add(value)
             else:
-                seen[node.name] = _Seen(value)
+                seen[node.name] = _Seen(value, node.name in smallest_of)
 
+    outputs = []
     with torch.no_grad():
         for inputs in runs:
-            _Recorder(program.graph_module, record).run(*_flat_inputs(program, inputs))
-    return seen
+            outputs.append(_Recorder(program.graph_module, record).run(*_flat_inputs(program, inputs)))
+    return seen, outputs
 
 
 def _probe(program: ExportedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]) -> List[Optional[torch.Tensor]]:
@@ -308,10 +314,11 @@ class ProgramConversion:
         self.captured_seconds = 0.0
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
-        self.seen = _observe(program, self.runs)
+        reads = _zero_sensitive_reads(program.graph)
+        self.seen, self.reference_outputs = _observe(program, self.runs, {v.name for r in reads for v in r.values})
         self.observed_seconds = time.perf_counter() - start
         self._reference_module = None
-        self._underflow = _underflow_to_zero(program.graph, self.seen, self.dtype_name)
+        self._underflow = _underflow_to_zero(reads, self.seen, self.dtype_name)
 
     # --- the job interface ------------------------------------------------------------------------------------
 
@@ -485,15 +492,14 @@ class ProgramConversion:
             def record(node, value, bad=bad):
                 seen = self.seen.get(node.name)
                 if not bad and seen is not None and seen.finite and isinstance(value, torch.Tensor) \
-                        and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                        and value.is_floating_point() and value.numel() and not _finite(value):
                     bad.append(node.name)
 
             with torch.no_grad():
                 outputs = _Recorder(converted.program.graph_module, record).run(
                     *_flat_inputs(converted.program, self.module_inputs(inputs)))
-                references = _Recorder(self.program.graph_module, lambda node, value: None).run(
-                    *_flat_inputs(self.program, inputs))
-            pairs = [(o, r) for o, r in zip(_tensors(outputs), _tensors(references)) if o.is_floating_point()]
+            pairs = [(o, r) for o, r in zip(_tensors(outputs), _tensors(self.reference_outputs[run]))
+                     if o.is_floating_point()]
             for position, (output, reference) in enumerate(pairs):
                 if bool((~torch.isfinite(output) & torch.isfinite(reference)).any()):
                     return {"run": run, "tensor": position, "value": ""}
@@ -529,6 +535,11 @@ class ProgramConversion:
         return Report(data)
 
 
+def _finite(tensor: torch.Tensor) -> bool:
+    low, high = torch.aminmax(tensor)  # one pass; NaN and inf show in either
+    return math.isfinite(float(low)) and math.isfinite(float(high))
+
+
 def _outputs_of(node: torch.fx.Node) -> List[torch.fx.Node]:
     """The nodes holding a call's tensors: itself, or for one returning several, the getitems that take them."""
     if isinstance(_val(node), (tuple, list)):
@@ -536,19 +547,18 @@ def _outputs_of(node: torch.fx.Node) -> List[torch.fx.Node]:
     return [node]
 
 
-def _underflow_to_zero(graph: torch.fx.Graph, seen: Dict[str, _Seen], dtype: str) -> Dict[str, Dict[str, Any]]:
-    """For each read where a 0 gives inf or NaN (core/op_facts: a divisor, rsqrt's or log's argument, the base of a
-    negative power) of a value that can be smaller than the low dtype's smallest number (observed so, or computed
-    from a float scalar that small), the verdict for the reader, the views between it and the value, and the value's
-    producer, by node name (jit/numeric_guards' underflowToZero)."""
+class _ZeroSensitiveRead(NamedTuple):
+    """A read where a 0 gives inf or NaN (core/op_facts: a divisor, rsqrt's or log's argument, the base of a negative
+    power): the reader, the views and copies passing the value on to it, and the node computing the value."""
+
+    path: List[torch.fx.Node]  # reader first, producer last
+    values: List[torch.fx.Node]  # the values along the path, whose smallest magnitudes count
+    scalars: List[float]  # the magnitudes of the float scalars the producer reads (clamp_min(norm, 1e-12))
+
+
+def _zero_sensitive_reads(graph: torch.fx.Graph) -> List[_ZeroSensitiveRead]:
     sensitive = _C.zero_sensitive_ops()
-    limit = _C.smallest_non_zero(dtype)
-    verdicts: Dict[str, Dict[str, Any]] = {}
-
-    def smallest(node: Any) -> float:
-        found = seen.get(node.name) if isinstance(node, torch.fx.Node) else None
-        return found.smallest if found is not None and found.dtype == torch.float32 else float("inf")
-
+    reads = []
     for node in graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
@@ -558,27 +568,38 @@ def _underflow_to_zero(graph: torch.fx.Graph, seen: Dict[str, _Seen], dtype: str
         index, negative_exponent_only = entry
         if index >= len(node.args) or not isinstance(node.args[index], torch.fx.Node):
             continue
-        if negative_exponent_only:
-            exponent = node.args[1] if len(node.args) > 1 else None
-            if isinstance(exponent, (int, float)) and exponent >= 0:
-                continue
+        exponent = node.args[1] if len(node.args) > 1 else None
+        if negative_exponent_only and isinstance(exponent, (int, float)) and exponent >= 0:
+            continue
         path, value = [node], node.args[index]
-        least = smallest(value)
+        values = [value]
         while value.op == "call_function" and isinstance(value.target, torch._ops.OpOverload) \
                 and _C.op_facts(value.target._schema.name)["preserves_dtype"] and value.args \
                 and isinstance(value.args[0], torch.fx.Node):
             path.append(value)
             value = value.args[0]
-            least = min(least, smallest(value))
+            values.append(value)
+        scalars = []
         if value.op == "call_function":
             path.append(value)
             scalars = [abs(a) for a in list(value.args) + list(value.kwargs.values()) if isinstance(a, float) and a]
-            least = min([least] + scalars)
-        if least >= limit:
-            continue
-        verdict = {"kind": "underflow to zero", "value": value.name, "seen": least, "limit": limit}
-        for member in path:
-            verdicts.setdefault(member.name, verdict)
+        reads.append(_ZeroSensitiveRead(path, values, scalars))
+    return reads
+
+
+def _underflow_to_zero(reads: List[_ZeroSensitiveRead], seen: Dict[str, _Seen], dtype: str) -> Dict[str, Any]:
+    """The underflow-to-zero verdict, by node name, for each node of a zero-sensitive read whose value can be smaller
+    than the low dtype's smallest number, observed so or computed from a scalar that small (jit/numeric_guards'
+    underflowToZero)."""
+    limit = _C.smallest_non_zero(dtype)
+    verdicts: Dict[str, Dict[str, Any]] = {}
+    for read in reads:
+        observed = [seen[v.name].smallest for v in read.values if v.name in seen and seen[v.name].dtype == torch.float32]
+        least = min(observed + read.scalars + [math.inf])
+        if least < limit:
+            verdict = {"kind": "underflow to zero", "value": read.values[-1].name, "seen": least, "limit": limit}
+            for member in read.path:
+                verdicts.setdefault(member.name, verdict)
     return verdicts
 
 
@@ -676,7 +697,7 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             node.kwargs = map_arg(node.kwargs, lambda v: read(v, node, reader_low))
         if any(_val(i) is not before.get(i.name) for i in node.all_input_nodes):  # a cast, or a dtype changed
             with fake_mode:
-                node.meta["val"] = node.target(*map_arg(node.args, _val), **map_arg(node.kwargs, _val))
+                node.meta["val"] = _recomputed(node)
 
     module.recompile()
     lowered: Dict[int, torch.Tensor] = {}  # one low tensor per fp32 one
@@ -690,19 +711,27 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         table[target] = lowered[id(tensor)]
     weights = (_stored_bytes(program.state_dict, program.constants), _stored_bytes(state_dict, constants))
     with _quiet_spec_copies():
-        converted = program._update(module, _renamed_outputs(program.graph_signature, graph), state_dict=state_dict,
+        converted = program._update(module, renamed_outputs(program.graph_signature, graph), state_dict=state_dict,
                                     constants=constants)
     return converted, casts, weights, _graph_items(graph, planned, made)
 
 
-def _renamed_outputs(signature, graph: torch.fx.Graph):
-    """The signature with each tensor output named by the node the output now returns (a cast, where one was put
-    before it)."""
-    returned = list(graph.output_node().args[0])
-    specs = [dataclasses.replace(spec, arg=TensorArgument(name=node.name))
-             if isinstance(spec.arg, TensorArgument) and isinstance(node, torch.fx.Node) else spec
-             for spec, node in zip(signature.output_specs, returned)]
-    return dataclasses.replace(signature, output_specs=specs)
+def _recomputed(node: torch.fx.Node) -> Any:
+    """The node's value for its inputs' new values (under the program's fake mode). A low kernel may lay its result
+    out otherwise than the fp32 one did (attention's output), and a view the fp32 layout allowed may then be
+    impossible: such a view becomes a reshape (the same values; a copy where the layout needs one)."""
+    args, kwargs = map_arg(node.args, _val), map_arg(node.kwargs, _val)
+    if node.target is torch.ops.aten.view.default and not _viewable(args[0], args[1]):
+        node.target = torch.ops.aten.reshape.default
+    return node.target(*args, **kwargs)
+
+
+def _viewable(tensor: torch.Tensor, shape) -> bool:
+    try:
+        torch.ops.aten.view.default(tensor, shape)
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
 
 def _stored_bytes(*tables: Dict[str, Any]) -> int:

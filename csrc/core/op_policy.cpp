@@ -181,6 +181,9 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::new_full", kFollow, kFactoryLike},
     {"aten::zero_", kFollow, "overwrites with zeros: exact in any dtype"},
     {"aten::fill_", kFollow, "overwrites with one value: exact in any dtype (a value the low dtype loses keeps fp32)"},
+    {"aten::fill", kFollow, "a copy filled with one value: exact in any dtype (a value the low dtype loses keeps fp32)"},
+    {"aten::slice_scatter", kFollow, "a copy with a slice replaced: data movement, exact in any dtype"},
+    {"aten::select_scatter", kFollow, "a copy with a row replaced: data movement, exact in any dtype"},
     {"aten::copy_", kFollow, "copies its source into the tensor, converting to the tensor's dtype: no arithmetic"},
 
     // --- follow: pooling ------------------------------------------------------------------------------------
@@ -194,6 +197,9 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::avg_pool2d", kFollow, kPool},
     {"aten::adaptive_avg_pool1d", kFollow, kPool},
     {"aten::adaptive_avg_pool2d", kFollow, kPool},
+    {"aten::_native_batch_norm_legit_no_training", kFollow,
+     "eval-mode batch norm (torch.export's inference form): a per-channel scale and shift by stored statistics, "
+     "computed in fp32 inside the kernel, no reduction"},
     {"aten::_adaptive_avg_pool2d", kFollow, kPool},
     {"aten::adaptive_avg_pool3d", kFollow, kPool},
 
@@ -221,6 +227,7 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::neg", kFollow, kArith},
     {"aten::add", kFollow, kArith},
     {"aten::sub", kFollow, kArith},
+    {"aten::diff", kFollow, "differences of neighbours: one subtraction per element, as aten::sub"},
     {"aten::rsub", kFollow, kArith},
     {"aten::mul", kFollow, kArith},
     {"aten::div", kFollow, kArith},
@@ -238,6 +245,8 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::where", kFollow, kCompare},
     {"aten::masked_fill", kFollow, kCompare},
     {"aten::eq", kFollow, kCompare},
+    {"aten::__and__", kFollow, "logical and of masks: no floating values"},
+    {"aten::__or__", kFollow, "logical or of masks: no floating values"},
     {"aten::ne", kFollow, kCompare},
     {"aten::lt", kFollow, kCompare},
     {"aten::le", kFollow, kCompare},
@@ -319,7 +328,6 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::instance_norm", kFp32, kNorm},
     {"aten::batch_norm", kFp32, kNorm},
     // torch.export's forms of the norms (run_decompositions)
-    {"aten::_native_batch_norm_legit_no_training", kFp32, kNorm},
     {"aten::_native_batch_norm_legit", kFp32, kNorm},
     {"aten::native_batch_norm", kFp32, kNorm},
     {"aten::native_group_norm", kFp32, kNorm},
@@ -366,6 +374,8 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::tensor", kFp32, kFactory},
     {"aten::scalar_tensor", kFp32, kFactory},
     {"aten::to", kFp32, kExplicitCast},
+    {"aten::_assert_tensor_metadata", kFp32,
+     "torch.export's check of a tensor's dtype and sizes: it must see the dtype the model had"},
     {"aten::_to_copy", kFp32, kExplicitCast},
     {"aten::type_as", kFp32, kExplicitCast},
     {"aten::float", kFp32, kExplicitCast},

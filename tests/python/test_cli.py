@@ -253,3 +253,37 @@ def test_svg_errors(tmp_path, scripted):
                             capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PATH": str(tmp_path)})
     assert no_dot.returncode == 2 and "apt-get install graphviz" in no_dot.stderr
     assert not out.exists()  # checked before converting
+
+
+@pytest.fixture
+def saved_program(tmp_path):
+    model = ConvBnNet().eval()
+    x = torch.randn(2, 3, 16, 16)
+    path = tmp_path / "fp32.pt2"
+    torch.export.save(torch.export.export(model, (x,)), path)
+    return model, x, path
+
+
+def test_export_converts_a_saved_program(tmp_path, saved_program):
+    model, x, path = saved_program
+    out, report = tmp_path / "bf16.pt2", tmp_path / "report.json"
+    result = cli("export", path, "-o", out, "--dtype", "bf16", "--report", report)  # the program's example inputs
+    assert result.returncode == 0, result.stderr
+    program = torch.export.load(out)
+    assert {t.dtype for t in program.state_dict.values() if t.is_floating_point()} == {torch.bfloat16}
+    data = json.loads(report.read_text())
+    assert data["dtype"] == "bfloat16" and data["low_precision_flop_fraction"] == 1.0
+    torch.testing.assert_close(program.module()(x), model(x), rtol=5e-2, atol=5e-2)
+    # an exclusion that matches no module is refused before anything is written
+    result = cli("export", path, "-o", tmp_path / "typo.pt2", "--exclude", "no_such_module")
+    assert result.returncode == 2 and "matches no module" in result.stderr
+    assert not (tmp_path / "typo.pt2").exists()
+
+
+def test_export_and_aoti_refuse_bad_files(tmp_path, saved_program):
+    _, _, path = saved_program
+    (tmp_path / "junk.pt2").write_bytes(b"not a program")
+    result = cli("export", tmp_path / "junk.pt2", "-o", tmp_path / "out.pt2")
+    assert result.returncode == 2 and "not a program saved by torch.export.save" in result.stderr
+    result = cli("aoti", path, "-o", tmp_path / "model.so")
+    assert result.returncode == 2 and "ends in .pt2" in result.stderr

@@ -32,13 +32,18 @@ class Result(NamedTuple):
     fp32_weights: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
 
 
-def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "cpu") -> Result:
+def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "cpu", front: str = "convert") -> Result:
+    """`front`: "convert" (a TorchScript module) or "export" (torch_mp.export's program, run by its module())."""
     model = build_model(entry).to(device)
     example = _to(entry.inputs(), device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
-        converted, report = torch_mp.convert(model, example, dtype, return_report=True)
+        if front == "export":
+            program, report = torch_mp.export(model, example, dtype, return_report=True)
+            converted = program.module()
+        else:
+            converted, report = torch_mp.convert(model, example, dtype, return_report=True)
         seconds = time.perf_counter() - start
     cosines: List[float] = []
     errors: List[float] = []

@@ -1,0 +1,117 @@
+"""The export front's first pass: a program in its functional inference form, without a retrace where it can.
+
+Planning needs a program that writes nothing in place (a cast between a write and a reader of the written tensor
+would hide the write) and that names eval-mode batch norm as what it is, a per-channel scale and shift with stored
+statistics (aten::_native_batch_norm_legit_no_training, not aten::batch_norm, which may compute statistics).
+`ExportedProgram.run_decompositions({})` gives that form by tracing the program again, which costs as much as the
+export itself. Most programs need only two rewrites, done here on a copy:
+
+- an in-place op (`relu_`, `add_`, ...) writing a fresh tensor (one that no view shares) becomes its functional form,
+  and the readers after it read its result;
+- `aten.batch_norm(..., training=False, ...)` becomes `aten._native_batch_norm_legit_no_training(...)[0]`, the op
+  run_decompositions({}) gives for it (the same kernel).
+
+A program with any other write (into an input, a buffer, a view) is traced again with run_decompositions({}).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import operator
+from typing import Optional
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import TensorArgument
+
+BATCH_NORM = torch.ops.aten.batch_norm.default
+INFERENCE_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
+
+
+def inference_form(program: ExportedProgram, quiet) -> ExportedProgram:
+    """The program, functional and with eval-mode batch norms in their inference op: itself where it already is,
+    else a new program (the given one is not changed). `quiet` is a context manager silencing torch's own warnings
+    while it copies the program."""
+    if not any(_writes(node) or _eval_batch_norm(node) for node in program.graph.nodes):
+        return program
+    if not all(_functional_form(node) is not None for node in program.graph.nodes if _writes(node)):
+        with quiet():
+            return program.run_decompositions({})
+    with quiet():
+        module = copy.deepcopy(program.graph_module)
+    for original, copied in zip(program.graph.nodes, module.graph.nodes):
+        copied.name = original.name  # deepcopy renames those that shadow builtins ("input"); the signature names them
+    graph = module.graph
+    position = {node: index for index, node in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        if _writes(node):
+            written = node.args[0]
+            later = [user for user in written.users if position[user] > position[node]]
+            node.target = _functional_form(node)
+            for user in later:
+                user.replace_input_with(written, node)
+    for node in list(graph.nodes):
+        if _eval_batch_norm(node):
+            x, weight, bias, mean, var, _training, momentum, eps = node.args[:8]
+            with graph.inserting_before(node):
+                computed = graph.call_function(INFERENCE_BATCH_NORM, (x, weight, bias, mean, var, momentum, eps))
+                result = graph.call_function(operator.getitem, (computed, 0))
+            computed.meta = {**node.meta, "val": INFERENCE_BATCH_NORM(*[_val(a) for a in computed.args])}
+            result.meta = {**node.meta, "val": computed.meta["val"][0]}
+            node.replace_all_uses_with(result)
+            graph.erase_node(node)
+    module.recompile()
+    with quiet():
+        return program._update(module, renamed_outputs(program.graph_signature, graph))
+
+
+def renamed_outputs(signature, graph: torch.fx.Graph):
+    """The signature with each tensor output named by the node the graph now returns (a rewrite or a cast may have
+    replaced it)."""
+    returned = list(graph.output_node().args[0])
+    specs = [dataclasses.replace(spec, arg=TensorArgument(name=node.name))
+             if isinstance(spec.arg, TensorArgument) and isinstance(node, torch.fx.Node) else spec
+             for spec, node in zip(signature.output_specs, returned)]
+    return dataclasses.replace(signature, output_specs=specs)
+
+
+def _val(value):
+    return value.meta.get("val") if isinstance(value, torch.fx.Node) else value
+
+
+def _writes(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
+        and node.target._schema.is_mutable
+
+
+def _eval_batch_norm(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is BATCH_NORM and len(node.args) >= 8 \
+        and node.args[5] is False and all(isinstance(a, torch.fx.Node) for a in node.args[1:5])
+
+
+def _functional_form(node: torch.fx.Node) -> Optional[torch._ops.OpOverload]:
+    """The out-of-place op computing what an in-place op writes, where the write can become it: the op writes only its
+    first argument, a tensor a call made that no view shares (or an in-place op that can become its own out-of-place
+    op made), and returns it."""
+    schema = node.target._schema
+    name = schema.name.split("::")[1]
+    written = [i for i, argument in enumerate(schema.arguments) if argument.alias_info and argument.alias_info.is_write]
+    if not name.endswith("_") or name.endswith("__") or written != [0] or not node.args:
+        return None
+    target = node.args[0]
+    if not isinstance(target, torch.fx.Node) or target.op != "call_function" or _makes_view(target) \
+            or (_writes(target) and _functional_form(target) is None) or any(_makes_view(u) for u in target.users):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    overload = getattr(packet, node.target._overloadname, None) if packet is not None else None
+    return overload if isinstance(overload, torch._ops.OpOverload) and not overload._schema.is_mutable else None
+
+
+def _makes_view(node: torch.fx.Node) -> bool:
+    """Whether the node's result may share its input's memory without writing it: a view (an unknown call may)."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return False
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return True
+    schema = node.target._schema
+    return not schema.is_mutable and any(ret.alias_info is not None for ret in schema.returns)
