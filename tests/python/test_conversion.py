@@ -199,7 +199,7 @@ def test_policy_api():
     cpu = torch_mp.OpPolicy.default("cpu_fp16", cpu_features="all").entries()
     entries = policy.entries()
     assert {op for op in entries if cpu[op] != entries[op]} == {
-        "aten::layer_norm", "aten::native_layer_norm", "aten::group_norm"}
+        "aten::layer_norm", "aten::native_layer_norm", "aten::group_norm", "aten::native_group_norm"}
     assert policy.category("aten::layer_norm") == "follow" and cpu["aten::layer_norm"].category == "fp32"
     edited = policy.copy().add("low", ["aten::gelu", "aten::silu"])
     assert edited.category("aten::gelu") == "low" and policy.category("aten::gelu") == "follow"
