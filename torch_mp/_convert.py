@@ -158,19 +158,24 @@ class _Options(NamedTuple):
 
 def _checked_options(dtype, policy, planner, verify, fuse_casts, kernels, channels_last, fuse_convolutions,
                      keep_io_dtypes, tolerance, metric) -> _Options:
-    _check_dtype(dtype)
+    check_shared_options(dtype, policy, tolerance, metric)
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     if planner not in PLANNERS:
         raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
+    return _Options(dtype, policy, planner, bool(verify), bool(fuse_casts), kernels, bool(channels_last),
+                    bool(fuse_convolutions), bool(keep_io_dtypes))
+
+
+def check_shared_options(dtype, policy, tolerance, metric) -> None:
+    """The options convert and export both take."""
+    _check_dtype(dtype)
     if policy is not None and not isinstance(policy, OpPolicy):
         raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
     if metric is not None and tolerance is None:
         raise ValueError("a metric needs a tolerance: the fallback keeps nodes in fp32 until metric <= tolerance")
     if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
         raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
-    return _Options(dtype, policy, planner, bool(verify), bool(fuse_casts), kernels, bool(channels_last),
-                    bool(fuse_convolutions), bool(keep_io_dtypes))
 
 
 class PreparedModel:

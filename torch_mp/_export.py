@@ -24,8 +24,8 @@ from torch.export.graph_signature import InputKind
 from torch.fx.node import map_arg
 
 from . import _C
-from ._convert import (LOW_DTYPES, ConversionError, _check_dtype, _device_of, _normalize_calibration,
-                       _normalize_inputs, _refuse_autocast, _tensors)
+from ._convert import (LOW_DTYPES, _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, _tensors,
+                       check_shared_options)
 from .inference_form import inference_form, renamed_outputs
 from .policy import OpPolicy, target_for
 from .report import Report
@@ -63,13 +63,7 @@ def export(
     Returns:
         the torch.export.ExportedProgram, or (program, Report) with return_report=True.
     """
-    _check_dtype(dtype)
-    if policy is not None and not isinstance(policy, OpPolicy):
-        raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
-    if metric is not None and tolerance is None:
-        raise ValueError("a metric needs a tolerance: the fallback keeps nodes in fp32 until metric <= tolerance")
-    if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
-        raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
+    check_shared_options(dtype, policy, tolerance, metric)
     _refuse_autocast()
     start = time.perf_counter()
     program, inputs = _program_of(model, example_inputs, dynamic_shapes)

@@ -1,5 +1,6 @@
 """Small models more than one test module converts, and what those tests count in a converted graph."""
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -68,3 +69,17 @@ class ScoresThenNorm(nn.Module):
 
     def forward(self, x):
         return self.norm(torch.relu(torch.matmul(x, self.keys)))
+
+
+class CosineAttention(nn.Module):
+    """Cosine attention as in Swin V2 (F.normalize: a norm clamped to 1e-12 divides)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Linear(32, 32)
+        self.k = nn.Linear(32, 32, bias=False)
+
+    def forward(self, x):
+        q = F.normalize(self.q(x), dim=-1)
+        k = F.normalize(self.k(x), dim=-1)
+        return (q @ k.transpose(-2, -1)).softmax(-1)

@@ -1,12 +1,11 @@
 """torch_mp.export: the plan applied to torch.export programs as explicit casts (FX-level, small programs)."""
 import io
-import operator
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import torch_mp
+from small_models import CosineAttention
 
 CAST = torch.ops.aten._to_copy.default
 
@@ -166,18 +165,6 @@ def test_range_guard_sees_the_calibration_inputs():
     assert all(n["guard"] is None for n in report.nodes)
     _, report = torch_mp.export(model, (small,), torch.float16, calibration_inputs=[(large,)], return_report=True)
     assert {n["op"] for n in report.nodes if n["rule_kind"] == "range guard"} >= {"aten::mul"}
-
-
-class CosineAttention(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.q = torch.nn.Linear(32, 32)
-        self.k = torch.nn.Linear(32, 32, bias=False)
-
-    def forward(self, x):
-        q = F.normalize(self.q(x), dim=-1)
-        k = F.normalize(self.k(x), dim=-1)
-        return (q @ k.transpose(-2, -1)).softmax(-1)
 
 
 def test_underflow_guard_keeps_the_divisor_fp32():

@@ -7,9 +7,9 @@ kernels (conftest.py), as for a GPU.
 """
 import pytest
 import torch
-import torch.nn.functional as F
 
 import torch_mp
+from small_models import CosineAttention
 
 FP16_SMALLEST = 2.0**-24
 
@@ -24,20 +24,6 @@ def _assert_finite_and_close(model, converted, inputs, atol):
     assert torch.isfinite(reference).all()
     assert torch.isfinite(result).all(), f"{(~torch.isfinite(result)).sum().item()} non-finite outputs"
     torch.testing.assert_close(result, reference, atol=atol, rtol=0)
-
-
-class CosineAttention(torch.nn.Module):
-    """Cosine attention as in Swin V2 (F.normalize: a norm clamped to 1e-12 divides)."""
-
-    def __init__(self):
-        super().__init__()
-        self.q = torch.nn.Linear(32, 32)
-        self.k = torch.nn.Linear(32, 32, bias=False)
-
-    def forward(self, x):
-        q = F.normalize(self.q(x), dim=-1)
-        k = F.normalize(self.k(x), dim=-1)
-        return (q @ k.transpose(-2, -1)).softmax(-1)
 
 
 def _padded_tokens(seed=0):

@@ -6,7 +6,7 @@ import torch
 import torch_mp
 from evaluate import evaluate
 from registry import build_model, load_zoo
-from test_zoo_accuracy import BF16, F16, tolerance
+from test_zoo_accuracy import BF16, F16, assert_within_tolerances, tolerance
 
 ZOO = load_zoo()
 # Models torch.export cannot capture, and why.
@@ -33,14 +33,7 @@ def test_exported_zoo_model_against_fp32(name, dtype):
     entry = ZOO[name]
     result = evaluate(entry, dtype, front="export")
     assert result.capture == "export"
-    assert result.dtypes_kept
-    assert result.finite
-    assert result.cosine >= tolerance("cosine", name, dtype), result
-    assert result.max_rel_error <= tolerance("max_rel_error", name, dtype), result
-    if entry.classifier:
-        assert result.top1 >= tolerance("top1", name, dtype), result
-    assert result.weight_ratio <= export_tolerance("weight_ratio", name, dtype), result
-    assert result.low_flop_fraction >= tolerance("low_flop_fraction", name, dtype), result
+    assert_within_tolerances(result, entry, name, dtype, export_tolerance("weight_ratio", name, dtype))
 
 
 @pytest.mark.parametrize("name", sorted(NOT_EXPORTABLE))
