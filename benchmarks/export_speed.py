@@ -33,11 +33,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
 
 import torch_mp  # noqa: E402
+from registry import Entry, build_model  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def build(name: str, batch: int, device: str):
+    """The model (random weights as the zoo gives them: all-zero matrices made random, so that a zero-initialised
+    classifier head does not make every output 0) and its inputs."""
+    model, inputs = definition(name, batch, device)
+    return build_model(Entry("", "", lambda: model, lambda: inputs)).to(device), inputs
+
+
+def definition(name: str, batch: int, device: str):
     torch.manual_seed(0)
     if name == "resnet50":
         from torchvision_shim import import_torchvision

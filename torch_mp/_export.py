@@ -24,7 +24,7 @@ from torch.export.graph_signature import InputKind
 from torch.fx.node import map_arg
 
 from . import _C
-from ._convert import (LOW_DTYPES, _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, _tensors,
+from ._convert import (LOW_DTYPES, ConversionError, _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, _tensors,
                        check_shared_options)
 from .inference_form import inference_form, renamed_outputs
 from .policy import OpPolicy, target_for
@@ -72,18 +72,24 @@ def export(
         device = _device_of(inputs, None)
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         policy = OpPolicy.default(target_for(device, dtype), cuda_capability=capability)
-    job = ProgramConversion(program, inputs, calibration, dtype, policy, keep_io_dtypes)
-    job.captured_seconds = time.perf_counter() - start
-    if tolerance is None:
-        converted, report = job.run()
-    else:
-        from .fallback import search_fallback
+    try:
+        job = ProgramConversion(program, inputs, calibration, dtype, policy, keep_io_dtypes)
+        job.captured_seconds = time.perf_counter() - start
+        if tolerance is None:
+            converted, report = job.run()
+        else:
+            from .fallback import search_fallback
 
-        converted, report = search_fallback(job, calibration or [inputs], tolerance, metric, progress)
-    if report.data["non_finite"] is not None:
-        from .finite_outputs import repair_non_finite
+            converted, report = search_fallback(job, calibration or [inputs], tolerance, metric, progress)
+        if report.data["non_finite"] is not None:
+            from .finite_outputs import repair_non_finite
 
-        converted, report = repair_non_finite(job, converted, report, [inputs] + list(calibration))
+            converted, report = repair_non_finite(job, converted, report, [inputs] + list(calibration))
+    except (ValueError, TypeError, ConversionError):
+        raise
+    except Exception as error:  # noqa: BLE001 - an internal failure: the user's model and program are untouched
+        name = type(model).__name__
+        raise ConversionError(f"torch_mp could not convert the program of {name}: {_first_line(error)}") from error
     report.annotate("capture", "export")
     if policy.slow_kernels:
         report.annotate("slow_kernels", policy.slow_kernels)
@@ -298,14 +304,13 @@ class ProgramConversion:
     def __init__(self, program: ExportedProgram, inputs, calibration, dtype: torch.dtype, policy: OpPolicy,
                  keep_io_dtypes: bool):
         self.program = program
-        self.inputs = inputs
-        self.calibration = calibration
         self.low_dtype = dtype
         self.dtype_name = LOW_DTYPES[dtype]
         self.policy = policy
         self.low_precision_io = not keep_io_dtypes
         self.keep_non_finite: Set[str] = set()
         self.captured_seconds = 0.0
+        self._stored_names = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind in _STORED}
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
         reads = _zero_sensitive_reads(program.graph)
@@ -447,10 +452,6 @@ class ProgramConversion:
     def _stored(self, node: Any) -> bool:
         """Whether a node is a parameter, buffer or lifted constant of the program."""
         return isinstance(node, torch.fx.Node) and node.op == "placeholder" and node.name in self._stored_names
-
-    @property
-    def _stored_names(self) -> Set[str]:
-        return {spec.arg.name for spec in self.program.graph_signature.input_specs if spec.kind in _STORED}
 
     def _plan(self, planned: List[_Planned]) -> Dict[str, str]:
         """The core's min-cut over the program's castable fp32 values; the precision per planned node's name."""
