@@ -417,12 +417,22 @@ class ProgramConversion:
             return _Decision("fp32", "exclusion", f"fp32: excluded: {exclusion[2]}")
         if node_rule is None:
             return None
-        shapes = [tuple(_val(i).shape) if isinstance(_val(i), torch.Tensor) else None for i in node.args
-                  if isinstance(i, torch.fx.Node)]
-        dtypes = [_val(i).dtype if isinstance(_val(i), torch.Tensor) else None for i in node.args
-                  if isinstance(i, torch.fx.Node)]
-        constants = [(argument.name, value) for argument, value in zip(node.target._schema.arguments, node.args)
-                     if not isinstance(value, (torch.fx.Node, list, tuple))]
+        tensors = [_val(a) if isinstance(_val(a), torch.Tensor) else None for a in node.args]
+        shapes = tuple(tuple(self.seen[a.name].shape) if t is not None and a.name in self.seen else None
+                       for a, t in zip(node.args, tensors))
+        dtypes = tuple(t.dtype if t is not None else None for t in tensors)
+        constants = {}  # as the schema names them, defaults included (a TorchScript node spells every argument)
+        for position, argument in enumerate(node.target._schema.arguments):
+            if position < len(node.args):
+                value = node.args[position]
+            elif argument.name in node.kwargs:
+                value = node.kwargs[argument.name]
+            elif argument.has_default_value():
+                value = argument.default_value
+            else:
+                continue
+            if not any(isinstance(v, torch.fx.Node) for v in (value if isinstance(value, (list, tuple)) else [value])):
+                constants[argument.name] = value
         chosen = node_rule(node.name, op, scope, node.name, shapes, dtypes, constants)
         return None if chosen is None else _Decision(chosen[0], "callable", f"{chosen[0]}: {chosen[1]}")
 

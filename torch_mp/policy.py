@@ -36,7 +36,8 @@ class PolicyEntry(NamedTuple):
 class NodeInfo(NamedTuple):
     """What a per-node rule sees of a node of the frozen graph."""
 
-    id: int  # the node's id: the same in every conversion of one preparation, as in the report's nodes
+    id: int  # the node's id: the same in every conversion of one preparation, as in the report's nodes (export: its
+    #          FX node name, a str)
     op: str  # "aten::conv2d"
     scope: str  # module path, "layer1.0.conv1" ("" for the top module's own code)
     output: str  # name of its first output in the graph, as in the report

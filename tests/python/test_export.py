@@ -256,3 +256,32 @@ def test_the_fallback_keeps_nodes_by_fx_name():
     reference = model(x)
     assert ((out - reference).norm() / reference.norm()).item() <= 1e-3
     assert {n["id"] for n in report.nodes if n["rule_kind"] == "fallback"} == set(kept)
+
+
+def test_a_node_rule_decides_by_fx_name_and_shapes():
+    seen = []
+
+    def head_in_fp32(node):
+        seen.append(node)
+        return ("fp32", "head stays fp32") if node.op == "aten::linear" else None
+
+    policy = torch_mp.OpPolicy.default("cpu_fp16").add_rule(head_in_fp32)
+    x = torch.randn(2, 3, 8, 8)
+    program, report = torch_mp.export(convnet(), (x,), torch.float16, policy=policy, return_report=True)
+    linear = next(n for n in report.nodes if n["op"] == "aten::linear")
+    assert (linear["precision"], linear["rule_kind"], linear["rule"]) == ("fp32", "callable", "fp32: head stays fp32")
+    conv = next(node for node in seen if node.op == "aten::conv2d")
+    assert conv.id == "conv2d" and conv.input_shapes[0] == (2, 3, 8, 8) and conv.input_dtypes[0] == torch.float32
+    assert conv.constants["groups"] == 1
+    assert program.state_dict["3.weight"].dtype == torch.float32 and program.state_dict["0.weight"].dtype == \
+        torch.float16
+
+
+def test_dynamic_batch():
+    x = torch.randn(2, 3, 8, 8)
+    batch = torch.export.Dim("batch", min=1, max=64)
+    program = torch_mp.export(convnet(), (x,), torch.bfloat16, dynamic_shapes=({0: batch},))
+    assert casts(program) == [("input", torch.bfloat16), ("linear", torch.float32)]
+    for size in (1, 5):
+        y = torch.randn(size, 3, 8, 8)
+        assert program.module()(y).shape == (size, 10)
