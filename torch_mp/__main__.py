@@ -24,6 +24,7 @@ import torch
 
 import torch_mp
 from torch_mp._torchscript import jit_call
+from torch_mp.aoti import check_package_path, write_package
 from torch_mp.models import resnet50_ibn_a
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -241,16 +242,13 @@ def export(args: argparse.Namespace) -> int:
 
 
 def aoti(args: argparse.Namespace) -> int:
-    if not args.output.endswith(".pt2"):
-        raise CliError(f"-o {args.output}: an AOTInductor package's name ends in .pt2")
+    check_package_path(args.output)
     program = load_program(args.input)
     example = program_example(program, args)
-    options = conversion_options(args, example)
-    if args.exclude:  # a typo found before the compile, not after
-        _, planned = torch_mp.export(program, example, DTYPES[args.dtype], return_report=True, **options)
-        check_exclusions(args.exclude, planned)
-    _, report = torch_mp.aoti_compile(program, example, DTYPES[args.dtype], args.output, return_report=True,
-                                      **options)
+    converted, report = torch_mp.export(program, example, DTYPES[args.dtype], return_report=True,
+                                        **conversion_options(args, example))
+    check_exclusions(args.exclude or [], report)  # a typo found before the compile, not after
+    write_package(converted, args.output, report)
     finish(args, report)
     print(f"compiled in {report.data['aoti_seconds']:.1f} s; saved {args.output} (loads with "
           "torch._inductor.aoti_load_package, or torch::inductor::AOTIModelPackageLoader in C++)")

@@ -10,12 +10,9 @@ that only low nodes read is stored once in the low dtype. Node ids in the report
 """
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
 import operator
 import time
-import warnings
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import torch
@@ -26,7 +23,7 @@ from torch.fx.node import map_arg
 from . import _C
 from ._convert import (LOW_DTYPES, ConversionError, _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, _tensors,
                        check_shared_options)
-from .inference_form import inference_form, renamed_outputs
+from .inference_form import graph_module_copy, inference_form, quiet_spec_copies, renamed_outputs
 from .policy import OpPolicy, target_for
 from .report import Report
 
@@ -118,16 +115,7 @@ def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[E
         raise TypeError(f"expected a torch.nn.Module or torch.export.ExportedProgram, got {type(model).__name__}")
     if not inputs:
         raise ValueError("example_inputs are required: torch_mp runs the program to observe every value")
-    return inference_form(program, _quiet_spec_copies), inputs
-
-
-@contextlib.contextmanager
-def _quiet_spec_copies():
-    """torch's own copies of a program's pytree specs warn of its deprecated LeafSpec (torch >= 2.13): not the
-    user's to act on."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
-        yield
+    return inference_form(program), inputs
 
 
 def _export_module(model: torch.nn.Module, inputs: Tuple[Any, ...], dynamic_shapes: Any) -> ExportedProgram:
@@ -344,13 +332,13 @@ class ProgramConversion:
         """Plans and applies; FX node names stay as they are, so `keep_node_ids` and `in_place` change nothing."""
         start = time.perf_counter()
         planned = self._decide(set(keep_fp32))
-        precision = self._plan(planned)
+        precision, forced = self._plan(planned)
         program, casts, weights, graph = _apply(self.program, planned, precision, self.low_dtype,
                                                 self.low_precision_io, self.seen)
         converted = ConvertedProgram(program)
         non_finite = self._verify(converted) if verify else None
         seconds = time.perf_counter() - start
-        report = self._report(planned, precision, casts, weights, graph, non_finite, seconds)
+        report = self._report(planned, precision, forced, casts, weights, graph, non_finite, seconds)
         return converted, report
 
     # --- deciding and planning -------------------------------------------------------------------------------
@@ -463,8 +451,9 @@ class ProgramConversion:
         """Whether a node is a parameter, buffer or lifted constant of the program."""
         return isinstance(node, torch.fx.Node) and node.op == "placeholder" and node.name in self._stored_names
 
-    def _plan(self, planned: List[_Planned]) -> Dict[str, str]:
-        """The core's min-cut over the program's castable fp32 values; the precision per planned node's name."""
+    def _plan(self, planned: List[_Planned]) -> Tuple[Dict[str, str], Set[str]]:
+        """The core's min-cut over the program's castable fp32 values: the precision per planned node's name, and
+        the nodes its constraints forced to fp32."""
         io = "low" if self.low_precision_io else "fp32"
         categories = [io, io] + [p.decision.category for p in planned]
         index = {p.node.name: p.index for p in planned}
@@ -483,8 +472,8 @@ class ProgramConversion:
             seen = self.seen.get(node.name)
             numel = seen.numel if seen is not None else 0
             values.append((producer, numel * (4 + self.low_dtype.itemsize), consumers))
-        precision, _ = _C.plan_dataflow(categories, values)
-        return {p.node.name: precision[p.index] for p in planned}
+        precision, forced = _C.plan_dataflow(categories, values)
+        return {p.node.name: precision[p.index] for p in planned}, {p.node.name for p in planned if forced[p.index]}
 
     # --- verification and report -----------------------------------------------------------------------------
 
@@ -512,17 +501,18 @@ class ProgramConversion:
                 return {"run": run, "tensor": None, "value": bad[0]}
         return None
 
-    def _report(self, planned, precision, casts, weights, graph, non_finite, seconds) -> Report:
+    def _report(self, planned, precision, forced, casts, weights, graph, non_finite, seconds) -> Report:
         flops = {p.node.name: _flops(p, self.seen) for p in planned}
         heavy = sum(flops.values())
         low_flops = sum(f for name, f in flops.items() if precision[name] == "low")
         nodes = []
         for p in planned:
-            seen = self.seen.get(_outputs_of(p.node)[0].name) if _outputs_of(p.node) else None
+            outputs = _outputs_of(p.node)
+            seen = self.seen.get(outputs[0].name) if outputs else None
             nodes.append({
                 "id": p.node.name, "op": p.op, "output": p.node.name, "scope": p.scope,
                 "precision": precision[p.node.name], "category": p.decision.category,
-                "forced_to_fp32": precision[p.node.name] == "fp32" and p.decision.category != "fp32",
+                "forced_to_fp32": p.node.name in forced,
                 "rule": p.decision.rule, "rule_kind": p.decision.rule_kind,
                 "amax": seen.largest if seen is not None and seen.dtype == torch.float32 else None,
                 "flops": flops[p.node.name], "guard": p.decision.guard,
@@ -631,11 +621,8 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
     (low nodes read the low dtype where the fp32 program had fp32, every other reader what the fp32 program had), made
     once per value and dtype before its first reader; the stored tensors only low nodes read, in the low dtype.
     Returns (program, casts as the report lists them, (weight bytes before, after), the report's graph)."""
-    with _quiet_spec_copies():
-        module = copy.deepcopy(program.graph_module)
+    module = graph_module_copy(program)
     graph = module.graph
-    for original, copied in zip(program.graph.nodes, graph.nodes):
-        copied.name = original.name  # deepcopy renames those that shadow builtins ("input"); the signature names them
     before = {node.name: _val(node) for node in graph.nodes}
     fake_mode = torch._guards.detect_fake_mode([before[n.name] for n in graph.nodes if n.op == "placeholder"])
     low_nodes = {name for name, chosen in precision.items() if chosen == "low"}
@@ -715,7 +702,7 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
                 if isinstance(tensor, torch.nn.Parameter) else copy_
         table[target] = lowered[id(tensor)]
     weights = (_stored_bytes(program.state_dict, program.constants), _stored_bytes(state_dict, constants))
-    with _quiet_spec_copies():
+    with quiet_spec_copies():
         converted = program._update(module, renamed_outputs(program.graph_signature, graph), state_dict=state_dict,
                                     constants=constants)
     return converted, casts, weights, _graph_items(graph, planned, made)

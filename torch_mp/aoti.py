@@ -21,12 +21,23 @@ def aoti_compile(model: Any, example_inputs: Any, dtype: torch.dtype, package_pa
     """Exports and converts `model` (torch_mp.export, with `options`), then writes an AOTInductor package to
     `package_path` (a path ending in .pt2). `inductor_configs` are added to INDUCTOR_CONFIGS. Returns the path, or
     (path, Report) with return_report=True; the report's "aoti_seconds" is the compile time."""
-    if not str(package_path).endswith(".pt2"):
-        raise ValueError(f"package_path must end in .pt2 (AOTInductor's package format), got {package_path!r}")
+    check_package_path(package_path)
     program, report = export(model, example_inputs, dtype, return_report=True, **options)
+    path = write_package(program, package_path, report, inductor_configs)
+    return (path, report) if return_report else path
+
+
+def check_package_path(package_path: Any) -> None:
+    if not str(package_path).endswith(".pt2"):
+        raise ValueError(f"package path {str(package_path)!r} must end in .pt2: an AOTInductor package's name ends in "
+                         ".pt2")
+
+
+def write_package(program, package_path: Any, report, inductor_configs: Optional[Dict[str, Any]] = None) -> str:
+    """Compiles a converted program into the package at `package_path`; notes the compile time in the report."""
     configs = {**INDUCTOR_CONFIGS, **(inductor_configs or {})}
     start = time.perf_counter()
     path = torch._inductor.aoti_compile_and_package(program, package_path=os.fspath(package_path),
                                                     inductor_configs=configs)
     report.annotate("aoti_seconds", time.perf_counter() - start)
-    return (path, report) if return_report else path
+    return path

@@ -15,9 +15,11 @@ A program with any other write (into an input, a buffer, a view) is traced again
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import operator
+import warnings
 from typing import Optional
 
 import torch
@@ -28,19 +30,15 @@ BATCH_NORM = torch.ops.aten.batch_norm.default
 INFERENCE_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
 
 
-def inference_form(program: ExportedProgram, quiet) -> ExportedProgram:
+def inference_form(program: ExportedProgram) -> ExportedProgram:
     """The program, functional and with eval-mode batch norms in their inference op: itself where it already is,
-    else a new program (the given one is not changed). `quiet` is a context manager silencing torch's own warnings
-    while it copies the program."""
+    else a new program (the given one is not changed)."""
     if not any(_writes(node) or _eval_batch_norm(node) for node in program.graph.nodes):
         return program
     if not all(_functional_form(node) is not None for node in program.graph.nodes if _writes(node)):
-        with quiet():
+        with quiet_spec_copies():
             return program.run_decompositions({})
-    with quiet():
-        module = copy.deepcopy(program.graph_module)
-    for original, copied in zip(program.graph.nodes, module.graph.nodes):
-        copied.name = original.name  # deepcopy renames those that shadow builtins ("input"); the signature names them
+    module = graph_module_copy(program)
     graph = module.graph
     position = {node: index for index, node in enumerate(graph.nodes)}
     for node in list(graph.nodes):
@@ -61,8 +59,26 @@ def inference_form(program: ExportedProgram, quiet) -> ExportedProgram:
             node.replace_all_uses_with(result)
             graph.erase_node(node)
     module.recompile()
-    with quiet():
+    with quiet_spec_copies():
         return program._update(module, renamed_outputs(program.graph_signature, graph))
+
+
+@contextlib.contextmanager
+def quiet_spec_copies():
+    """torch's own copies of a program's pytree specs warn of its deprecated LeafSpec (torch >= 2.13): not the
+    user's to act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        yield
+
+
+def graph_module_copy(program: ExportedProgram) -> torch.fx.GraphModule:
+    """A copy of the program's graph module to rewrite, its nodes named as the program's signature names them."""
+    with quiet_spec_copies():
+        module = copy.deepcopy(program.graph_module)
+    for original, copied in zip(program.graph.nodes, module.graph.nodes):
+        copied.name = original.name  # deepcopy renames those that shadow builtins ("input")
+    return module
 
 
 def renamed_outputs(signature, graph: torch.fx.Graph):
