@@ -13,10 +13,13 @@ from torch import nn
 
 # plan as on a CPU with fast fp16 and bf16 kernels (the plan a GPU conversion makes), whichever CPU runs this
 os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
+# the tests' models and helpers
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "python"))
 
-import torch_mp
-from torch_mp.accuracy import compare, flatten_tensors
-from torch_mp.models import ControlFlowNet, ConvBnNet, LSTMTagger, resnet50_ibn_a
+import torch_mp  # noqa: E402
+from agreement import compare, flatten_tensors  # noqa: E402
+from small_models import ControlFlowNet, ConvBnNet, LSTMTagger  # noqa: E402
+from torch_mp.models import resnet50_ibn_a  # noqa: E402
 
 
 def transformer():

@@ -35,6 +35,7 @@ os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers
 
 import torch_mp  # noqa: E402
 from registry import build_model, load_zoo  # noqa: E402

@@ -21,7 +21,7 @@ on the small ConvBnNet):
 Models (random weights, eval, built by tests/zoo/registry.py where it has them): resnet50 (torchvision, 224x224),
 resnet50_ibn_a (torch_mp.models, 384x128 as its author ran it), vit_b_16 (torchvision, 224x224), bert_base
 (transformers BertModel from its default config, seq 128, input_ids + attention_mask with the last quarter padded),
-convbnnet (torch_mp.models.ConvBnNet, 32x32; for smoke runs).
+convbnnet (tests/python/small_models.py's ConvBnNet, 32x32; for smoke runs).
 
 Columns (each is one whole forward call on fp32 inputs, under torch.no_grad; median of N timed calls after warm-up,
 inputs rotated among a few sets; CUDA events around each call, synchronised after each; every column after fp32_ts
@@ -80,7 +80,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(os.cpu_count() or 1))
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp/torch_mp_inductor_cache")
 os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))  # registry.py and torchvision_shim.py
+sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers  # registry.py and torchvision_shim.py
 sys.path.append(ROOT)  # torch_mp from the checkout where it is not installed (an in-place build)
 
 PAIRED_WINDOWS = 5  # windows per cell, alternating with fp32_ts (time_paired)
@@ -744,23 +745,20 @@ def build_model(name: str):
         import transformers as hf
 
         model = hf.BertModel(hf.BertConfig(torchscript=True, return_dict=False))
+    elif name == "resnet50_ibn_a":
+        model = load_file("torch_mp", "models.py").resnet50_ibn_a()
     else:
-        models = load_models_file()
-        model = models.resnet50_ibn_a() if name == "resnet50_ibn_a" else models.ConvBnNet()
+        model = load_file("tests", "python", "small_models.py").ConvBnNet()
     return model.eval(), fallback
 
 
-def load_models_file():
-    """torch_mp/models.py without importing the torch_mp package (which needs the built extension)."""
-    try:
-        from torch_mp import models
-
-        return models
-    except Exception:  # noqa: BLE001
-        spec = importlib.util.spec_from_file_location("torch_mp_models", os.path.join(ROOT, "torch_mp", "models.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+def load_file(*path: str):
+    """A Python file of this tree as a module, without importing the torch_mp package (which needs the built
+    extension)."""
+    spec = importlib.util.spec_from_file_location(path[-1][:-3], os.path.join(ROOT, *path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_inputs(torch, spec: ModelSpec, batch: int, device: str, seed: int, smoke: bool) -> Tuple[Any, ...]:

@@ -31,6 +31,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers
 
 import torch_mp  # noqa: E402
 from registry import Entry, build_model  # noqa: E402

@@ -20,11 +20,14 @@ os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and the plain bisection
 
 import torch_mp  # noqa: E402
-from torch_mp._convert import Conversion, _checked_options  # noqa: E402
-from torch_mp.fallback import bisect_fallback, search_fallback  # noqa: E402
-from torch_mp.models import CancellationNet, resnet50_ibn_a  # noqa: E402
+from torch_mp._convert import Conversion  # noqa: E402
+from bisection import bisect_fallback  # noqa: E402
+from torch_mp.fallback import search_fallback  # noqa: E402
+from torch_mp.models import resnet50_ibn_a  # noqa: E402
+from small_models import CancellationNet  # noqa: E402
 
 DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 MAX_BISECTION = 60  # conversions: plain bisection over hundreds of nodes with a diffuse error takes far more
@@ -53,7 +56,7 @@ def cases():
 def job_for(model, inputs, dtype):
     """The model prepared once (observed on `inputs`) and the default CPU policy's options."""
     policy = torch_mp.OpPolicy.default(torch_mp.target_for(torch.device("cpu"), dtype))
-    options = _checked_options(dtype, policy, "min-cut", True, True, "portable", True, False, True, None, None)
+    options = torch_mp.ConversionOptions(dtype=dtype, policy=policy, fuse_convolutions=False)
     return Conversion(torch_mp.prepare(model, inputs), options)
 
 

@@ -24,9 +24,10 @@ os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers
 
 import torch_mp  # noqa: E402
-from torch_mp.accuracy import compare, flatten_tensors  # noqa: E402
+from agreement import compare, flatten_tensors  # noqa: E402
 from registry import build_model, load_zoo  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

@@ -17,6 +17,7 @@ os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers
 
 from evaluate import evaluate  # noqa: E402
 from registry import load_zoo  # noqa: E402

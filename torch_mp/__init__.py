@@ -9,32 +9,38 @@ from . import _C, _compat
 
 _compat.check_extension(_C.BUILT_WITH_TORCH)
 
-from ._convert import ConversionError, InputSpec, PreparedModel, convert, prepare
+from ._convert import ConversionError, InputSpec, ModelRunError, PreparedModel, convert, prepare
 from ._export import export
 from .aoti import aoti_compile
 from ._torchscript import TorchScriptDeprecationWarning
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphModule, cuda_graphs
 from .jit_pass import jit_pass
-from .policy import CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, cpu_features, target_for
+from .options import ConversionOptions
+from .policy import (CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, SlowKernelsWarning, cpu_features, device_dtype,
+                     target_for)
 from .report import Report
 
 __all__ = [
     "CATEGORIES",
     "TARGETS",
     "ConversionError",
+    "ConversionOptions",
     "CudaGraphCaptureError",
     "CudaGraphModule",
     "InputSpec",
+    "ModelRunError",
     "NodeInfo",
     "OpPolicy",
     "PolicyEntry",
     "PreparedModel",
     "Report",
+    "SlowKernelsWarning",
     "TorchScriptDeprecationWarning",
     "aoti_compile",
     "convert",
     "cpu_features",
     "cuda_graphs",
+    "device_dtype",
     "export",
     "jit_pass",
     "prepare",

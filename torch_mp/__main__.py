@@ -1,18 +1,21 @@
 """Command line of torch_mp.
 
     python -m torch_mp demo [--dtype bf16] [--casts]       convert the built-in ResNet-50 IBN-a, print its report
-    python -m torch_mp convert IN.pt -o OUT.pt --dtype fp16 --input-shape 1,3,224,224 [--report report.json]
-                       [--exclude GLOB ...] [--calib FILE] [--tolerance X] [--low-precision-io] [--svg graph.svg]
-                       [--kernels portable|fused]
-    python -m torch_mp export IN.pt2 -o OUT.pt2 --dtype fp16 [--inputs FILE] [the options of convert but --svg and
-                       --kernels]                          the same plan on a program saved by torch.export.save
+    python -m torch_mp convert IN.pt -o OUT.pt (--input-shape 1,3,224,224 [--input-dtype int64] ... | --inputs FILE)
+                       [--device cpu|cuda] [--dtype fp16|bf16] [--report report.json] [--exclude GLOB ...]
+                       [--calib FILE] [--tolerance X] [--low-precision-io] [--svg graph.svg] [--kernels portable|fused]
+    python -m torch_mp export IN.pt2 -o OUT.pt2 [the options of convert but --svg and --kernels; the inputs default
+                       to the program's own]                the same plan on a program saved by torch.export.save
     python -m torch_mp aoti IN.pt2 -o PACKAGE.pt2 ...       the same, then compiled into an AOTInductor package
     python -m torch_mp report OUT.pt [--svg graph.svg] [--casts]
                                                            summarise a converted file (and draw it)
     python -m torch_mp policy [--target cuda_fp16]          print a default op policy (docs/OP_POLICY.md)
 
-The report printed is the summary and a table by op; --casts adds one line per inserted cast (the JSON report
-always has them).
+--device is the device planned for (default cpu): with cuda the model runs on the GPU where there is one, and is
+planned for CUDA's kernels on the CPU where there is none. --dtype defaults to the device's choice (fp16 on CUDA; on a
+CPU the one it has fast kernels for). The report printed is the summary and a table by op; --casts adds one line per
+inserted cast (the JSON report always has them). Exit status: 0 done, 1 the conversion or the model failed, 2 bad
+arguments or input files.
 """
 import argparse
 import os
@@ -23,6 +26,7 @@ import time
 import torch
 
 import torch_mp
+from torch_mp._export import _scope as scope_of
 from torch_mp._torchscript import jit_call
 from torch_mp.aoti import check_package_path, write_package
 from torch_mp.models import resnet50_ibn_a
@@ -33,7 +37,7 @@ CASTS_HELP = "also list every inserted cast with the bytes it moves per inferenc
 
 
 class CliError(Exception):
-    """A user error: printed as `error: ...`, exit status 2."""
+    """Bad arguments or input files: printed as `error: ...`, exit status 2."""
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -62,11 +66,11 @@ def print_report(report: torch_mp.Report, casts: bool) -> None:
         print("\n" + report.cast_table())
 
 
-def load_torchscript(path: str, extra_files=None) -> torch.jit.ScriptModule:
+def load_torchscript(path: str, extra_files=None, device: torch.device = torch.device("cpu")) -> torch.jit.ScriptModule:
     if not os.path.isfile(path):
         raise CliError(f"{path} does not exist")
     try:
-        return jit_call(torch.jit.load, path, map_location="cpu", _extra_files=extra_files or {})
+        return jit_call(torch.jit.load, path, map_location=device, _extra_files=extra_files or {})
     except torch_mp.TorchScriptDeprecationWarning:
         raise  # torch_mp's warning turned into an error by a filter: the file is fine
     except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
@@ -142,9 +146,21 @@ def write_svg(report, path: str) -> None:
     print(f"wrote {path}")
 
 
-def check_exclusions(patterns, report) -> None:
+def module_paths(model) -> list:
+    """The module paths --exclude globs match, as far as they are known before converting: a scripted module's
+    submodules, the module stack an exported program records; empty for a frozen module (it has none left)."""
+    if isinstance(model, torch.export.ExportedProgram):
+        return sorted({scope_of(node) for node in model.graph.nodes if node.op == "call_function"} - {""})
+    return sorted(name for name, _ in model.named_modules() if name)
+
+
+def report_scopes(report: torch_mp.Report) -> list:
+    return [node["scope"] for node in report.nodes if node.get("scope")]
+
+
+def check_exclusions(patterns, scopes) -> None:
     """A glob that matches no module of the model is a typo: refuse it rather than silently exclude nothing."""
-    scopes = sorted({n["scope"] for n in report.nodes if n.get("scope")})
+    scopes = sorted(set(scopes))
     for pattern in patterns:
         only_this = torch_mp.OpPolicy().exclude(pattern)
         if not any(only_this.excludes("", scope) for scope in scopes):
@@ -175,15 +191,37 @@ def example_inputs(args: argparse.Namespace, default=None):
     raise CliError("give the example inputs: --input-shape 1,3,224,224 (repeatable) or --inputs FILE.pt")
 
 
-def conversion_options(args: argparse.Namespace, example) -> dict:
-    """The options convert, export and aoti share, as keyword arguments of torch_mp.convert / torch_mp.export."""
-    dtype = DTYPES[args.dtype]
+def run_device(args: argparse.Namespace) -> torch.device:
+    """Where the model runs: the planned-for device, or the CPU when that is a GPU this machine lacks."""
+    return torch.device("cuda" if args.device == "cuda" and torch.cuda.is_available() else "cpu")
+
+
+def on_device(inputs, device: torch.device):
+    return tuple(x.to(device) if isinstance(x, torch.Tensor) else
+                 x._replace(device=device) if isinstance(x, torch_mp.InputSpec) else x for x in inputs)
+
+
+def conversion_options(args: argparse.Namespace, model) -> torch_mp.ConversionOptions:
+    """The options convert, export and aoti share. A glob of --exclude that matches no module path known before
+    converting is refused now (a frozen module's are known only from the report: check_exclusions after)."""
+    device = torch.device(args.device)
+    dtype = DTYPES[args.dtype] if args.dtype else torch_mp.device_dtype(device)
     policy = None
+    if device.type != run_device(args).type or args.exclude:  # planned for a GPU this machine lacks, or excluding
+        policy = torch_mp.OpPolicy.default(torch_mp.target_for(device, dtype))
     if args.exclude:
-        device = next((t.device for t in example if isinstance(t, torch.Tensor)), torch.device("cpu"))
-        policy = torch_mp.OpPolicy.default(torch_mp.target_for(device, dtype)).exclude(*args.exclude)
-    return dict(policy=policy, calibration_inputs=load_calibration(args.calib) if args.calib else None,
-                tolerance=args.tolerance, keep_io_dtypes=not args.low_precision_io)
+        paths = module_paths(model)
+        if paths:
+            check_exclusions(args.exclude, paths)
+        policy = policy.exclude(*args.exclude)
+    return torch_mp.ConversionOptions(dtype=dtype, policy=policy, tolerance=args.tolerance,
+                                      keep_io_dtypes=not args.low_precision_io)
+
+
+def calibration(args: argparse.Namespace):
+    if not args.calib:
+        return None
+    return [on_device(b if isinstance(b, tuple) else (b,), run_device(args)) for b in load_calibration(args.calib)]
 
 
 def finish(args: argparse.Namespace, report: torch_mp.Report) -> None:
@@ -197,14 +235,15 @@ def finish(args: argparse.Namespace, report: torch_mp.Report) -> None:
 
 
 def convert(args: argparse.Namespace) -> int:
-    model = load_torchscript(args.input)
-    example = example_inputs(args)
+    model = load_torchscript(args.input, device=run_device(args))
+    example = on_device(example_inputs(args), run_device(args))
     if args.svg:
         require_graphviz()
     model.eval()
-    converted, report = torch_mp.convert(model, example, DTYPES[args.dtype], return_report=True,
-                                         kernels=args.kernels, **conversion_options(args, example))
-    check_exclusions(args.exclude or [], report)
+    options = conversion_options(args, model)
+    converted, report = torch_mp.convert(model, example, calibration_inputs=calibration(args), return_report=True,
+                                         options=options, kernels=args.kernels)
+    check_exclusions(args.exclude or [], report_scopes(report))
     jit_call(torch.jit.save, converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
     finish(args, report)
     print(f"saved {args.output}")
@@ -229,12 +268,21 @@ def program_example(program: torch.export.ExportedProgram, args: argparse.Namesp
     return example_inputs(args, saved)
 
 
-def export(args: argparse.Namespace) -> int:
+def convert_program(args: argparse.Namespace):
+    """export and aoti: the saved program converted (on the CPU: torch.export.load gives CPU tensors)."""
+    if args.device == "cuda" and torch.cuda.is_available():
+        raise CliError("export and aoti convert on the CPU (a saved program loads there); --device cuda on a machine "
+                       "with a GPU: convert with torch_mp.export in Python, on the GPU")
     program = load_program(args.input)
     example = program_example(program, args)
-    converted, report = torch_mp.export(program, example, DTYPES[args.dtype], return_report=True,
-                                        **conversion_options(args, example))
-    check_exclusions(args.exclude or [], report)
+    converted, report = torch_mp.export(program, example, calibration_inputs=calibration(args), return_report=True,
+                                        options=conversion_options(args, program))
+    check_exclusions(args.exclude or [], report_scopes(report))
+    return converted, report
+
+
+def export(args: argparse.Namespace) -> int:
+    converted, report = convert_program(args)
     torch.export.save(converted, args.output)
     finish(args, report)
     print(f"saved {args.output}")
@@ -243,11 +291,7 @@ def export(args: argparse.Namespace) -> int:
 
 def aoti(args: argparse.Namespace) -> int:
     check_package_path(args.output)
-    program = load_program(args.input)
-    example = program_example(program, args)
-    converted, report = torch_mp.export(program, example, DTYPES[args.dtype], return_report=True,
-                                        **conversion_options(args, example))
-    check_exclusions(args.exclude or [], report)  # a typo found before the compile, not after
+    converted, report = convert_program(args)
     write_package(converted, args.output, report)
     finish(args, report)
     print(f"compiled in {report.data['aoti_seconds']:.1f} s; saved {args.output} (loads with "
@@ -301,7 +345,11 @@ def policy_table(args: argparse.Namespace) -> int:
 
 def add_conversion_options(parser: argparse.ArgumentParser, inputs_default: str = "") -> None:
     default = f" (default: {inputs_default})" if inputs_default else ""
-    parser.add_argument("--dtype", choices=DTYPES, default="fp16")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="the device planned for (default cpu); cuda without a GPU plans for CUDA on the CPU")
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="the low dtype (default: the device's choice, fp16 on CUDA, on a CPU the one it has fast "
+                             "kernels for)")
     parser.add_argument("--input-shape", type=parse_shape, action="append",
                         help="shape of one forward input, filled with random normals (repeat per input)" + default)
     parser.add_argument("--input-dtype", default="float32", choices=("float32", "float64", "int64", "int32"))
@@ -356,7 +404,10 @@ def main(argv=None) -> int:
                 "policy": policy_table}
     try:
         return handlers[args.command](args)
-    except (CliError, ValueError, TypeError, torch_mp.ConversionError) as error:
+    except (torch_mp.ConversionError, torch_mp.ModelRunError) as error:  # before ValueError: ModelRunError is one
+        print(f"python -m torch_mp {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except (CliError, ValueError, TypeError) as error:
         print(f"python -m torch_mp {args.command}: error: {error}", file=sys.stderr)
         return 2
 

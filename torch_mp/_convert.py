@@ -8,19 +8,19 @@ import warnings
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
+from torch.utils import _pytree as pytree
 
 from . import _C
 from ._torchscript import TorchScriptDeprecationWarning, jit_call
-from .policy import OpPolicy, target_for
+from .options import ConversionOptions
 from .report import Report
-
-LOW_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
-PLANNERS = ("min-cut", "greedy")
-KERNELS = ("portable", "fused")
 
 
 class ConversionError(RuntimeError):
     """The conversion itself failed. The user's model is untouched."""
+
+
+ModelRunError = _C.ModelRunError  # a ValueError: the model itself failed on the example or calibration inputs
 
 
 class InputSpec(NamedTuple):
@@ -40,21 +40,12 @@ class InputSpec(NamedTuple):
 def convert(
     model: torch.nn.Module,
     example_inputs: Any = None,
-    dtype: torch.dtype = torch.float16,
+    dtype: Optional[torch.dtype] = None,
     *,
-    policy: Optional[OpPolicy] = None,
-    planner: str = "min-cut",
-    verify: bool = True,
-    fuse_casts: bool = True,
-    kernels: str = "portable",
-    channels_last: bool = True,
-    fuse_convolutions: bool = True,
-    return_report: bool = False,
     calibration_inputs: Optional[Sequence[Any]] = None,
-    keep_io_dtypes: bool = True,
-    tolerance: Optional[float] = None,
-    metric: Optional[Callable[[Any, Any], float]] = None,
-    progress: bool = True,
+    return_report: bool = False,
+    options: Optional[ConversionOptions] = None,
+    **option_fields,
 ):
     """Converts an fp32 model into a frozen mixed-precision TorchScript module.
 
@@ -62,43 +53,22 @@ def convert(
         model: an nn.Module in eval mode, a ScriptModule in eval mode, or a frozen ScriptModule. It is not modified.
         example_inputs: the positional inputs of one forward call (a tensor, or a tuple of tensors / nested
             containers / InputSpec). The model runs once on them to learn every value's dtype and size.
-        dtype: torch.float16 or torch.bfloat16.
-        policy: an OpPolicy; default: the one for the inputs' device and `dtype`.
-        planner: "min-cut" (fewest cast bytes, exact) or "greedy" (painting, for comparison).
-        verify: run the result once and check every output keeps its dtype.
-        fuse_casts: fold casts into the ops that read them (softmax/sum/mean/... with dtype=, mixed-dtype
-            add/sub/mul/div, cast chains); only stock aten ops, so the result still loads anywhere. False keeps
-            every cast the plan needs (for comparison).
-        kernels: "portable" (default): only aten ops, the saved model loads in any libtorch. "fused": chains of
-            elementwise ops and casts on CPU tensors (and CUDA tensors, in a CUDA build of torch_mp) become
-            torch_mp::fused_pointwise calls (one pass over memory);
-            loading such a model needs the torch_mp library: `import torch_mp` before torch.jit.load, or linking
-            libtorch_mp in C++.
-        channels_last: CUDA 2-d convolutions store their weights channels_last (NHWC) and pass NHWC activations
-            from one to the next, cuDNN's fast layout; other readers see the layout the fp32 model had. No effect on
-            CPU models.
-        fuse_convolutions: on CUDA, conv (+bias) +relu and conv (+bias) +residual add +relu become one cuDNN call
-            (aten::cudnn_convolution_relu / aten::cudnn_convolution_add_relu, stock aten ops; on by default: faster
-            than the unfused chain on an H200, benchmarks/CUDA_SPEED.md). Such a model runs on CUDA only; False
-            for one that may be moved to the CPU. No effect on CPU conversions.
-        return_report: also return the Report.
+        dtype: torch.float16 or torch.bfloat16; None (default): the device's choice (fp16 on CUDA; on a CPU bf16
+            or fp16, whichever it has fast kernels for), with a SlowKernelsWarning where it has none.
         calibration_inputs: more inputs (a list, each like example_inputs) the model runs on before planning: the
-            range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range.
-        keep_io_dtypes: True (default): inputs and outputs keep their dtypes. False: fp32 tensor inputs and outputs
-            (top level, and tuples built by the model) take the low dtype, for models that feed one another.
-        tolerance: with it, the accuracy fallback keeps a small set of nodes in fp32 until `metric` (default:
-            relative L2 error of the floating outputs, torch_mp.fallback.relative_error) against the fp32 model is
-            at most `tolerance` on every calibration input (the example inputs when none are given).
-        metric: metric(reference_output, converted_output) -> error, for the fallback.
-        progress: show a progress bar during the fallback search (on stderr).
+            range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range, and
+            the accuracy fallback and the verification use them.
+        return_report: also return the Report.
+        options: a ConversionOptions; the keyword options (its fields: policy, planner, verify, fuse_casts,
+            kernels, channels_last, fuse_convolutions, keep_io_dtypes, tolerance, metric, progress; see
+            torch_mp.ConversionOptions) replace its fields.
 
     Returns:
         the converted torch.jit.ScriptModule, or (module, Report) with return_report=True.
     """
-    options = _checked_options(dtype, policy, planner, verify, fuse_casts, kernels, channels_last, fuse_convolutions,
-                               keep_io_dtypes, tolerance, metric)
+    chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
     prepared = prepare(model, example_inputs, calibration_inputs=calibration_inputs)
-    return prepared._convert(options, tolerance, metric, progress, return_report, in_place=True)
+    return prepared._convert(chosen, return_report, in_place=True)
 
 
 def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
@@ -116,7 +86,7 @@ def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
     except ValueError as error:
         # a module can script and still refuse to run scripted (torch.nn.utils.parametrize raises "Parametrization
         # is not working with scripting"): tracing records what it computes instead
-        if capture != "script" or not str(error).startswith(_C.MODEL_RUN_FAILED):
+        if capture != "script" or not isinstance(error, ModelRunError):
             raise
         try:
             with _CAPTURE_LOCK:
@@ -144,40 +114,6 @@ def _bound_call(scripted, function, *args):
         raise ConversionError(f"torch_mp could not convert {name}: {error}") from error
 
 
-class _Options(NamedTuple):
-    dtype: torch.dtype
-    policy: Optional[OpPolicy]
-    planner: str
-    verify: bool
-    fuse_casts: bool
-    kernels: str
-    channels_last: bool
-    fuse_convolutions: bool
-    keep_io_dtypes: bool
-
-
-def _checked_options(dtype, policy, planner, verify, fuse_casts, kernels, channels_last, fuse_convolutions,
-                     keep_io_dtypes, tolerance, metric) -> _Options:
-    check_shared_options(dtype, policy, tolerance, metric)
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
-    if planner not in PLANNERS:
-        raise ValueError(f"planner must be one of {PLANNERS}, got {planner!r}")
-    return _Options(dtype, policy, planner, bool(verify), bool(fuse_casts), kernels, bool(channels_last),
-                    bool(fuse_convolutions), bool(keep_io_dtypes))
-
-
-def check_shared_options(dtype, policy, tolerance, metric) -> None:
-    """The options convert and export both take."""
-    _check_dtype(dtype)
-    if policy is not None and not isinstance(policy, OpPolicy):
-        raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
-    if metric is not None and tolerance is None:
-        raise ValueError("a metric needs a tolerance: the fallback keeps nodes in fp32 until metric <= tolerance")
-    if tolerance is not None and not (isinstance(tolerance, (int, float)) and tolerance >= 0):
-        raise ValueError(f"tolerance must be a number >= 0, got {tolerance!r}")
-
-
 class PreparedModel:
     """A model captured, frozen on a copy, cleaned up in fp32 and observed on its example and calibration inputs,
     once (torch_mp.prepare). convert() plans and applies a policy to a copy of it, as often as asked."""
@@ -192,53 +128,35 @@ class PreparedModel:
 
     @property
     def seconds(self) -> Dict[str, float]:
-        """Seconds the preparation took per stage (cleanup, observe)."""
+        """Seconds the preparation took per stage (freeze, cleanup, observe)."""
         return dict(self._bound.phases)
 
-    def convert(
-        self,
-        dtype: torch.dtype = torch.float16,
-        *,
-        policy: Optional[OpPolicy] = None,
-        planner: str = "min-cut",
-        verify: bool = True,
-        fuse_casts: bool = True,
-        kernels: str = "portable",
-        channels_last: bool = True,
-        fuse_convolutions: bool = True,
-        return_report: bool = False,
-        keep_io_dtypes: bool = True,
-        tolerance: Optional[float] = None,
-        metric: Optional[Callable[[Any, Any], float]] = None,
-        progress: bool = True,
-    ):
+    def convert(self, dtype: Optional[torch.dtype] = None, *, return_report: bool = False,
+                options: Optional[ConversionOptions] = None, **option_fields):
         """Converts a copy of the prepared model: the arguments of torch_mp.convert but the model, its inputs and
         calibration inputs, which the preparation holds. The preparation stays as it is."""
-        options = _checked_options(dtype, policy, planner, verify, fuse_casts, kernels, channels_last,
-                                   fuse_convolutions, keep_io_dtypes, tolerance, metric)
-        return self._convert(options, tolerance, metric, progress, return_report, in_place=False)
+        chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+        return self._convert(chosen, return_report, in_place=False)
 
-    def _convert(self, options: _Options, tolerance, metric, progress, return_report, in_place: bool):
-        policy = options.policy
-        if policy is None:
-            capability = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
-            policy = OpPolicy.default(target_for(self.device, options.dtype), cuda_capability=capability)
-        job = Conversion(self, options._replace(policy=policy))
-        if tolerance is None:
+    def _convert(self, options: ConversionOptions, return_report: bool, in_place: bool):
+        options = options.for_device(self.device)
+        job = Conversion(self, options)
+        if options.tolerance is None:
             module, report = job.run(in_place=in_place)
         else:
             from .fallback import search_fallback
 
-            module, report = search_fallback(job, self.calibration or [self.inputs], tolerance, metric, progress)
+            module, report = search_fallback(job, self.calibration or [self.inputs], options.tolerance,
+                                             options.metric, options.progress)
         if report.data.get("non_finite") is not None:
             from .finite_outputs import repair_non_finite
 
-            if in_place and tolerance is None:  # the conversion used the preparation up: the repair plans again
+            if in_place and options.tolerance is None:  # the conversion used the preparation up: plan again
                 self._bound = _prepare_scripted(self.scripted, self.inputs, self.calibration)
             module, report = repair_non_finite(job, module, report, [self.inputs] + list(self.calibration))
         report.annotate("capture", self.capture)
-        if policy.slow_kernels:
-            report.annotate("slow_kernels", policy.slow_kernels)
+        if options.policy.slow_kernels:
+            report.annotate("slow_kernels", options.policy.slow_kernels)
         return (module, report) if return_report else module
 
 
@@ -247,23 +165,12 @@ class Conversion:
     fp32 (what the accuracy fallback varies), and always those in `keep_non_finite` (what the repair of non-finite
     outputs found)."""
 
-    def __init__(self, prepared: PreparedModel, options: _Options):
+    def __init__(self, prepared: PreparedModel, options: ConversionOptions):
         self.prepared = prepared
         self.scripted = prepared.scripted
-        self.policy = options.policy
-        self.dtype_name = LOW_DTYPES[options.dtype]
-        self.low_precision_io = not options.keep_io_dtypes
-        self.low_dtype = options.dtype
+        self.options = options
         self.keep_non_finite: set = set()
-        self._options = _C.ConvertOptions(self.dtype_name, options.policy._c)
-        self._options.planner = options.planner
-        self._options.verify_outputs = options.verify
-        self._options.low_precision_io = self.low_precision_io
-        self._options.fuse_casts = options.fuse_casts
-        self._options.fused_kernels = options.kernels == "fused"
-        self._options.channels_last = options.channels_last
-        self._options.fuse_convolutions = options.fuse_convolutions
-        self._options.set_node_rule(options.policy.node_rule())
+        self._bound_options = options.bind()
 
     def probe(self, module, inputs: Tuple[Any, ...], ids: Sequence[int]) -> List[Optional[torch.Tensor]]:
         """The first output of each node named, in a conversion made with keep_node_ids, on `inputs` (as the fp32
@@ -279,7 +186,7 @@ class Conversion:
         """Converts a copy of the prepared model, the nodes with ids in `keep_fp32` kept in fp32; with
         `keep_node_ids` the result's graph keeps its node ids. `in_place` converts the preparation itself, which is
         then used up. `verify=False` skips the verification run (a caller that runs the result itself checks it)."""
-        options = copy.copy(self._options)
+        options = copy.copy(self._bound_options)
         options.keep_fp32 = set(keep_fp32)
         options.keep_fp32_non_finite = self.keep_non_finite
         options.keep_node_ids = keep_node_ids
@@ -290,10 +197,7 @@ class Conversion:
 
     def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
         """The inputs as the converted module takes them: with low-precision IO, fp32 tensors in the low dtype."""
-        if not self.low_precision_io:
-            return inputs
-        return tuple(x.to(self.low_dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
-                     for x in inputs)
+        return module_inputs(self.options, inputs)
 
 
 def _normalize_calibration(calibration_inputs: Optional[Sequence[Any]]) -> List[Tuple[Any, ...]]:
@@ -307,12 +211,12 @@ def _normalize_calibration(calibration_inputs: Optional[Sequence[Any]]) -> List[
     return [_normalize_inputs(item) for item in calibration_inputs]
 
 
-def _check_dtype(dtype: Any) -> str:
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"dtype must be torch.float16 or torch.bfloat16, got {dtype!r}")
-    if dtype not in LOW_DTYPES:
-        raise ValueError(f"dtype must be a low-precision floating dtype (torch.float16 or torch.bfloat16), got {dtype}")
-    return LOW_DTYPES[dtype]
+def module_inputs(options: ConversionOptions, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """The inputs as a converted model takes them: with keep_io_dtypes=False, fp32 tensors in the low dtype."""
+    if options.keep_io_dtypes:
+        return inputs
+    return tuple(x.to(options.dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
+                 for x in inputs)
 
 
 def _refuse_autocast() -> None:
@@ -464,7 +368,7 @@ def _first_line(error: Exception) -> str:
 
 
 def _device_of(inputs: Tuple[Any, ...], model: Any) -> torch.device:
-    for tensor in _tensors(inputs):
+    for tensor in tensors_of(inputs):
         return tensor.device
     if isinstance(model, torch.nn.Module):
         for parameter in model.parameters():
@@ -472,12 +376,6 @@ def _device_of(inputs: Tuple[Any, ...], model: Any) -> torch.device:
     return torch.device("cpu")
 
 
-def _tensors(value: Any):
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for item in value:
-            yield from _tensors(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _tensors(item)
+def tensors_of(value: Any) -> List[torch.Tensor]:
+    """The tensors of a (nested) value, in pytree order."""
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]

@@ -21,10 +21,10 @@ from torch.export.graph_signature import InputKind
 from torch.fx.node import map_arg
 
 from . import _C
-from ._convert import (LOW_DTYPES, ConversionError, _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, _tensors,
-                       check_shared_options)
+from ._convert import (ConversionError, _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast,
+                       module_inputs, tensors_of)
 from .inference_form import graph_module_copy, inference_form, quiet_spec_copies, renamed_outputs
-from .policy import OpPolicy, target_for
+from .options import ConversionOptions
 from .report import Report
 
 CAST = torch.ops.aten._to_copy.default
@@ -35,16 +35,13 @@ _SOURCE, _SINK = 0, 1  # the dataflow nodes for the program's inputs and outputs
 def export(
     model: Any,
     example_inputs: Any = None,
-    dtype: torch.dtype = torch.float16,
+    dtype: Optional[torch.dtype] = None,
     *,
-    policy: Optional[OpPolicy] = None,
     calibration_inputs: Optional[Sequence[Any]] = None,
     dynamic_shapes: Any = None,
-    keep_io_dtypes: bool = True,
-    tolerance: Optional[float] = None,
-    metric: Optional[Callable[[Any, Any], float]] = None,
-    progress: bool = True,
     return_report: bool = False,
+    options: Optional[ConversionOptions] = None,
+    **option_fields,
 ):
     """Exports a model (torch.export.export) and applies a mixed-precision plan to the program.
 
@@ -52,32 +49,33 @@ def export(
         model: an nn.Module in eval mode, or a torch.export.ExportedProgram. It is not modified.
         example_inputs: the positional inputs of one forward call (as for convert); for a program, default its own
             example inputs.
-        dtype, policy, calibration_inputs, tolerance, metric, progress, return_report: as for torch_mp.convert.
+        dtype, calibration_inputs, return_report: as for torch_mp.convert.
         dynamic_shapes: passed to torch.export.export.
-        keep_io_dtypes: True (default): inputs and outputs keep their dtypes. False: fp32 tensor inputs and outputs
-            take the low dtype.
+        options, option_fields: a ConversionOptions and fields replacing its own, as for torch_mp.convert: policy,
+            keep_io_dtypes, tolerance, metric, progress, verify (the TorchScript front's planner, fuse_casts,
+            kernels, channels_last and fuse_convolutions only at their defaults).
 
     Returns:
         the torch.export.ExportedProgram, or (program, Report) with return_report=True.
     """
-    check_shared_options(dtype, policy, tolerance, metric)
+    chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+    chosen.refuse_torchscript_only("torch_mp.export")
     _refuse_autocast()
     start = time.perf_counter()
     program, inputs = _program_of(model, example_inputs, dynamic_shapes)
     calibration = _normalize_calibration(calibration_inputs)
-    if policy is None:
-        device = _device_of(inputs, None)
-        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-        policy = OpPolicy.default(target_for(device, dtype), cuda_capability=capability)
+    chosen = chosen.for_device(_device_of(inputs, None))
     try:
-        job = ProgramConversion(program, inputs, calibration, dtype, policy, keep_io_dtypes)
-        job.captured_seconds = time.perf_counter() - start
-        if tolerance is None:
+        captured = time.perf_counter() - start
+        job = ProgramConversion(program, inputs, calibration, chosen)
+        job.captured_seconds = captured
+        if chosen.tolerance is None:
             converted, report = job.run()
         else:
             from .fallback import search_fallback
 
-            converted, report = search_fallback(job, calibration or [inputs], tolerance, metric, progress)
+            converted, report = search_fallback(job, calibration or [inputs], chosen.tolerance, chosen.metric,
+                                                chosen.progress)
         if report.data["non_finite"] is not None:
             from .finite_outputs import repair_non_finite
 
@@ -88,8 +86,8 @@ def export(
         name = type(model).__name__
         raise ConversionError(f"torch_mp could not convert the program of {name}: {_first_line(error)}") from error
     report.annotate("capture", "export")
-    if policy.slow_kernels:
-        report.annotate("slow_kernels", policy.slow_kernels)
+    if chosen.policy.slow_kernels:
+        report.annotate("slow_kernels", chosen.policy.slow_kernels)
     report.annotate("seconds", time.perf_counter() - start)
     return (converted.program, report) if return_report else converted.program
 
@@ -230,7 +228,7 @@ def _probe(program: ExportedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]
 
     def record(node: torch.fx.Node, value: Any) -> None:
         if node.name in wanted:
-            first = next(iter(_tensors(value)), None)
+            first = next(iter(tensors_of(value)), None)
             values[node.name] = None if first is None else first.detach().clone()
 
     with torch.no_grad():
@@ -243,7 +241,7 @@ def _val(node: Any) -> Any:
 
 
 def _floating_dtypes(value: Any) -> List[torch.dtype]:
-    return [t.dtype for t in _tensors(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return [t.dtype for t in tensors_of(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
 def _fp32_tensor(node: Any) -> bool:
@@ -289,16 +287,18 @@ class ProgramConversion:
     nodes (by FX name) in fp32 (what the accuracy fallback varies), and always those in `keep_non_finite`. The job
     interface of torch_mp.fallback and torch_mp.finite_outputs, as _convert.Conversion for TorchScript."""
 
-    def __init__(self, program: ExportedProgram, inputs, calibration, dtype: torch.dtype, policy: OpPolicy,
-                 keep_io_dtypes: bool):
+    def __init__(self, program: ExportedProgram, inputs, calibration, options: ConversionOptions):
         self.program = program
-        self.low_dtype = dtype
-        self.dtype_name = LOW_DTYPES[dtype]
-        self.policy = policy
-        self.low_precision_io = not keep_io_dtypes
+        self.options = options
+        self.dtype_name = options.dtype_name
+        self.policy = options.policy
         self.keep_non_finite: Set[str] = set()
         self.captured_seconds = 0.0
         self._stored_names = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind in _STORED}
+        self._stored_readers: Dict[str, List[torch.fx.Node]] = {}  # a stored placeholder -> readers of its tensor
+        for group in _stored_groups(program).values():
+            readers = [user for holder in group for user in holder.users]
+            self._stored_readers.update((holder.name, readers) for holder in group)
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
         reads = _zero_sensitive_reads(program.graph)
@@ -316,10 +316,7 @@ class ProgramConversion:
         return self._reference_module(*inputs)
 
     def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
-        if not self.low_precision_io:
-            return inputs
-        return tuple(x.to(self.low_dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
-                     for x in inputs)
+        return module_inputs(self.options, inputs)
 
     def probe(self, converted: ConvertedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]):
         return _probe(converted.program, self.module_inputs(inputs), ids)
@@ -333,12 +330,14 @@ class ProgramConversion:
         start = time.perf_counter()
         planned = self._decide(set(keep_fp32))
         precision, forced = self._plan(planned)
-        program, casts, weights, graph = _apply(self.program, planned, precision, self.low_dtype,
-                                                self.low_precision_io, self.seen)
+        program, casts, weights, graph = _apply(self.program, planned, precision, self.options.dtype,
+                                                not self.options.keep_io_dtypes, self.seen)
         converted = ConvertedProgram(program)
-        non_finite = self._verify(converted) if verify else None
-        seconds = time.perf_counter() - start
-        report = self._report(planned, precision, forced, casts, weights, graph, non_finite, seconds)
+        applied = time.perf_counter()
+        non_finite = self._verify(converted) if verify and self.options.verify else None
+        phases = {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan": applied - start,
+                  "verify": time.perf_counter() - applied}
+        report = self._report(planned, precision, forced, casts, weights, graph, non_finite, phases)
         return converted, report
 
     # --- deciding and planning -------------------------------------------------------------------------------
@@ -350,7 +349,7 @@ class ProgramConversion:
             if node.op != "call_function" or node.target is operator.getitem:
                 continue
             reads_tensor = any(isinstance(_val(i), torch.Tensor) for i in node.all_input_nodes)
-            if not reads_tensor and not list(_tensors(_val(node))):
+            if not reads_tensor and not list(tensors_of(_val(node))):
                 continue  # arithmetic on sizes
             op, scope = _op_name(node), _scope(node)
             decision = self._rule(node, op, scope, keep_fp32, node_rule)
@@ -365,6 +364,10 @@ class ProgramConversion:
         if any(d != torch.float32 for d in floating):
             return _Decision("fp32", "not fp32", "has a floating tensor that is not fp32: left as it is")
         guard = self._observed_guard(node, outputs) or self._underflow.get(node.name)
+        forced = self._forced_low(node, op, scope, keep_fp32)
+        if forced is not None:  # over the guards, which the report still gives
+            return _Decision("low", "forced low", f"low: forced: {forced}",
+                             guard or self._constant_guard(node) or self._lost_scalar(node))
         if guard:
             return self._guarded(guard)
         if not isinstance(node.target, torch._ops.OpOverload):
@@ -382,16 +385,31 @@ class ProgramConversion:
             category, reason = entry
             decision = _Decision(category, "policy", f"{category}: {reason}")
             lookup = _C.op_facts(op)["table_lookup"]
-            if lookup and category == "follow" and node.args and self._stored(node.args[0]):
+            if lookup and category == "follow" and self._table_stored_low(node):
                 decision = _Decision("low", "policy", f"low: {lookup} that is a constant: the table is stored "
                                                       "once, in the low dtype, and only what is read is cast")
         if decision.category != "fp32":
-            for position, scalar in enumerate(list(node.args) + list(node.kwargs.values())):
-                if isinstance(scalar, float):
-                    verdict = _C.lost_scalar_verdict(scalar, self.dtype_name, f"{node.name}[{position}]")
-                    if verdict:
-                        return self._guarded(verdict)
+            verdict = self._lost_scalar(node)
+            if verdict:
+                return self._guarded(verdict)
         return decision
+
+    def _lost_scalar(self, node) -> Optional[Dict[str, Any]]:
+        for position, scalar in enumerate(list(node.args) + list(node.kwargs.values())):
+            if isinstance(scalar, float):
+                verdict = _C.lost_scalar_verdict(scalar, self.dtype_name, f"{node.name}[{position}]")
+                if verdict:
+                    return verdict
+        return None
+
+    def _forced_low(self, node, op, scope, keep_fp32) -> Optional[str]:
+        """The reason of the policy's forced-low rule for the node, unless the verification's repair or the accuracy
+        fallback keeps it fp32 (jit/graph_to_dataflow's forcedLow); control flow is never forced."""
+        if node.name in self.keep_non_finite or node.name in keep_fp32 or \
+                not isinstance(node.target, torch._ops.OpOverload):
+            return None
+        rule = self.policy._c.forced_low_by(op, scope)
+        return rule[2] if rule is not None else None
 
     def _user_choice(self, node, op, scope, keep_fp32, node_rule) -> Optional[_Decision]:
         if node.name in self.keep_non_finite:
@@ -447,6 +465,24 @@ class ProgramConversion:
                 return {"kind": "constant range", "value": value.name, "seen": seen.largest, "limit": limit}
         return None
 
+    def _table_stored_low(self, lookup: torch.fx.Node) -> bool:
+        """Whether a lookup's table is a stored tensor that can be stored once, low: every node reading it is a lookup
+        of it or one the policy runs low (jit/graph_to_dataflow's readsConstantTable). A table an fp32 op also reads
+        (a tied output layer on a device without fast kernels) leaves the lookup to follow."""
+        readers = self._stored_readers.get(lookup.args[0].name) if lookup.args and self._stored(lookup.args[0]) \
+            else None
+        if readers is None:
+            return False
+        for reader in readers:
+            op = _op_name(reader)
+            entry = self.policy._c.entry(op)
+            table = reader.args[0] if reader.args and isinstance(reader.args[0], torch.fx.Node) else None
+            is_lookup = _C.op_facts(op)["table_lookup"] and table is not None and \
+                self._stored_readers.get(table.name) is readers
+            if not is_lookup and (entry is None or entry[0] not in ("low", "low_fp32_output")):
+                return False
+        return True
+
     def _stored(self, node: Any) -> bool:
         """Whether a node is a parameter, buffer or lifted constant of the program."""
         return isinstance(node, torch.fx.Node) and node.op == "placeholder" and node.name in self._stored_names
@@ -454,7 +490,7 @@ class ProgramConversion:
     def _plan(self, planned: List[_Planned]) -> Tuple[Dict[str, str], Set[str]]:
         """The core's min-cut over the program's castable fp32 values: the precision per planned node's name, and
         the nodes its constraints forced to fp32."""
-        io = "low" if self.low_precision_io else "fp32"
+        io = "fp32" if self.options.keep_io_dtypes else "low"
         categories = [io, io] + [p.decision.category for p in planned]
         index = {p.node.name: p.index for p in planned}
         values = []
@@ -471,7 +507,7 @@ class ProgramConversion:
                                 if user.op == "output" or user.name in index})
             seen = self.seen.get(node.name)
             numel = seen.numel if seen is not None else 0
-            values.append((producer, numel * (4 + self.low_dtype.itemsize), consumers))
+            values.append((producer, numel * (4 + self.options.dtype.itemsize), consumers))
         precision, forced = _C.plan_dataflow(categories, values)
         return {p.node.name: precision[p.index] for p in planned}, {p.node.name for p in planned if forced[p.index]}
 
@@ -492,7 +528,7 @@ class ProgramConversion:
             with torch.no_grad():
                 outputs = _Recorder(converted.program.graph_module, record).run(
                     *_flat_inputs(converted.program, self.module_inputs(inputs)))
-            pairs = [(o, r) for o, r in zip(_tensors(outputs), _tensors(self.reference_outputs[run]))
+            pairs = [(o, r) for o, r in zip(tensors_of(outputs), tensors_of(self.reference_outputs[run]))
                      if o.is_floating_point()]
             for position, (output, reference) in enumerate(pairs):
                 if bool((~torch.isfinite(output) & torch.isfinite(reference)).any()):
@@ -501,7 +537,7 @@ class ProgramConversion:
                 return {"run": run, "tensor": None, "value": bad[0]}
         return None
 
-    def _report(self, planned, precision, forced, casts, weights, graph, non_finite, seconds) -> Report:
+    def _report(self, planned, precision, forced, casts, weights, graph, non_finite, phases) -> Report:
         flops = {p.node.name: _flops(p, self.seen) for p in planned}
         heavy = sum(flops.values())
         low_flops = sum(f for name, f in flops.items() if precision[name] == "low")
@@ -518,8 +554,8 @@ class ProgramConversion:
                 "flops": flops[p.node.name], "guard": p.decision.guard,
             })
         data = {
-            "dtype": self.dtype_name, "policy": self.policy.name, "planner": "min-cut", "seconds": seconds,
-            "phases": {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan and apply": seconds},
+            "dtype": self.dtype_name, "policy": self.policy.name, "planner": "min-cut", "seconds": sum(phases.values()),
+            "phases": phases,
             "nodes": nodes, "casts": casts, "cast_bytes": sum(c["bytes"] for c in casts),
             "weight_bytes_before": weights[0], "weight_bytes_after": weights[1], "weights_kept_fp32": [],
             "unknown_ops": sorted({p.op for p in planned if p.decision.rule_kind == "unknown op"}),
@@ -633,12 +669,8 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         return state_dict if specs[name].target in state_dict else constants
 
     # one tensor may be held by several placeholders (tied weights): it is stored low when only low nodes read it
-    holders: Dict[int, List[torch.fx.Node]] = {}
-    for node in graph.nodes:
-        if node.op == "placeholder" and specs[node.name].kind in _STORED and _fp32_tensor(node):
-            holders.setdefault(id(table_of(node.name)[specs[node.name].target]), []).append(node)
     stored_low = set()
-    for group in holders.values():
+    for group in _stored_groups(program, module.graph).values():
         readers = [user for node in group for user in node.users]
         if readers and all(user.name in low_nodes for user in readers):
             stored_low.update(node.name for node in group)
@@ -706,6 +738,19 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         converted = program._update(module, renamed_outputs(program.graph_signature, graph), state_dict=state_dict,
                                     constants=constants)
     return converted, casts, weights, _graph_items(graph, planned, made)
+
+
+def _stored_groups(program: ExportedProgram, graph: Optional[torch.fx.Graph] = None) -> Dict[int, List[torch.fx.Node]]:
+    """The fp32 stored tensors (parameters, buffers, lifted constants) of the program, each with the placeholders of
+    `graph` (default the program's) that hold it: tied weights are one tensor held by several placeholders."""
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+    groups: Dict[int, List[torch.fx.Node]] = {}
+    for node in (graph if graph is not None else program.graph).nodes:
+        if node.op == "placeholder" and specs[node.name].kind in _STORED and _fp32_tensor(node):
+            target = specs[node.name].target
+            tensor = program.state_dict[target] if target in program.state_dict else program.constants[target]
+            groups.setdefault(id(tensor), []).append(node)
+    return groups
 
 
 def _recomputed(node: torch.fx.Node) -> Any:

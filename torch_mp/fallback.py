@@ -20,8 +20,7 @@ Search (`search_fallback`):
    than it saves; out of budget, the smallest set tried that meets the tolerance is kept).
 The model is prepared (frozen, cleaned up, observed) once; each step plans and applies on that preparation and runs
 the calibration inputs, stopping at the first one beyond the tolerance (a step only asks whether it is met).
-`bisect_fallback` is the plain search without the ranking (delta debugging over the nodes in graph order), for
-comparison in benchmarks/fallback_search.py.
+tests/python/bisection.py holds the plain search without the ranking, for comparison.
 """
 from __future__ import annotations
 
@@ -31,37 +30,20 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._convert import ConversionError
+from ._convert import ConversionError, tensors_of
 from .report import Report
 
 Metric = Callable[[Any, Any], float]
 PRUNE_BUDGET = 24  # conversions the pruning step may spend
 
 
-class _OutOfBudget(Exception):
+class OutOfBudget(Exception):
     pass
-
-
-def _tensor_dtypes(value: Any) -> List[torch.dtype]:
-    """The dtype of every tensor in a (nested) output, in order."""
-    if isinstance(value, torch.Tensor):
-        return [value.dtype]
-    if isinstance(value, (tuple, list)):
-        return [dtype for item in value for dtype in _tensor_dtypes(item)]
-    if isinstance(value, dict):
-        return [dtype for key in value for dtype in _tensor_dtypes(value[key])]
-    return []
 
 
 def floating_tensors(value: Any) -> List[torch.Tensor]:
     """Every floating tensor in a (nested) output, in order."""
-    if isinstance(value, torch.Tensor):
-        return [value] if value.is_floating_point() else []
-    if isinstance(value, (tuple, list)):
-        return [t for item in value for t in floating_tensors(item)]
-    if isinstance(value, dict):
-        return [t for key in value for t in floating_tensors(value[key])]
-    return []
+    return [t for t in tensors_of(value) if t.is_floating_point()]
 
 
 def relative_error(reference: Any, output: Any) -> float:
@@ -138,9 +120,9 @@ class Evaluator:
     def _check_dtypes(self, reference: Any, output: Any) -> None:
         """What the conversion's verification run checks: every output tensor has the fp32 model's dtype (with
         low-precision IO an fp32 output may be low)."""
-        low = self.job.low_dtype if self.job.low_precision_io else None
-        expected = _tensor_dtypes(reference)
-        actual = [torch.float32 if dtype == low else dtype for dtype in _tensor_dtypes(output)]
+        low = None if self.job.options.keep_io_dtypes else self.job.options.dtype
+        expected = [t.dtype for t in tensors_of(reference)]
+        actual = [torch.float32 if t.dtype == low else t.dtype for t in tensors_of(output)]
         if actual != expected:
             raise ConversionError(f"torch_mp internal error: converted outputs have dtypes {actual} instead of "
                                   f"{expected}")
@@ -256,15 +238,15 @@ def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
         def meets_within_budget(nodes) -> bool:
             nonlocal smallest
             if tuple(sorted(nodes)) not in tried and evaluator.conversions >= budget:
-                raise _OutOfBudget
+                raise OutOfBudget
             met = evaluator.meets(attempt(nodes))
             if met and len(nodes) < len(smallest):
                 smallest = list(nodes)
             return met
 
         try:
-            kept = _needed(kept, [], meets_within_budget)
-        except _OutOfBudget:
+            kept = needed(kept, [], meets_within_budget)
+        except OutOfBudget:
             kept = smallest
             summary["pruning"] = (f"stopped after {PRUNE_BUDGET} conversions; the smallest set tried that meets the "
                                   "tolerance is kept")
@@ -278,34 +260,7 @@ def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric]
     return module, report
 
 
-def bisect_fallback(job, calibration, tolerance: float, metric: Optional[Metric] = None,
-                    max_conversions: Optional[int] = None):
-    """Plain bisection without ranking (what ORT's search does, in delta-debugging form): returns
-    (kept node ids, error, conversions), or (None, None, conversions) when it needed more than
-    `max_conversions`."""
-    evaluator = Evaluator(job, calibration, tolerance, metric)
-    error, _, report = evaluator.error((), exact=True)
-    if evaluator.meets(error):
-        return [], error, evaluator.conversions
-    order = [n["id"] for n in report.nodes if n["precision"] == "low"]
-    cache: Dict[frozenset, bool] = {}
-
-    def meets(nodes) -> bool:
-        key = frozenset(nodes)
-        if key not in cache:
-            if max_conversions is not None and evaluator.conversions >= max_conversions:
-                raise _OutOfBudget
-            cache[key] = evaluator.meets(evaluator.error(sorted(key))[0])
-        return cache[key]
-
-    try:
-        kept = _needed(order, [], meets)
-    except _OutOfBudget:
-        return None, None, evaluator.conversions
-    return kept, evaluator.error(sorted(kept))[0], evaluator.conversions
-
-
-def _needed(candidates: List[int], base: List[int], meets: Callable[[List[int]], bool]) -> List[int]:
+def needed(candidates: List[int], base: List[int], meets: Callable[[List[int]], bool]) -> List[int]:
     """The part of `candidates` that, kept in fp32 with `base`, the tolerance needs, by bisection; assumes that
     base + candidates meets it. About 2 k log2(n) tests for k needed nodes among n."""
     if meets(base):
@@ -314,5 +269,5 @@ def _needed(candidates: List[int], base: List[int], meets: Callable[[List[int]],
         return list(candidates)
     half = len(candidates) // 2
     first, second = candidates[:half], candidates[half:]
-    from_first = _needed(first, base + second, meets)
-    return from_first + _needed(second, base + from_first, meets)
+    from_first = needed(first, base + second, meets)
+    return from_first + needed(second, base + from_first, meets)

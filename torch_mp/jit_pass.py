@@ -19,13 +19,12 @@ state is process-wide (C++ servers enable it with torch_mp::jit::enableMixedPrec
 """
 from __future__ import annotations
 
-from typing import Any, Dict, NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
 from . import _C
-from ._convert import _check_dtype
-from .policy import OpPolicy
+from .options import ConversionOptions
 from .report import Report
 
 
@@ -44,22 +43,20 @@ class Activity(NamedTuple):
 class jit_pass:
     """Context manager enabling the load-time pass with these options and restoring the previous state on exit.
 
-    dtype: torch.float16 or torch.bfloat16. calibrate: observe the inputs of the runs before converting (one more
-    fp32 call), for the observed range guard; False converts from the executor's profile alone. policy: an OpPolicy
-    of op entries (no exclusions or per-node rules: they need module paths and example inputs, which convert() has);
-    default: per graph, the default policy for the device the profile saw and `dtype`. planner, fuse_casts,
-    fused_kernels, channels_last, fuse_convolutions: as in torch_mp.convert.
+    dtype: torch.float16 (default) or torch.bfloat16: the pass is enabled before any graph's device is known.
+    calibrate: observe the inputs of the runs before converting (one more fp32 call), for the observed range guard;
+    False converts from the executor's profile alone. options / option_fields: a ConversionOptions and fields
+    replacing its own, as torch_mp.convert takes them, but: the policy holds op entries only (exclusions and per-node
+    rules need module paths and example inputs, which convert() has) and defaults, per graph, to the one for the
+    device the profile saw and `dtype`; inputs and outputs keep their dtypes; no accuracy fallback (tolerance).
     """
 
-    _current: Optional[Dict[str, Any]] = None  # the options the pass is enabled with, None when disabled
+    _current: Optional[Tuple[ConversionOptions, bool]] = None  # the options the pass is enabled with, and calibrate
 
     def __init__(self, dtype: torch.dtype = torch.float16, *, calibrate: bool = True,
-                 policy: Optional[OpPolicy] = None, planner: str = "min-cut", fuse_casts: bool = True,
-                 fused_kernels: bool = False, channels_last: bool = True, fuse_convolutions: bool = True):
-        self._options = _checked(dict(dtype=dtype, calibrate=calibrate, policy=policy, planner=planner,
-                                      fuse_casts=fuse_casts, fused_kernels=fused_kernels, channels_last=channels_last,
-                                      fuse_convolutions=fuse_convolutions))
-        self._previous: Optional[Dict[str, Any]] = None
+                 options: Optional[ConversionOptions] = None, **option_fields):
+        self._options = (_checked(ConversionOptions.of(options, dtype=dtype, **option_fields)), bool(calibrate))
+        self._previous: Optional[Tuple[ConversionOptions, bool]] = None
 
     def __enter__(self) -> "jit_pass":
         self._previous = jit_pass._current
@@ -90,26 +87,26 @@ class jit_pass:
                         error, graph)
 
 
-def _checked(options: Dict[str, Any]) -> Dict[str, Any]:
-    _check_dtype(options["dtype"])
-    policy = options["policy"]
-    if policy is not None:
-        if not isinstance(policy, OpPolicy):
-            raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(policy).__name__}")
-        if policy.rules or policy.exclusions:
-            raise ValueError("the load-time pass takes a policy of op entries only: exclusions and per-node rules "
-                             "need module paths and example inputs; use torch_mp.convert for them")
-    if options["planner"] not in ("min-cut", "greedy"):
-        raise ValueError(f"planner must be 'min-cut' or 'greedy', got {options['planner']!r}")
+def _checked(options: ConversionOptions) -> ConversionOptions:
+    if options.dtype is None:
+        raise ValueError("the load-time pass needs a dtype (torch.float16 or torch.bfloat16): it is enabled before "
+                         "any graph's device is known")
+    policy = options.policy
+    if policy is not None and (policy.rules or policy.exclusions or policy.forced_low):
+        raise ValueError("the load-time pass takes a policy of op entries only: exclusions, forced-low and per-node "
+                         "rules need module paths and example inputs; use torch_mp.convert for them")
+    if not options.keep_io_dtypes:
+        raise ValueError("the load-time pass keeps input and output dtypes (its callers pass what the fp32 model "
+                         "takes); use torch_mp.convert(..., keep_io_dtypes=False) instead")
+    if options.tolerance is not None:
+        raise ValueError("the load-time pass has no accuracy fallback (tolerance): use torch_mp.convert for it")
     return options
 
 
-def _apply(options: Optional[Dict[str, Any]]) -> None:
-    jit_pass._current = options
-    if options is None:
+def _apply(enabled: Optional[Tuple[ConversionOptions, bool]]) -> None:
+    jit_pass._current = enabled
+    if enabled is None:
         _C.disable_jit_pass()
         return
-    policy = options["policy"]
-    _C.enable_jit_pass(_check_dtype(options["dtype"]), options["calibrate"], policy._c if policy else None,
-                       options["planner"], options["fuse_casts"], options["fused_kernels"],
-                       options["channels_last"], options["fuse_convolutions"])
+    options, calibrate = enabled
+    _C.enable_jit_pass(options.bind(), policy_per_graph=options.policy is None, calibrate=calibrate)

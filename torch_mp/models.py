@@ -1,15 +1,7 @@
-"""Built-in models for the demo and the tests, defined here so that nothing needs downloading.
-
-- resnet50_ibn_a: ResNet-50 "IBN-a" (Pan et al., 2018): bottlenecks in stages 1-3 whose first norm splits channels
-  into an InstanceNorm2d half and a BatchNorm2d half; ends in a softmax classifier.
-- ConvBnNet: a small conv net with batch norm.
-- LSTMTagger: embedding -> bidirectional LSTM -> linear -> log_softmax over tags.
-- ControlFlowNet: scripted data-dependent if and loop, returning scores and an integer argmax.
-- CancellationNet: an MLP with one layer fp16 cannot represent (for the accuracy fallback's tests and benchmark).
-"""
+"""The demo's model, defined here so that nothing needs downloading: resnet50_ibn_a, ResNet-50 "IBN-a" (Pan et al.,
+2018): bottlenecks in stages 1-3 whose first norm splits channels into an InstanceNorm2d half and a BatchNorm2d
+half; ends in a softmax classifier. (The tests' models live in tests/python/small_models.py.)"""
 from __future__ import annotations
-
-from typing import List, Tuple
 
 import torch
 from torch import nn
@@ -96,93 +88,3 @@ class ResNetIBN(nn.Module):
 
 def resnet50_ibn_a(num_classes: int = 1000) -> ResNetIBN:
     return ResNetIBN((3, 4, 6, 3), num_classes)
-
-
-class ConvBnNet(nn.Module):
-    def __init__(self, num_classes: int = 10):
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1, stride=2), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
-        )
-        self.classifier = nn.Linear(32, num_classes)
-        for module in self.modules():
-            if isinstance(module, nn.BatchNorm2d):
-                module.running_mean.uniform_(-0.1, 0.1)
-                module.running_var.uniform_(0.5, 2.0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(torch.flatten(self.features(x), 1))
-
-
-class LSTMTagger(nn.Module):
-    def __init__(self, vocab: int = 1000, embed: int = 64, hidden: int = 128, tags: int = 17):
-        super().__init__()
-        self.embedding = nn.Embedding(vocab, embed)
-        self.lstm = nn.LSTM(embed, hidden, num_layers=2, batch_first=True, bidirectional=True)
-        self.head = nn.Linear(2 * hidden, tags)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        states, _ = self.lstm(self.embedding(tokens))
-        return torch.log_softmax(self.head(states), dim=-1)
-
-
-class ControlFlowNet(nn.Module):
-    """Data-dependent control flow: a branch on the input's mean, a loop refining features, an argmax output."""
-
-    def __init__(self, features: int = 32, classes: int = 8, steps: int = 3):
-        super().__init__()
-        self.steps = steps
-        self.encode = nn.Linear(features, features)
-        self.refine = nn.Linear(features, features)
-        self.negative = nn.Linear(features, features)
-        self.head = nn.Linear(features, classes)
-
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        h = torch.relu(self.encode(x))
-        if bool(x.mean() > 0):
-            h = h + self.refine(h)
-        else:
-            h = h - self.negative(h)
-        for _ in range(self.steps):
-            h = torch.tanh(self.refine(h)) + h
-        scores = self.head(h)
-        return scores, torch.argmax(scores, dim=-1)
-
-
-class NestedOutputNet(nn.Module):
-    """Outputs nested in tuples, lists and dicts, with an integer tensor among them."""
-
-    def __init__(self, features: int = 16):
-        super().__init__()
-        self.a = nn.Linear(features, features)
-        self.b = nn.Linear(features, 4)
-
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor):
-        h = self.a(x)
-        logits = self.b(torch.relu(h))
-        out: List[torch.Tensor] = [h, logits.softmax(-1)]
-        return (logits, out, {"lengths": lengths + 1, "hidden": h})
-
-
-class CancellationNet(nn.Module):
-    """`depth` ordinary linear+relu layers, then `offset`, which adds 1000 that the next op subtracts again: fp16
-    spaces numbers near 1000 by 0.5, so the small signal riding on top is rounded away unless `offset` and the
-    subtraction run in fp32. No range guard catches it (1000 is far inside fp16's range)."""
-
-    def __init__(self, width: int = 64, depth: int = 8, classes: int = 10):
-        super().__init__()
-        self.body = nn.Sequential(*[m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())])
-        self.offset = nn.Linear(width, width)
-        with torch.no_grad():
-            for layer in self.body[::2]:  # He initialisation: activations keep their scale through the depth
-                nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
-                layer.bias.zero_()
-            self.offset.weight.mul_(0.05)
-            self.offset.bias.fill_(1000.0)
-        self.head = nn.Linear(width, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.offset(self.body(x)) - 1000.0)

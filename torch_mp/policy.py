@@ -11,10 +11,12 @@ The defaults live in C++ (csrc/core/op_policy.cpp), one entry per op with its re
     torch_mp.convert(model, (x,), torch.bfloat16, policy=policy)
 
 Per node, the first of these that speaks decides: the accuracy fallback's choices, exclusions, rules (in the order
-they were added), the op's entry. Nodes the range guard keeps in fp32 stay fp32 whatever the rules say.
+they were added), the op's entry. Nodes the range guard keeps in fp32 stay fp32 whatever the rules say, unless a
+forced-low rule (`policy.force_low("encoder.*", ops=["aten::softmax"])`) runs them low over it.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 import torch
@@ -72,6 +74,47 @@ def _capability(value: Any) -> Tuple[int, int]:
 def target_for(device: torch.device, dtype: torch.dtype) -> str:
     """The default policy's name for a device and low-precision dtype."""
     return _C.target_for(torch.device(device).type == "cuda", dtype == torch.float16)
+
+
+class SlowKernelsWarning(UserWarning):
+    """The device has no fast kernels for the low dtype: the default policy keeps the heavy ops fp32 there."""
+
+
+def device_dtype(device: Union[str, torch.device]) -> torch.dtype:
+    """The low dtype to convert to when none is given, as torch.autocast picks it per device: fp16 on a CUDA GPU;
+    on a CPU bf16 where it has fast bf16 kernels, else fp16 where it has fast fp16 kernels. Where the device has
+    neither, the first of these, with a SlowKernelsWarning: the conversion keeps the heavy ops fp32 and why."""
+    device = torch.device(device)
+    choices = (torch.float16,) if device.type == "cuda" else (torch.bfloat16, torch.float16)
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" and torch.cuda.is_available() \
+        else None
+    reasons = []
+    for dtype in choices:
+        slow = _C.OpPolicy.defaults(target_for(device, dtype), None, capability).slow_kernels
+        if slow is None:
+            return dtype
+        reasons.append(slow)
+    warnings.warn(f"no low-precision dtype has fast kernels on this {device.type}: converting to {choices[0]}, the "
+                  f"heavy ops stay fp32 ({'; '.join(reasons)}). Pass dtype= to choose, or plan for another device "
+                  "with policy=torch_mp.OpPolicy.default(target, cpu_features=...)", SlowKernelsWarning, stacklevel=3)
+    return choices[0]
+
+
+def _module_rules(method: str, patterns, ops) -> List[Tuple[str, Optional[List[str]]]]:
+    """(pattern, op names or None) per pattern of exclude / force_low, checked."""
+    if not patterns:
+        raise ValueError(f"{method} needs at least one module-path pattern, like 'head.*'")
+    op_names = None
+    if ops is not None:
+        if isinstance(ops, str):
+            raise TypeError("ops must be an iterable of op names, not a single string")
+        op_names = list(ops)
+        for op in op_names:
+            _check_op(op)
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError(f"module-path patterns are non-empty strings like 'head.*'; got {pattern!r}")
+    return [(pattern, op_names) for pattern in patterns]
 
 
 class OpPolicy:
@@ -136,20 +179,20 @@ class OpPolicy:
         "head", "head.*", "*.attn", "blocks.1?.mlp"); a node inside "blocks.0.attn.proj" is matched by
         "blocks.0.attn.proj" and by each enclosing path ("blocks.0.attn", "blocks.0", "blocks"). With `ops`, only
         nodes of those ops ("aten::softmax"). Paths are the attribute names of nn.Module.named_modules()."""
-        if not patterns:
-            raise ValueError("exclude needs at least one module-path pattern, like 'head.*'")
-        op_names = None
-        if ops is not None:
-            if isinstance(ops, str):
-                raise TypeError("ops must be an iterable of op names, not a single string")
-            op_names = list(ops)
-            for op in op_names:
-                _check_op(op)
-        for pattern in patterns:
-            if not isinstance(pattern, str) or not pattern:
-                raise ValueError(f"module-path patterns are non-empty strings like 'head.*'; got {pattern!r}")
-        for pattern in patterns:
+        for pattern, op_names in _module_rules("exclude", patterns, ops):
             self._c.exclude(pattern, op_names, reason or f"module path matches {pattern!r}")
+        self._mark_edited()
+        return self
+
+    def force_low(self, *patterns: str, ops: Optional[Iterable[str]] = None,
+                  reason: Optional[str] = None) -> "OpPolicy":
+        """Runs low every node inside a module whose path matches one of the glob `patterns` (as exclude matches
+        them; "*" also matches the top module's own nodes), with `ops` only nodes of those ops, over the range
+        guards: for values the user knows stay within the low dtype where the example inputs did not. The report
+        gives such a node rule_kind "forced low" and the guard it overrode. The verification's repair and the
+        accuracy fallback still keep a node fp32 where they measured that they must."""
+        for pattern, op_names in _module_rules("force_low", patterns, ops):
+            self._c.force_low(pattern, op_names, reason or f"module path matches {pattern!r}")
         self._mark_edited()
         return self
 
@@ -171,6 +214,12 @@ class OpPolicy:
     def exclusions(self) -> List[Exclusion]:
         return [Exclusion(pattern, tuple(ops) if ops is not None else None, reason)
                 for pattern, ops, reason in self._c.exclusions()]
+
+    @property
+    def forced_low(self) -> List[Exclusion]:
+        """The forced-low rules (pattern, ops, reason), in the order added."""
+        return [Exclusion(pattern, tuple(ops) if ops is not None else None, reason)
+                for pattern, ops, reason in self._c.forced_low()]
 
     @property
     def rules(self) -> List[Tuple[Rule, str]]:
@@ -257,9 +306,9 @@ class OpPolicy:
         rows = self._c.rows()
         counts = ", ".join(f"{c}={sum(1 for _, listed, _ in rows if listed == c)}" for c in CATEGORIES)
         extras = ""
-        exclusions = self._c.exclusions()
-        if exclusions or self._rules:
-            extras = f", {len(exclusions)} exclusions, {len(self._rules)} rules"
+        exclusions, forced = self._c.exclusions(), self._c.forced_low()
+        if exclusions or forced or self._rules:
+            extras = f", {len(exclusions)} exclusions, {len(forced)} forced low, {len(self._rules)} rules"
         return f"OpPolicy({self.name!r}: {counts}{extras})"
 
     def to_markdown(self) -> str:

@@ -12,6 +12,9 @@ namespace torch_mp::core {
 
 enum class LowDtype : uint8_t { kFloat16, kBFloat16 };
 
+// Its name as torch spells the dtype (torch.float16): "float16" or "bfloat16", in reports and messages.
+const char* lowDtypeName(LowDtype dtype);
+
 // The largest finite value (fp16: 65504; bf16: 3.39e38, a little below fp32's 3.40e38).
 double largestFinite(LowDtype dtype);
 

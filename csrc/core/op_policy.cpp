@@ -453,22 +453,41 @@ bool OpPolicy::remove(const std::string& op) {
   return entries_.erase(op) > 0;
 }
 
-void OpPolicy::exclude(Exclusion exclusion) {
+void OpPolicy::exclude(ModuleRule exclusion) {
   exclusions_.push_back(std::move(exclusion));
 }
 
-const Exclusion* OpPolicy::exclusionFor(const std::string& op, const std::string& scope) const {
-  for (const Exclusion& exclusion : exclusions_) {
-    if (exclusion.matches(op, scope)) {
-      return &exclusion;
+namespace {
+
+const ModuleRule* firstMatch(const std::vector<ModuleRule>& rules, const std::string& op, const std::string& scope) {
+  for (const ModuleRule& rule : rules) {
+    if (rule.matches(op, scope)) {
+      return &rule;
     }
   }
   return nullptr;
 }
 
-bool Exclusion::matches(const std::string& op, const std::string& scope) const {
+} // namespace
+
+const ModuleRule* OpPolicy::exclusionFor(const std::string& op, const std::string& scope) const {
+  return firstMatch(exclusions_, op, scope);
+}
+
+void OpPolicy::forceLow(ModuleRule rule) {
+  forcedLow_.push_back(std::move(rule));
+}
+
+const ModuleRule* OpPolicy::forcedLowFor(const std::string& op, const std::string& scope) const {
+  return firstMatch(forcedLow_, op, scope);
+}
+
+bool ModuleRule::matches(const std::string& op, const std::string& scope) const {
   if (ops && std::find(ops->begin(), ops->end(), op) == ops->end()) {
     return false;
+  }
+  if (scope.empty()) {
+    return globMatches(pattern, "");  // the top module's own nodes: "*" only
   }
   // the module's path, then each enclosing module's ("a.b.c", "a.b", "a")
   for (std::string_view path = scope; !path.empty();) {

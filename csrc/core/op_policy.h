@@ -54,10 +54,11 @@ struct PolicyEntry {
 // included), `?` one character, `[abc]` / `[a-z]` one of a set, `[!abc]` one not in it.
 bool globMatches(std::string_view pattern, std::string_view text);
 
-// Keeps in fp32 the nodes inside a module whose path ("blocks.0.attn.proj", as nn.Module.named_modules() names it)
-// or an enclosing module's path ("blocks.0.attn", "blocks.0", "blocks") matches `pattern`; with `ops`, only nodes of
-// those ops.
-struct Exclusion {
+// The user's rule for the nodes inside a module whose path ("blocks.0.attn.proj", as nn.Module.named_modules() names
+// it) or an enclosing module's path ("blocks.0.attn", "blocks.0", "blocks") matches `pattern` ("*" also matches the
+// top module's own nodes); with `ops`, only nodes of those ops. An exclusion keeps them fp32; a forced-low rule runs
+// them low whatever the range guards say.
+struct ModuleRule {
   std::string pattern;
   std::optional<std::vector<std::string>> ops;
   std::string reason;
@@ -88,11 +89,18 @@ class OpPolicy {
   // Returns whether the op was listed.
   bool remove(const std::string& op);
 
-  void exclude(Exclusion exclusion);
+  void exclude(ModuleRule exclusion);
   // The first exclusion that matches a node of `op` in the module at `scope`, or nullptr.
-  const Exclusion* exclusionFor(const std::string& op, const std::string& scope) const;
-  const std::vector<Exclusion>& exclusions() const {
+  const ModuleRule* exclusionFor(const std::string& op, const std::string& scope) const;
+  const std::vector<ModuleRule>& exclusions() const {
     return exclusions_;
+  }
+  // The nodes a rule forces low run low over the range guards (the user knows their values are safe); the
+  // verification's repair and the accuracy fallback still keep a node fp32 where they measured that they must.
+  void forceLow(ModuleRule rule);
+  const ModuleRule* forcedLowFor(const std::string& op, const std::string& scope) const;
+  const std::vector<ModuleRule>& forcedLow() const {
+    return forcedLow_;
   }
 
   // The name the report gives the policy: the target's for a default one.
@@ -113,7 +121,8 @@ class OpPolicy {
 
  private:
   std::map<std::string, PolicyEntry> entries_;
-  std::vector<Exclusion> exclusions_;
+  std::vector<ModuleRule> exclusions_;
+  std::vector<ModuleRule> forcedLow_;
   std::optional<std::string> slowKernels_;
   std::string name_ = "custom";
 };
@@ -137,6 +146,7 @@ enum class RuleKind : uint8_t {
   kNonFinite,    // verification: low, its output was NaN or inf where fp32's was finite
   kPolicy,       // the op policy's entry
   kUnknownOp,    // in no policy list: fp32
+  kForcedLow,    // the user's forced-low rule, over the range guards
 };
 struct RuleKindName {
   RuleKind kind;
@@ -154,6 +164,7 @@ inline constexpr RuleKindName kRuleKindNames[] = {
     {RuleKind::kNonFinite, "non-finite"},
     {RuleKind::kPolicy, "policy"},
     {RuleKind::kUnknownOp, "unknown op"},
+    {RuleKind::kForcedLow, "forced low"},
 };
 const char* toString(RuleKind kind);
 

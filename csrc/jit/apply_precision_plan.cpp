@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "core/op_facts.h"
@@ -71,6 +72,7 @@ class PlanApplier {
         casts_(casts) {}
 
   void run() {
+    findStoragesReadInFp32();
     for (size_t n = 0; n < mapping_.planned.size(); ++n) {
       forEachMember(n, [&](Node* member) {
         if (plan_.precision[n] == Precision::kLow) {
@@ -172,7 +174,9 @@ class PlanApplier {
       Value* input = node->input(i);
       if (input->node()->kind() == c10::prim::Constant) {
         if (wanted == Precision::kLow) {
-          if (Value* low = lowConstant(input)) {
+          if (storagesReadInFp32_.count(constantStorage(input))) {
+            requestCast(input, lowDtype_, node, i);
+          } else if (Value* low = lowConstant(input)) {
             node->replaceInput(i, low);
           }
         }
@@ -219,24 +223,88 @@ class PlanApplier {
   // folds the slow path of nn.MultiheadAttention into weight slices only it reads). A weight beyond the low
   // dtype's range stays as it is, and so does one read where a 0 gives inf or NaN (core/op_facts: a divisor) with
   // values the low dtype turns into 0 (a learned scale of 1e-9).
+  // A weight the converted graph also reads in fp32 elsewhere is read as it is.
   void readLowConstantsInFp32(Node* node) {
     for (size_t i = 0; i < node->inputs().size(); ++i) {
       Value* input = node->input(i);
-      if (input->node()->kind() != c10::prim::Constant || input->type()->kind() != c10::TypeKind::TensorType) {
-        continue;
-      }
-      const at::Tensor weight = torch::jit::toIValue(input)->toTensor();
-      const FiniteMagnitudes magnitudes = finiteMagnitudes(weight);
-      const bool zeroSensitive = core::factsOf(node->kind().toQualString()).zeroSensitiveInput == static_cast<int>(i);
-      const bool fits = magnitudes.largest <= largestFinite(lowDtype_) &&
-          (!zeroSensitive || magnitudes.smallest >= smallestNonZero(lowDtype_));
-      if (!lowConstants_.count(input) && (weight.scalar_type() != c10::ScalarType::Float || !fits)) {
+      const void* storage = constantStorage(input);
+      if (!storage || storagesReadInFp32_.count(storage) || (!lowConstants_.count(input) && !storableLow(node, i))) {
         continue;
       }
       if (Value* low = lowConstant(input)) {
         requestCast(low, c10::ScalarType::Float, node, i);
       }
     }
+  }
+
+  // Whether an unobserved node's tensor-constant input `i` may be stored low and cast back (readLowConstantsInFp32).
+  bool storableLow(const Node* node, size_t i) const {
+    const at::Tensor weight = torch::jit::toIValue(node->input(i))->toTensor();
+    if (weight.scalar_type() != c10::ScalarType::Float) {
+      return false;
+    }
+    const FiniteMagnitudes magnitudes = finiteMagnitudes(weight);
+    const bool zeroSensitive = core::factsOf(node->kind().toQualString()).zeroSensitiveInput == static_cast<int>(i);
+    return magnitudes.largest <= largestFinite(lowDtype_) &&
+        (!zeroSensitive || magnitudes.smallest >= smallestNonZero(lowDtype_));
+  }
+
+  // The fp32 constant storages that are not copied low although low nodes read them: their low readers cast them at
+  // run time, so that the converted weights never outgrow the fp32 model's. A storage read in both precisions is
+  // otherwise stored twice, fp32 and low (a copy saves a cast per inference); where those copies would make the
+  // weights larger than the fp32 model's (a language model's embedding table tied to an output layer kept fp32),
+  // the largest such storages are stored once, fp32, until they no longer do.
+  void findStoragesReadInFp32() {
+    std::unordered_map<const Node*, size_t> plannerNodeOf;
+    for (size_t n = 0; n < mapping_.planned.size(); ++n) {
+      forEachMember(n, [&](Node* member) { plannerNodeOf.emplace(member, n); });
+    }
+    int64_t before = 0;
+    int64_t after = 0;
+    std::vector<std::pair<int64_t, const void*>> readInBoth;  // (bytes, storage)
+    for (const auto& [storage, held] : constantStorages(*graph_)) {
+      before += held.bytes;
+      if (!held.fp32) {
+        after += held.bytes;
+        continue;
+      }
+      bool fp32 = false;
+      bool low = false;
+      for (const Node* reader : held.readers) {
+        (readsFp32Storage(reader, storage, plannerNodeOf) ? fp32 : low) = true;
+      }
+      after += (fp32 ? held.bytes : 0) + (low ? held.bytes / 2 : 0);
+      if (fp32 && low) {
+        readInBoth.emplace_back(held.bytes, storage);
+      }
+    }
+    std::sort(readInBoth.begin(), readInBoth.end(), std::greater<>());
+    for (auto it = readInBoth.begin(); it != readInBoth.end() && after > before; ++it) {
+      storagesReadInFp32_.insert(it->second);
+      after -= it->first / 2;
+    }
+  }
+
+  bool readsFp32Storage(
+      const Node* reader,
+      const void* storage,
+      const std::unordered_map<const Node*, size_t>& plannerNodeOf) const {
+    auto planned = plannerNodeOf.find(reader);
+    if (planned != plannerNodeOf.end() && plan_.precision[planned->second] == Precision::kLow) {
+      return false;
+    }
+    for (size_t i = 0; i < reader->inputs().size(); ++i) {
+      if (constantStorage(reader->input(i)) != storage ||
+          torch::jit::toIValue(reader->input(i))->toTensor().scalar_type() != c10::ScalarType::Float) {
+        continue;
+      }
+      const bool castBack = planned != plannerNodeOf.end() && mapping_.planned[planned->second].unobserved &&
+          storableLow(reader, i);
+      if (!castBack) {
+        return true;
+      }
+    }
+    return false;
   }
 
   void requestCast(Value* value, c10::ScalarType dtype, Node* reader, size_t index) {
@@ -375,6 +443,7 @@ class PlanApplier {
   std::unordered_map<const void*, at::Tensor> lowStorages_;  // fp32 storage -> its low-precision copy
   ska::flat_hash_map<std::pair<Value*, c10::ScalarType>, size_t, ValueAndDtypeHash> requestIndex_;
   std::unordered_map<Value*, Value*> lowConstants_;
+  std::unordered_set<const void*> storagesReadInFp32_;
   static constexpr size_t kLowTypesKept = 8;  // types compared per value, at most
   std::vector<std::pair<c10::TypePtr, c10::TypePtr>> lowTypes_;  // an fp32 tensor type -> the same in lowDtype_
   CastLedger& casts_;

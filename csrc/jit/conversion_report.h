@@ -100,8 +100,8 @@ struct ConversionReport {
   // done (convert() keeps the nodes responsible fp32 and plans again)
   std::optional<NonFiniteValue> nonFinite;
   double seconds = 0.0;
-  // Seconds per pipeline stage, in order: cleanup and observe (the preparation, measured once however many plans
-  // are made from it), plan, apply, cancel, tidy (PyTorch's clean-up passes between torch_mp's stages: mutation
+  // Seconds per pipeline stage, in order: freeze (a module's), cleanup and observe (the preparation, measured once
+  // however many plans are made from it), clone (the prepared module copied for this plan), plan, apply, cancel, tidy (PyTorch's clean-up passes between torch_mp's stages: mutation
   // removal, dead code, constant pooling, common subexpressions), kernels, report, verify (convert() only: the
   // load-time pass runs nothing).
   std::vector<std::pair<std::string, double>> phases;

@@ -117,10 +117,10 @@ class DataflowBuilder {
 
   // The node's category, the rule behind it and that rule's kind, or nothing when the node does not touch the plan.
   // The rules, first match wins: graph inputs and outputs; nodes not reached by the example inputs; nodes with a
-  // floating tensor that is not fp32; the observed-range guard; the underflow-to-zero guard; control flow; the
-  // constant-range guard; the user's choices (userChoice); the op policy (a constant-table lookup it lets follow runs
-  // low); unknown ops. A node that would compute low or follow keeps fp32 where a scalar it reads is lost in the low
-  // dtype.
+  // floating tensor that is not fp32; the user's forced-low rule (over every guard below, which the report still
+  // gives); the observed-range guard; the underflow-to-zero guard; control flow; the constant-range guard; the
+  // user's choices (userChoice); the op policy (a constant-table lookup it lets follow runs low); unknown ops. A node
+  // that would compute low or follow keeps fp32 where a scalar it reads is lost in the low dtype.
   std::optional<Classification> classify(Node* node, const std::vector<Node*>& boundaries, std::optional<NodeId> id) {
     bool relevant = false;
     bool unknown = false;
@@ -191,10 +191,22 @@ class DataflowBuilder {
     if (otherFloating) {
       return fp32Because(core::RuleKind::kNotFp32, "has a floating tensor that is not fp32: left as it is");
     }
-    if (std::optional<core::GuardVerdict> guard = guards_.observedOutOfRange(node, boundaries)) {
-      return guarded(std::move(*guard));
+    std::optional<core::GuardVerdict> guard = guards_.observedOutOfRange(node, boundaries);
+    if (!guard) {
+      guard = guards_.underflowToZero(node);
     }
-    if (std::optional<core::GuardVerdict> guard = guards_.underflowToZero(node)) {
+    if (const core::ModuleRule* forced = controlFlow ? nullptr : forcedLow(node, id)) {
+      decided.category = OpCategory::kLowPrecision;
+      decided.kind = core::RuleKind::kForcedLow;
+      decided.rule = "low: forced: " + forced->reason;
+      // the guard it overrides, if one would have kept it fp32
+      decided.guard = guard ? std::move(guard) : guards_.constantOutOfRange(node);
+      if (!decided.guard) {
+        decided.guard = guards_.scalarLostInLowDtype(node);
+      }
+      return decided;
+    }
+    if (guard) {
       return guarded(std::move(*guard));
     }
     std::optional<core::GuardVerdict> constantGuard;
@@ -235,6 +247,15 @@ class DataflowBuilder {
     return decided;
   }
 
+  // The policy's forced-low rule for the node, unless the verification's repair or the accuracy fallback keeps it
+  // fp32 (they measured that it must be).
+  const core::ModuleRule* forcedLow(const Node* node, std::optional<NodeId> id) {
+    if (policy_.forcedLow().empty() || (id && (keepFp32_.nonFinite.count(*id) || keepFp32_.fallback.count(*id)))) {
+      return nullptr;
+    }
+    return policy_.forcedLowFor(node->kind().toQualString(), scopes_.of(node));
+  }
+
   // What the user asks of the node, first match wins: the nodes the verification's repair keeps, the accuracy
   // fallback's kept nodes, the policy's exclusions, the node rule.
   std::optional<NodeOverride> userChoice(const Node* node, std::optional<NodeId> id) {
@@ -251,7 +272,7 @@ class DataflowBuilder {
     }
     const std::string op = node->kind().toQualString();
     const std::string& scope = scopes_.of(node);
-    if (const core::Exclusion* exclusion = policy_.exclusionFor(op, scope)) {
+    if (const core::ModuleRule* exclusion = policy_.exclusionFor(op, scope)) {
       return NodeOverride{OpCategory::kFp32, core::RuleKind::kExclusion, "excluded: " + exclusion->reason};
     }
     if (!nodeRule_) {
@@ -326,10 +347,30 @@ class DataflowBuilder {
     return returnsFresh(producer, output) ? core::Tie::kReaders : core::Tie::kAll;
   }
 
-  static bool readsConstantTable(const Node* node) {
-    const Value* table = node->inputs().empty() ? nullptr : node->input(0);
-    return table && table->node()->kind() == c10::prim::Constant &&
-        table->type()->kind() == c10::TypeKind::TensorType;
+  // Whether the node's table is a constant that can be stored once, low: every other node reading it is a lookup
+  // of it or one the policy runs low (a language model's output layer tied to its embedding, where the device has
+  // fast kernels). A
+  // table that an fp32 op also reads leaves the lookup to follow, so that the min-cut can keep it fp32 beside that
+  // reader instead of casting the whole table at run time (apply_precision_plan stores a table read in both
+  // precisions once, fp32).
+  bool readsConstantTable(const Node* node) {
+    const void* storage = node->inputs().empty() ? nullptr : constantStorage(node->input(0));
+    if (!storage) {
+      return false;
+    }
+    if (!storages_) {
+      storages_ = constantStorages(*graph_);
+    }
+    for (const Node* reader : storages_->at(storage).readers) {
+      const char* kind = reader->kind().toQualString();
+      const core::OpPolicy::Match match = policy_.match(kind);
+      const bool low = match.entry && core::computesLow(match.entry->category);
+      const bool lookup = core::factsOf(kind).tableLookup && constantStorage(reader->input(0)) == storage;
+      if (!low && !lookup) {
+        return false;
+      }
+    }
+    return true;
   }
 
   // Whether following the value's uses, through the views and in-place results that alias it, reaches no write and
@@ -532,6 +573,8 @@ class DataflowBuilder {
   const KeptFp32& keepFp32_;
   const StateContainers* state_;
   std::unordered_set<const Value*> stateReads_;
+  // the constant storages and their readers, found at the first table lookup that asks
+  std::optional<std::unordered_map<const void*, ConstantStorage>> storages_;
   WriterQuery writers_;
   OverloadFacts overloads_;
   ModuleScopes scopes_;

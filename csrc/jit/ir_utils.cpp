@@ -2,6 +2,9 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/hash.h>
+#include <torch/csrc/jit/ir/constants.h>
+
+#include <algorithm>
 
 namespace torch_mp::jit {
 namespace {
@@ -109,6 +112,37 @@ Block* commonBlock(Block* a, Block* b) {
     b = parentBlock(b);
   }
   return a;
+}
+
+const void* constantStorage(const Value* value) {
+  if (value->node()->kind() != c10::prim::Constant || value->type()->kind() != c10::TypeKind::TensorType) {
+    return nullptr;
+  }
+  const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
+  if (!constant || !constant->isTensor() || !constant->toTensor().defined()) {
+    return nullptr;
+  }
+  return constant->toTensor().storage().unsafeGetStorageImpl();
+}
+
+std::unordered_map<const void*, ConstantStorage> constantStorages(torch::jit::Graph& graph) {
+  std::unordered_map<const void*, ConstantStorage> storages;
+  forEachNode(graph.block(), [&](Node* node) {
+    const void* storage = node->kind() == c10::prim::Constant ? constantStorage(node->output()) : nullptr;
+    if (!storage) {
+      return;
+    }
+    const at::Tensor tensor = torch::jit::toIValue(node->output())->toTensor();
+    ConstantStorage& held = storages[storage];
+    held.bytes = static_cast<int64_t>(tensor.storage().nbytes());
+    held.fp32 = tensor.scalar_type() == c10::ScalarType::Float;
+    for (const torch::jit::Use& use : node->output()->uses()) {
+      if (std::find(held.readers.begin(), held.readers.end(), use.user) == held.readers.end()) {
+        held.readers.push_back(use.user);
+      }
+    }
+  });
+  return storages;
 }
 
 bool definedInLoopBody(const Value* value) {

@@ -53,6 +53,17 @@ void forEachNode(torch::jit::Block* block, const Visit& visit) {
   }
 }
 
+// The storage a tensor constant's data lives in (freezing's constants may view one storage: tied weights, the slices
+// of a packed projection), or nullptr where the value is no tensor constant.
+const void* constantStorage(const torch::jit::Value* value);
+// A storage of the graph's tensor constants: its bytes and the nodes reading a constant held in it (each once).
+struct ConstantStorage {
+  int64_t bytes = 0;
+  bool fp32 = false;  // holds fp32 tensors
+  std::vector<torch::jit::Node*> readers;
+};
+std::unordered_map<const void*, ConstantStorage> constantStorages(torch::jit::Graph& graph);
+
 // Whether the value is defined inside a loop body (at any depth), where its sizes may change between iterations.
 bool definedInLoopBody(const torch::jit::Value* value);
 

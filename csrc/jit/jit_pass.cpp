@@ -66,16 +66,10 @@ c10::DeviceType deviceOf(const Block* block) {
 }
 
 ConvertOptions convertOptionsFor(const JitPassOptions& pass, c10::DeviceType device) {
-  ConvertOptions options = defaultOptions(device, pass.dtype);
-  if (pass.policy) {
-    options.policy = *pass.policy;
+  ConvertOptions options = pass.conversion;
+  if (pass.policyPerGraph) {
+    options.policy = defaultOptions(device, options.lowDtype).policy;
   }
-  options.planner = pass.planner;
-  options.verifyOutputs = false;  // nothing to run it on, unless calibration_inputs recorded inputs
-  options.fuseCasts = pass.fuseCasts;
-  options.fusedKernels = pass.fusedKernels;
-  options.channelsLast = pass.channelsLast;
-  options.fuseConvolutions = pass.fuseConvolutions;
   return options;
 }
 
@@ -130,7 +124,8 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
   try {
     specializeProfiledTypes(converted);
     ConvertOptions convertOptions = convertOptionsFor(*options, deviceOf(converted->block()));
-    convertOptions.verifyOutputs = !calibration.empty();  // the recorded inputs: its outputs must stay finite on them
+    // on the recorded inputs, where there are some: its outputs must stay finite on them
+    convertOptions.verifyOutputs = convertOptions.verifyOutputs && !calibration.empty();
     report = calibration.empty() ? ConvertTypedGraph(converted, convertOptions)
                                  : ConvertObservedGraph(converted, calibration, convertOptions);
   } catch (const c10::Error& error) {
@@ -203,7 +198,10 @@ const char* toString(SkipReason reason) {
 }
 
 void enableMixedPrecisionPass(const JitPassOptions& options) {
-  checkLowDtype(options.dtype);
+  checkLowDtype(options.conversion.lowDtype);
+  TORCH_CHECK_VALUE(options.conversion.keepIoDtypes,
+                    "torch_mp: the load-time pass keeps input and output dtypes (its callers pass what the fp32 "
+                    "model takes); convert the model with keep_io_dtypes=False instead");
   PassState& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.registered) {

@@ -20,10 +20,6 @@ using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
 
-std::string dtypeName(c10::ScalarType dtype) {
-  return dtype == c10::ScalarType::Half ? "float16" : "bfloat16";
-}
-
 std::string formatMagnitude(double value) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.3g", value);
@@ -74,7 +70,7 @@ double smallestNonZero(c10::ScalarType lowDtype) {
 
 std::string describeGuard(const GuardVerdict& verdict, c10::ScalarType lowDtype) {
   const std::string value = "%" + verdict.value;
-  const std::string dtype = dtypeName(lowDtype);
+  const std::string dtype = core::lowDtypeName(toLowDtype(lowDtype));
   const std::string seen = formatMagnitude(verdict.seen);
   const std::string limit = formatMagnitude(verdict.limit);
   std::string why;

@@ -20,6 +20,7 @@
 #include "jit/fuse_pointwise.h"
 #include "jit/low_precision_io.h"
 #include "jit/merge_equal_nodes.h"
+#include "jit/numeric_guards.h"
 #include "jit/peephole_optimize.h"
 #include "jit/propagate_constants.h"
 #include "jit/specialize_dtype_queries.h"
@@ -97,19 +98,23 @@ void completeObservation(const std::shared_ptr<Graph>& graph, ObservedValues& ob
 
 Observation observeRunning(
     const std::shared_ptr<Graph>& graph, const Stack& inputs, const std::vector<Stack>& calibration) {
+  const auto failed = [](const std::string& what) {
+    return ModelRunError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                         "torch_mp: running the model on the example inputs failed: " + what);
+  };
   try {
     return observeValues(graph, inputs, calibration);
   } catch (const c10::Error& error) {
-    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what_without_backtrace());
+    throw failed(error.what_without_backtrace());
   } catch (const std::exception& error) {
-    TORCH_CHECK_VALUE(false, kModelRunFailed, ": ", error.what());
+    throw failed(error.what());
   }
 }
 
 ConversionReport emptyReport(const ConvertOptions& options) {
   checkLowDtype(options.lowDtype);
   ConversionReport report;
-  report.dtype = c10::toString(options.lowDtype);
+  report.dtype = core::lowDtypeName(toLowDtype(options.lowDtype));
   report.policy = options.policy.name();
   report.planner = options.planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
   return report;
@@ -147,7 +152,7 @@ void planAndApply(
 //    the ops that read them.
 void cancelAndFuseCasts(
     std::shared_ptr<Graph>& graph, const PreparedGraph& prepared, const ConvertOptions& options, CastLedger& casts) {
-  if (options.lowPrecisionIO) {
+  if (!options.keepIoDtypes) {
     LowerGraphIO(graph, options.lowDtype, casts);
   }
   CancelCasts(graph);
@@ -189,7 +194,7 @@ bool layOutAndFuseKernels(
     const FusedConvolutions fused = FuseCudnnConvolutions(graph, prepared.observed);
     report.fusedConvolutions = fused.convRelu + fused.convAddRelu;
   }
-  if (options.fusedKernels) {
+  if (options.kernels == Kernels::kFused) {
     report.fusedPointwise = FusePointwise(graph, prepared.observed, casts);
   }
   return report.channelsLastConvolutions + report.fusedConvolutions + report.fusedPointwise > 0;
@@ -220,7 +225,7 @@ Stack verificationInputs(Stack inputs, const ConvertOptions& options, const Grap
   if (!inputs.empty() && inputs[0].isObject()) {
     inputs[0] = inputs[0].deepcopy();
   }
-  if (options.lowPrecisionIO) {
+  if (!options.keepIoDtypes) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (recordedDtype(graph.inputs()[i]) == options.lowDtype) {
         inputs[i] = lowerInputValue(inputs[i], options.lowDtype);
@@ -345,7 +350,7 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
   if (options.verifyOutputs && !prepared.inputs.empty()) {
     stages.run("verify", graph, [&] {
       const std::optional<c10::ScalarType> lowIO =
-          options.lowPrecisionIO ? std::make_optional(options.lowDtype) : std::nullopt;
+          options.keepIoDtypes ? std::nullopt : std::make_optional(options.lowDtype);
       std::vector<Stack> runs{verificationInputs(prepared.inputs, options, *graph)};
       std::vector<Stack> expected{prepared.outputs};
       for (size_t c = 0; c < prepared.calibration.size() && c < prepared.calibrationOutputs.size(); ++c) {
@@ -389,8 +394,12 @@ PreparedModel prepareModule(
   TORCH_CHECK(
       !module.hasattr("training") || !module.is_training(),
       "torch_mp: the module is in training mode; call .eval() before converting");
-  torch::jit::Module frozen = torch::jit::freeze_module(module);
-  ownAttributeContainers(frozen);
+  Phases freezing;
+  torch::jit::Module frozen = StageRunner(freezing).run("freeze", module.get_method("forward").graph(), [&] {
+    torch::jit::Module copy = torch::jit::freeze_module(module);
+    ownAttributeContainers(copy);
+    return copy;
+  });
   Stack inputs{frozen._ivalue()};
   inputs.insert(inputs.end(), exampleInputs.begin(), exampleInputs.end());
   std::vector<Stack> calibration;
@@ -400,22 +409,27 @@ PreparedModel prepareModule(
     calibration.push_back(std::move(stack));
   }
   PreparedGraph forward = prepareGraph(frozen.get_method("forward").graph(), inputs, calibration);
+  forward.phases.insert(forward.phases.begin(), freezing.begin(), freezing.end());
   return {std::move(frozen), std::move(forward)};
 }
 
 ConvertedModule convertPreparedModule(const PreparedModel& prepared, const ConvertOptions& options) {
   checkLowDtype(options.lowDtype);
   TORCH_CHECK(prepared.forward.graph, "torch_mp: this preparation was used up by a conversion in place");
-  // A clone copies the graph (node ids included) and deep-copies the attributes, shared ones staying shared.
-  torch::jit::Module module = prepared.frozen.clone();
   PreparedGraph copy;
-  copy.graph = module.get_method("forward").graph();
-  const std::unordered_map<const torch::jit::Value*, torch::jit::Value*> valueOf =
-      correspondingValues(*prepared.forward.graph, *copy.graph);
-  copy.observed.reserve(prepared.forward.observed.size());
-  for (const auto& [value, seen] : prepared.forward.observed) {
-    copy.observed.emplace(valueOf.at(value), seen);
-  }
+  copy.phases = prepared.forward.phases;
+  // A clone copies the graph (node ids included) and deep-copies the attributes, shared ones staying shared.
+  torch::jit::Module module = StageRunner(copy.phases).run("clone", prepared.forward.graph, [&] {
+    torch::jit::Module clone = prepared.frozen.clone();
+    copy.graph = clone.get_method("forward").graph();
+    const std::unordered_map<const torch::jit::Value*, torch::jit::Value*> valueOf =
+        correspondingValues(*prepared.forward.graph, *copy.graph);
+    copy.observed.reserve(prepared.forward.observed.size());
+    for (const auto& [value, seen] : prepared.forward.observed) {
+      copy.observed.emplace(valueOf.at(value), seen);
+    }
+    return clone;
+  });
   copy.inputs = prepared.forward.inputs;
   copy.inputs[0] = module._ivalue();
   copy.outputs = prepared.forward.outputs;
@@ -426,7 +440,6 @@ ConvertedModule convertPreparedModule(const PreparedModel& prepared, const Conve
   copy.calibrationOutputs = prepared.forward.calibrationOutputs;
   copy.weightBytesBefore = prepared.forward.weightBytesBefore;
   copy.rangesObserved = prepared.forward.rangesObserved;
-  copy.phases = prepared.forward.phases;
   return convertInto(std::move(module), copy, options);
 }
 

@@ -50,9 +50,18 @@
 
 namespace torch_mp::jit {
 
-// How the error begins when the model itself fails on the example inputs (a ValueError in Python, which tells it
-// apart from a failure of the conversion by this prefix).
-constexpr const char* kModelRunFailed = "torch_mp: running the model on the example inputs failed";
+// The model itself failed on the example or calibration inputs (not the conversion): a c10::ValueError, raised in
+// Python as torch_mp.ModelRunError (a ValueError).
+class ModelRunError : public c10::ValueError {
+ public:
+  using c10::ValueError::ValueError;
+};
+
+// Which kernels a conversion may call (kernels=).
+enum class Kernels {
+  kPortable,  // only aten ops: the converted model loads in any libtorch
+  kFused,     // also torch_mp::fused_pointwise (fuse_pointwise): loading the model needs the torch_mp library
+};
 
 struct ConvertOptions {
   c10::ScalarType lowDtype = c10::ScalarType::Half;
@@ -68,16 +77,15 @@ struct ConvertOptions {
   KeptFp32 keepFp32;
   // The user's per-node callables, asked after keepFp32 and the policy's exclusions, before the op table.
   NodeRule nodeRule;
-  // fp32 tensor inputs and outputs (top level and in returned tuples/lists) take the low dtype instead of keeping
-  // theirs, for models that feed one another.
-  bool lowPrecisionIO = false;
+  // Inputs and outputs keep their dtypes. Off: fp32 tensor inputs and outputs (top level and in returned
+  // tuples/lists) take the low dtype, for models that feed one another.
+  bool keepIoDtypes = true;
   // Fold casts into the ops that read them (fuse_casts). Off: the casts the plan needs all stay (for comparison).
   bool fuseCasts = true;
-  // Replace chains of elementwise ops and casts (CPU tensors; CUDA tensors in a CUDA build) by
-  // torch_mp::fused_pointwise calls (fuse_pointwise).
-  // Off (the default, portable): only aten ops, the model loads in any libtorch. On: loading it needs the torch_mp
-  // library (`import torch_mp`, or linking libtorch_mp).
-  bool fusedKernels = false;
+  // kFused: chains of elementwise ops and casts (CPU tensors; CUDA tensors in a CUDA build) become
+  // torch_mp::fused_pointwise calls; loading the model then needs the torch_mp library (`import torch_mp`, or
+  // linking libtorch_mp).
+  Kernels kernels = Kernels::kPortable;
   // CUDA convolutions: weights stored channels_last, activations NHWC between them (channels_last_convolutions).
   bool channelsLast = true;
   // CUDA conv (+bias) (+residual add) +relu chains become cuDNN fused convolutions (fuse_cudnn_convolutions): faster
@@ -114,8 +122,8 @@ struct PreparedGraph {
 };
 
 // Stages 1-2 on `graph`, in place. `inputs` are the graph's inputs in order (the module first for a method);
-// `calibration` holds more input stacks of the same form, observed for value ranges only. Throws c10::ValueError
-// (beginning with kModelRunFailed) when the graph fails on them.
+// `calibration` holds more input stacks of the same form, observed for value ranges only. Throws ModelRunError when
+// the graph fails on them.
 PreparedGraph prepareGraph(
     std::shared_ptr<torch::jit::Graph> graph,
     const torch::jit::Stack& inputs,

@@ -67,17 +67,9 @@ c10::ScalarType parseDtype(const std::string& name) {
   TORCH_CHECK_VALUE(false, "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", name);
 }
 
-std::string dtypeName(c10::ScalarType dtype) {
-  return dtype == c10::ScalarType::Half ? "float16" : "bfloat16";
-}
-
 core::PlanMethod parsePlanner(const std::string& planner) {
   TORCH_CHECK_VALUE(planner == "min-cut" || planner == "greedy", "torch_mp: planner must be 'min-cut' or 'greedy'");
   return planner == "min-cut" ? core::PlanMethod::kMinCut : core::PlanMethod::kGreedy;
-}
-
-std::string plannerName(core::PlanMethod planner) {
-  return planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
 }
 
 // The host's CPU features, or those `declared` names ("all", "none", "avx512_bf16,amx_bf16").
@@ -430,30 +422,13 @@ py::dict reportDict(const jit::ConversionReport& report) {
   return data;
 }
 
-std::tuple<std::string, std::optional<std::vector<std::string>>, std::string> exclusionRow(const core::Exclusion& e) {
+std::tuple<std::string, std::optional<std::vector<std::string>>, std::string> moduleRuleRow(const core::ModuleRule& e) {
   return {e.pattern, e.ops, e.reason};
 }
 
-// The load-time pass: policy None for each graph's default policy.
-void enableJitPass(
-    const std::string& dtype,
-    bool calibrate,
-    const std::optional<core::OpPolicy>& policy,
-    const std::string& planner,
-    bool fuseCasts,
-    bool fusedKernels,
-    bool channelsLast,
-    bool fuseConvolutions) {
-  jit::JitPassOptions options;
-  options.dtype = parseDtype(dtype);
-  options.calibrate = calibrate;
-  options.policy = policy;
-  options.planner = parsePlanner(planner);
-  options.fuseCasts = fuseCasts;
-  options.fusedKernels = fusedKernels;
-  options.channelsLast = channelsLast;
-  options.fuseConvolutions = fuseConvolutions;
-  jit::enableMixedPrecisionPass(options);
+// The load-time pass: `conversion` with `calibrate`; policy_per_graph for each graph's default policy.
+void enableJitPass(const jit::ConvertOptions& conversion, bool policyPerGraph, bool calibrate) {
+  jit::enableMixedPrecisionPass({.conversion = conversion, .policyPerGraph = policyPerGraph, .calibrate = calibrate});
 }
 
 // (converted, skipped, calibrating, last outcome, last report or None, last error, last graph or None)
@@ -509,7 +484,18 @@ std::vector<at::Tensor> probeNodes(
 PYBIND11_MODULE(_C, m) {
   using namespace torch_mp;
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
-  m.attr("MODEL_RUN_FAILED") = jit::kModelRunFailed;
+  // torch_mp.ModelRunError: the model's own failure on its inputs, a ValueError, with c10's message minus backtrace
+  static const py::handle modelRunError =
+      py::exception<jit::ModelRunError>(m, "ModelRunError", PyExc_ValueError).release();
+  py::register_exception_translator([](std::exception_ptr thrown) {
+    try {
+      if (thrown) {
+        std::rethrow_exception(thrown);
+      }
+    } catch (const jit::ModelRunError& error) {
+      PyErr_SetString(modelRunError.ptr(), error.what_without_backtrace());
+    }
+  });
   bindCoreForExport(m);
   // the torch whose headers compiled the extension: its operator ids (c10::aten::*) are that torch's (torch_mp._compat)
   m.attr("BUILT_WITH_TORCH") = py::make_tuple(TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
@@ -584,8 +570,8 @@ PYBIND11_MODULE(_C, m) {
           "exclusions",
           [](const core::OpPolicy& policy) {
             std::vector<std::tuple<std::string, std::optional<std::vector<std::string>>, std::string>> rows;
-            for (const core::Exclusion& exclusion : policy.exclusions()) {
-              rows.push_back(exclusionRow(exclusion));
+            for (const core::ModuleRule& exclusion : policy.exclusions()) {
+              rows.push_back(moduleRuleRow(exclusion));
             }
             return rows;
           },
@@ -593,27 +579,56 @@ PYBIND11_MODULE(_C, m) {
       .def(
           "excluded_by",
           [](const core::OpPolicy& policy, const std::string& op, const std::string& scope) -> py::object {
-            const core::Exclusion* exclusion = policy.exclusionFor(op, scope);
-            return exclusion ? py::cast(exclusionRow(*exclusion)) : py::none();
+            const core::ModuleRule* exclusion = policy.exclusionFor(op, scope);
+            return exclusion ? py::cast(moduleRuleRow(*exclusion)) : py::none();
           },
-          py::arg("op"), py::arg("scope"), "The first exclusion matching a node of `op` in module `scope`, or None.");
+          py::arg("op"), py::arg("scope"), "The first exclusion matching a node of `op` in module `scope`, or None.")
+      .def(
+          "force_low",
+          [](core::OpPolicy& policy, std::string pattern, std::optional<std::vector<std::string>> ops,
+             std::string reason) { policy.forceLow({std::move(pattern), std::move(ops), std::move(reason)}); },
+          py::arg("pattern"), py::arg("ops"), py::arg("reason"))
+      .def(
+          "forced_low",
+          [](const core::OpPolicy& policy) {
+            std::vector<std::tuple<std::string, std::optional<std::vector<std::string>>, std::string>> rows;
+            for (const core::ModuleRule& rule : policy.forcedLow()) {
+              rows.push_back(moduleRuleRow(rule));
+            }
+            return rows;
+          },
+          "(pattern, ops or None, reason) per forced-low rule, in the order added.")
+      .def(
+          "forced_low_by",
+          [](const core::OpPolicy& policy, const std::string& op, const std::string& scope) -> py::object {
+            const core::ModuleRule* rule = policy.forcedLowFor(op, scope);
+            return rule ? py::cast(moduleRuleRow(*rule)) : py::none();
+          },
+          py::arg("op"), py::arg("scope"), "The first forced-low rule matching a node of `op` in `scope`, or None.");
 
   py::class_<jit::ConvertOptions>(m, "ConvertOptions", "Everything a conversion is asked to do but its inputs.")
-      .def(py::init([](const std::string& dtype, const core::OpPolicy& policy) {
-             jit::ConvertOptions options;
-             options.lowDtype = parseDtype(dtype);
-             options.policy = policy;
-             return options;
+      .def(py::init([](const std::string& dtype, const core::OpPolicy& policy, const std::string& planner,
+                       bool verify, bool keepIoDtypes, bool fuseCasts, const std::string& kernels,
+                       bool channelsLast, bool fuseConvolutions, py::object nodeRule) {
+             TORCH_CHECK_VALUE(kernels == "portable" || kernels == "fused",
+                               "kernels must be 'portable' or 'fused', got '", kernels, "'");
+             return jit::ConvertOptions{
+                 .lowDtype = parseDtype(dtype),
+                 .policy = policy,
+                 .planner = parsePlanner(planner),
+                 .verifyOutputs = verify,
+                 .nodeRule = nodeRuleFrom(std::move(nodeRule)),
+                 .keepIoDtypes = keepIoDtypes,
+                 .fuseCasts = fuseCasts,
+                 .kernels = kernels == "fused" ? jit::Kernels::kFused : jit::Kernels::kPortable,
+                 .channelsLast = channelsLast,
+                 .fuseConvolutions = fuseConvolutions};
            }),
-           py::arg("dtype"), py::arg("policy"))
+           py::kw_only(), py::arg("dtype"), py::arg("policy"), py::arg("planner"), py::arg("verify"),
+           py::arg("keep_io_dtypes"), py::arg("fuse_casts"), py::arg("kernels"), py::arg("channels_last"),
+           py::arg("fuse_convolutions"), py::arg("node_rule"),
+           "The options as torch_mp.ConversionOptions holds them, bound once (torch_mp/options.py).")
       .def("__copy__", [](const jit::ConvertOptions& options) { return options; })
-      .def_property(
-          "dtype", [](const jit::ConvertOptions& o) { return dtypeName(o.lowDtype); },
-          [](jit::ConvertOptions& o, const std::string& dtype) { o.lowDtype = parseDtype(dtype); })
-      .def_readwrite("policy", &jit::ConvertOptions::policy)
-      .def_property(
-          "planner", [](const jit::ConvertOptions& o) { return plannerName(o.planner); },
-          [](jit::ConvertOptions& o, const std::string& planner) { o.planner = parsePlanner(planner); })
       .def_readwrite("verify_outputs", &jit::ConvertOptions::verifyOutputs)
       .def_property(
           "keep_fp32", [](const jit::ConvertOptions& o) { return o.keepFp32.fallback; },
@@ -623,18 +638,7 @@ PYBIND11_MODULE(_C, m) {
           "keep_fp32_non_finite", [](const jit::ConvertOptions& o) { return o.keepFp32.nonFinite; },
           [](jit::ConvertOptions& o, std::unordered_set<jit::NodeId> ids) { o.keepFp32.nonFinite = std::move(ids); },
           "Node ids kept fp32 because their low-precision outputs were NaN or inf where fp32's are finite.")
-      .def_readwrite("low_precision_io", &jit::ConvertOptions::lowPrecisionIO)
-      .def_readwrite("fuse_casts", &jit::ConvertOptions::fuseCasts)
-      .def_readwrite("fused_kernels", &jit::ConvertOptions::fusedKernels)
-      .def_readwrite("channels_last", &jit::ConvertOptions::channelsLast)
-      .def_readwrite("fuse_convolutions", &jit::ConvertOptions::fuseConvolutions)
-      .def_readwrite("keep_node_ids", &jit::ConvertOptions::keepNodeIds)
-      .def(
-          "set_node_rule",
-          [](jit::ConvertOptions& o, py::object rule) { o.nodeRule = nodeRuleFrom(std::move(rule)); },
-          py::arg("rule"),
-          "rule(id, op, scope, output, input_shapes, input_dtypes, constants) -> None or (category, reason), or "
-          "None for no rule.");
+      .def_readwrite("keep_node_ids", &jit::ConvertOptions::keepNodeIds);
 
   py::class_<jit::ConversionReport>(m, "ConversionReport", "What a conversion decided and what it cost.")
       .def("to_dict", &reportDict, "The report as dicts and lists (what Report.data holds).")
@@ -657,9 +661,7 @@ PYBIND11_MODULE(_C, m) {
         "Runs a module whose nodes carry ids and returns the first output of each node named (undefined where "
         "absent).");
 
-  m.def("enable_jit_pass", &enableJitPass, py::arg("dtype"), py::arg("calibrate"), py::arg("policy"),
-        py::arg("planner"), py::arg("fuse_casts"), py::arg("fused_kernels"), py::arg("channels_last"),
-        py::arg("fuse_convolutions"),
+  m.def("enable_jit_pass", &enableJitPass, py::arg("conversion"), py::arg("policy_per_graph"), py::arg("calibrate"),
         "Enables the load-time mixed-precision pass (registered once per process).");
   m.def("disable_jit_pass", &jit::disableMixedPrecisionPass, "Disables the load-time pass.");
   m.def("jit_pass_enabled", &jit::mixedPrecisionPassEnabled);

@@ -100,7 +100,8 @@ int runMixed(const std::string& path, const std::string& dtype, const std::vecto
   torch::jit::Module fp32 = torch::jit::load(path);
   const at::Tensor reference = runProfiled(fp32, input);
 
-  torch_mp::jit::enableMixedPrecisionPass({.dtype = dtype == "bf16" ? at::kBFloat16 : at::kHalf});
+  const c10::ScalarType low = dtype == "bf16" ? at::kBFloat16 : at::kHalf;
+  torch_mp::jit::enableMixedPrecisionPass({.conversion = {.lowDtype = low}});
   torch::jit::Module model = torch::jit::load(path);
   const at::Tensor output = runProfiled(model, input);
   torch_mp::jit::disableMixedPrecisionPass();

@@ -1,6 +1,6 @@
 // Mixed precision at load time: torch_mp's pipeline as a pass of TorchScript's graph executor.
 //
-//   torch_mp::jit::enableMixedPrecisionPass({.dtype = at::kHalf});
+//   torch_mp::jit::enableMixedPrecisionPass({.conversion = {.lowDtype = at::kHalf}});
 //   auto model = torch::jit::load("model_fp32_frozen.pt");   // any frozen fp32 TorchScript file
 //   model.forward({x});  // the first two calls profile and calibrate (fp32); from the third on it runs mixed
 //
@@ -25,21 +25,19 @@
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "jit/conversion_report.h"
+#include "jit/pipeline.h"
 
 namespace torch_mp::jit {
 
+// The pass's options: a conversion's, and `calibrate`.
 struct JitPassOptions {
-  c10::ScalarType dtype = c10::ScalarType::Half;  // float16 or bfloat16
+  // As convert() takes them. Inputs and outputs keep their dtypes (the executor's callers pass fp32); the
+  // verification runs on the recorded inputs where there are some; the policy is used with `policyPerGraph` off.
+  ConvertOptions conversion;
+  // Each graph is planned with the default policy for its device (from its profile) and the dtype.
+  bool policyPerGraph = true;
   // Observe the inputs of the runs before converting (one more fp32 run), for the observed range guard.
   bool calibrate = true;
-  // The op policy (its name goes to the report); by default the one for each graph's device (from its profile) and
-  // the dtype.
-  std::optional<core::OpPolicy> policy;
-  core::PlanMethod planner = core::PlanMethod::kMinCut;
-  bool fuseCasts = true;
-  bool fusedKernels = false;  // torch_mp::fused_pointwise calls (need the torch_mp library loaded, as it is here)
-  bool channelsLast = true;
-  bool fuseConvolutions = true;
 };
 
 // Why the pass left a graph as it was.

@@ -1,8 +1,10 @@
 // applyPrecisionPlan (jit/apply_precision_plan) on its own, with plans written by hand: casts where a reader wants
 // another precision than its producer wrote, one per value and dtype, all from the ledger; constants stored low
 // once; a low_fp32_output node's one cast after it; an all-fp32 plan changes nothing. The ledger's casts carry
-// its mark (`torch_mp_cast`), which the pipeline takes off at the end.
+// its mark (`torch_mp_cast`), which the pipeline takes off at the end. A weight also read in fp32 is never stored
+// twice: its low readers cast it at run time.
 #include <gtest/gtest.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
 #include <set>
@@ -94,6 +96,60 @@ TEST(ApplyPrecisionPlanTest, ALowNodeWithFp32OutputWritesOneFp32CastRightAfterIt
   FileCheck()
       .check("aten::mm")->check("FloatTensor = aten::to[torch_mp_cast=1](%")
       ->check("HalfTensor = aten::to[torch_mp_cast=1](%")->check("aten::relu")->run(*graph);
+  expectCloseOutputs(applied.before, applied.after, 1e-2);
+}
+
+constexpr const char* kOneWeightTwoReaders = R"IR(
+    graph(%x : Tensor, %w : Tensor):
+      %a : Tensor = aten::mm(%x, %w)
+      %b : Tensor = aten::matmul(%x, %w)
+      return (%a, %b))IR";
+
+TEST(ApplyPrecisionPlanTest, AWeightAlsoReadInFp32IsStoredOnceAndCastAtRunTimeForItsLowReader) {
+  auto graph = parseGraph(kOneWeightTwoReaders);
+  inlineInputAsConstant(*graph, 1, torch::randn({6, 5}));
+  const Applied applied = apply(graph, {torch::randn({4, 6})}, {"aten::mm"});  // the matmul stays fp32
+  // one tensor constant, fp32; the mm reads a cast of it made at run time
+  FileCheck().check_count("prim::Constant[value=<Tensor>]", 1, /*exactly=*/true)->run(*graph);
+  FileCheck()
+      .check("Float(6, 5, strides=[5, 1], requires_grad=0, device=cpu) = prim::Constant[value=<Tensor>]")
+      ->check("Half(6, 5, strides=[5, 1], requires_grad=0, device=cpu) = aten::to[torch_mp_cast=1](")
+      ->check("aten::mm")->check("aten::matmul")->run(*graph);
+  EXPECT_EQ(applied.ledgerCasts, 3);  // %x and the weight to fp16 for the mm, its product back to fp32
+  expectCloseOutputs(applied.before, applied.after, 1e-2);
+}
+
+TEST(ApplyPrecisionPlanTest, AWeightReadInBothPrecisionsIsStoredTwiceWhereTheWeightsStillShrink) {
+  // Beside a larger weight stored low, a low copy of the shared one leaves the weights below the fp32 model's: it
+  // saves the mm a cast per inference.
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %w : Tensor, %big : Tensor):
+      %a : Tensor = aten::mm(%x, %w)
+      %b : Tensor = aten::matmul(%x, %w)
+      %c : Tensor = aten::mm(%x, %big)
+      return (%a, %b, %c))IR");
+  inlineInputAsConstant(*graph, 2, torch::randn({6, 64}));
+  inlineInputAsConstant(*graph, 1, torch::randn({6, 5}));
+  const Applied applied = apply(graph, {torch::randn({4, 6})}, {"aten::mm"});
+  torch::jit::EliminateDeadCode(graph);
+  FileCheck().check_count("prim::Constant[value=<Tensor>]", 3, /*exactly=*/true)->run(*graph);
+  FileCheck().check("Float(6, 5, strides=[5, 1], requires_grad=0, device=cpu) = prim::Constant[value=<Tensor>]")
+      ->run(*graph);
+  FileCheck().check("Half(6, 5, strides=[5, 1], requires_grad=0, device=cpu) = prim::Constant[value=<Tensor>]")
+      ->run(*graph);
+  EXPECT_EQ(applied.ledgerCasts, 3);  // %x to fp16 once, both mm products back to fp32; none of a weight
+  expectCloseOutputs(applied.before, applied.after, 1e-2);
+}
+
+TEST(ApplyPrecisionPlanTest, AWeightOnlyLowNodesReadIsStoredLowOnce) {
+  auto graph = parseGraph(kOneWeightTwoReaders);
+  inlineInputAsConstant(*graph, 1, torch::randn({6, 5}));
+  const Applied applied = apply(graph, {torch::randn({4, 6})}, {"aten::mm", "aten::matmul"});
+  torch::jit::EliminateDeadCode(graph);  // the fp32 constant, read by nothing now
+  FileCheck().check_count("prim::Constant[value=<Tensor>]", 1, /*exactly=*/true)->run(*graph);
+  FileCheck().check("Half(6, 5, strides=[5, 1], requires_grad=0, device=cpu) = prim::Constant[value=<Tensor>]")
+      ->run(*graph);
+  EXPECT_EQ(applied.ledgerCasts, 3);  // %x to fp16 once, both products back to fp32; none of the weight
   expectCloseOutputs(applied.before, applied.after, 1e-2);
 }
 

@@ -88,7 +88,9 @@ TEST(FoldAttributeReadsTest, GraphWithoutAModuleInputIsLeftAsItIs) {
     graph(%x : Tensor):
       %y : Tensor = aten::relu(%x)
       return (%y))IR");
+  const std::string before = graph->toString();
   EXPECT_EQ(FoldAttributeReads(graph, torch::randn({2})), 0);
+  EXPECT_EQ(graph->toString(), before);
 }
 
 TEST(FoldAttributeReadsTest, DropsTheSubmodulesNoReadReaches) {

@@ -434,7 +434,7 @@ TEST(FusePointwiseTest, PipelineFusesOnlyWhenAsked) {
   auto convertWith = [&](bool fusedKernels) {
     auto converted = graph->copy();
     ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kBFloat16, core::CpuFeatures::all());
-    options.fusedKernels = fusedKernels;
+    options.kernels = fusedKernels ? Kernels::kFused : Kernels::kPortable;
     ConversionReport report = convertGraphInPlace(converted, inputs, options);
     converted->lint();
     expectCloseOutputs(expected, runGraph(converted, inputs), 3e-2);

@@ -121,7 +121,7 @@ TEST(PipelineRulesTest, UnreachedBranchIsLeftAloneAndReported) {
   auto a = torch::randn({4, 4});
   auto b = torch::randn({4, 4});
   auto result = convert(graph, {a, b, true});
-  EXPECT_GT(result.report.unobservedNodes, 0);  // block1 never ran
+  EXPECT_EQ(result.report.unobservedNodes, 1);  // the exp of block1, which never ran
   FileCheck().check("prim::If")->check("block0")->check("aten::mm")->check("block1")->check_not("aten::to")
       ->check("aten::exp")->run(*result.graph);
   expectCloseOutputs(result.before, result.after, 1e-2);
@@ -460,6 +460,24 @@ TEST(PipelineRulesTest, TiedTableReadByEmbeddingAndMatmulIsStoredOnceLow) {
   expectCloseOutputs(result.before, result.after, 1e-2);
 }
 
+TEST(PipelineRulesTest, TiedTableWhoseOtherReaderStaysFp32IsStoredOnceFp32) {
+  // On a CPU without fp16 kernels the output layer stays fp32: the lookup follows it, and the table is stored once,
+  // fp32, as before (stored low too, the converted weights would be 1.5x the fp32 model's).
+  const at::Tensor table = torch::randn({16, 8});
+  auto graph = embeddingLookup(R"IR(
+      %normed : Tensor = aten::layer_norm(%e, %width, %none, %none, %eps, %false)
+      %logits : Tensor = aten::linear(%normed, %table, %none)
+      return (%logits))IR", table);
+  auto result = convert(graph, {torch::randint(0, 16, {2, 3})}, at::kHalf, [](ConvertOptions& o) {
+    o.policy = core::OpPolicy::defaults(core::Target::kCpuFloat16, core::CpuFeatures::none());
+  });
+  EXPECT_EQ(decisionFor(result.report, "aten::embedding").precision, core::Precision::kFp32);
+  FileCheck().check_not("Half")->run(*result.graph);
+  EXPECT_EQ(constantBytesByPrecision(*result.graph), std::make_pair(int64_t{16 * 8 * 4}, int64_t{0}));
+  EXPECT_EQ(result.report.weightBytesAfter, result.report.weightBytesBefore);
+  expectSameOutputs(result.before, result.after);
+}
+
 TEST(PipelineRulesTest, EmbeddingOfATableComputedAtRunTimeFollows) {
   // Non-firing: the table is an input, not a constant; the lookup follows its fp32 reader and nothing is cast.
   auto graph = parseGraph(R"IR(
@@ -617,7 +635,7 @@ TEST(PipelineRulesTest, LowPrecisionIOTakesAndReturnsTheLowDtype) {
   auto graph = parseGraph(kMatmulSoftmaxMatmul);
   const at::Tensor a = torch::randn({4, 6});
   const at::Tensor b = torch::randn({6, 5});
-  auto result = convert(graph, {a, b}, at::kHalf, [](ConvertOptions& o) { o.lowPrecisionIO = true; });
+  auto result = convert(graph, {a, b}, at::kHalf, [](ConvertOptions& o) { o.keepIoDtypes = false; });
   // the first mm reads the fp16 inputs directly and the last one returns fp16: only the softmax's output cast
   // remains (its input cast is folded into its dtype= argument)
   FileCheck().check("graph(%a : Half")->check("%b : Half")->check_not("aten::to(%a")->check("aten::mm(%a, %b)")
@@ -639,7 +657,7 @@ TEST(PipelineRulesTest, LowPrecisionIOLeavesIntegerAndFp32OnlyGraphsTyped) {
       return (%t))IR");
   const at::Tensor x = torch::randn({3, 4});
   const at::Tensor i = torch::arange(3);
-  auto result = convert(graph, {x, i}, at::kHalf, [](ConvertOptions& o) { o.lowPrecisionIO = true; });
+  auto result = convert(graph, {x, i}, at::kHalf, [](ConvertOptions& o) { o.keepIoDtypes = false; });
   // the softmax stays fp32 between the input and output casts (the input's folded into its dtype= argument); the
   // integer tensor is never cast
   FileCheck().check("%x : Half")->check("%i : Long")->check_not("aten::to(%x")->check("aten::softmax(%x, %")
@@ -856,6 +874,35 @@ TEST(PipelineRulesTest, ScalarTheLowDtypeLosesKeepsItsReaderFp32) {
   auto bf16 = convert(graphWithBound("1e-08"), inputs, at::kBFloat16);  // bf16 has fp32's exponent range
   FileCheck().check("BFloat16Tensor = aten::clamp")->run(*bf16.graph);
   EXPECT_TRUE(bf16.after[0].toTensor().isfinite().all().item<bool>());
+}
+
+TEST(PipelineRulesTest, ForcedLowRunsAGuardedNodeLowAndReportsTheGuardItOverrode) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %w : Tensor):
+      %p : Tensor = aten::mm(%x, %w)
+      %r : Tensor = aten::relu(%p)
+      return (%r))IR");
+  // products of 4e4: beyond half of fp16's largest number, so the observed-range guard keeps the mm fp32
+  const std::vector<c10::IValue> inputs{torch::full({4, 8}, 100.0), torch::full({8, 3}, 50.0)};
+  auto guarded = convert(graph, inputs);
+  EXPECT_EQ(decisionFor(guarded.report, "aten::mm").precision, core::Precision::kFp32);
+  EXPECT_EQ(decisionFor(guarded.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
+
+  auto forced = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+    o.policy.forceLow({"*", std::vector<std::string>{"aten::mm"}, "the user knows"});
+  });
+  const NodeDecision& mm = decisionFor(forced.report, "aten::mm");
+  EXPECT_EQ(mm.precision, core::Precision::kLow);
+  EXPECT_EQ(mm.ruleKind, core::RuleKind::kForcedLow);
+  ASSERT_TRUE(mm.guard);
+  EXPECT_EQ(mm.guard->kind, core::GuardKind::kObservedOverflow);
+  FileCheck().check("HalfTensor = aten::mm")->run(*forced.graph);
+  // non-firing: a rule for another op leaves the guard as it was
+  auto other = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+    o.policy.forceLow({"*", std::vector<std::string>{"aten::conv2d"}, "the user knows"});
+  });
+  EXPECT_EQ(decisionFor(other.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
+  expectSameOutputs(guarded.before, other.after);
 }
 
 // The kernels stage re-lays and fuses only convolutions the example inputs ran on a CUDA device (here typed so, the

@@ -89,7 +89,14 @@ TEST(PreparedModelTest, EachPlanEqualsAConversionFromScratchAndLeavesThePreparat
   FileCheck().check("torch_mp_node")->check_not("Half")->run(preparedGraph);
   FileCheck().check_not("torch_mp_node")->check_not("torch_mp_cast")->check("Half")
       ->run(forwardGraph(scratch.module));
-  EXPECT_EQ(scratch.report.phases.front().first, "cleanup");
+  // freezing is timed with the stages; a conversion from scratch uses its preparation up, with no clone (a plan of
+  // a kept preparation clones it: test_prepare.py)
+  std::vector<std::string> phases;
+  for (const auto& [name, seconds] : scratch.report.phases) {
+    phases.push_back(name);
+  }
+  EXPECT_EQ(std::vector<std::string>(phases.begin(), phases.begin() + 4),
+            (std::vector<std::string>{"freeze", "cleanup", "observe", "plan"}));
 }
 
 TEST(PreparedModelTest, NodesKeptFp32ByIdStayFp32AndSayItIsTheFallback) {
@@ -134,13 +141,13 @@ TEST(PreparedModelTest, ProbesFindTheSameNodeInThePreparationAndInAConversionTha
   expectCloseOutputs({expected}, {low[1].to(at::kFloat)}, 1e-2);
 }
 
-TEST(PreparedModelTest, ABadExampleInputFailsInPreparationWithTheModelRunMessage) {
+TEST(PreparedModelTest, ABadExampleInputFailsInPreparationAsAModelRunError) {
   Module original = matmulReluSoftmax();
   try {
     prepareModule(original, {torch::randn({4, 7})});
     FAIL() << "expected the model run to fail";
-  } catch (const c10::ValueError& error) {
-    EXPECT_EQ(std::string(error.what()).rfind(kModelRunFailed, 0), 0u) << error.what();
+  } catch (const ModelRunError&) {
+    SUCCEED();  // the model's own failure, told apart from a conversion failure by its type
   }
 }
 

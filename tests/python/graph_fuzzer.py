@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 import torch_mp
-from torch_mp.accuracy import flatten_tensors
+from agreement import flatten_tensors
 
 BATCH, FEATURES = 4, 8
 UNIT_ROUNDOFF = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}

@@ -1,6 +1,6 @@
 """Accuracy against fp32 on CPU for fp16 and bf16, per model, with the tolerances stated here.
 
-Metrics (torch_mp.accuracy): cosine similarity of the flattened outputs, max relative error
+Metrics (tests/python/agreement.py): cosine similarity of the flattened outputs, max relative error
 max|y - y_fp32| / max|y_fp32|, top-1 agreement of argmax rows. bf16 keeps 8 mantissa bits against fp16's 11,
 so its tolerances are wider.
 """
@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 import torch_mp
-from torch_mp.accuracy import compare, flatten_tensors
-from torch_mp.models import ControlFlowNet, ConvBnNet, LSTMTagger, ResNetIBN, resnet50_ibn_a
+from agreement import compare, flatten_tensors
+from torch_mp.models import ResNetIBN, resnet50_ibn_a
+from small_models import ControlFlowNet, ConvBnNet, LSTMTagger
 
 
 class Case(NamedTuple):
@@ -66,8 +67,8 @@ def test_accuracy_against_fp32(name, dtype):
         assert agreement.max_rel_error <= case.max_rel[dtype], agreement
     first = compare(reference[0], result[0])
     assert first.top1 >= case.top1, first
-    assert report.weight_ratio < 0.75
-    assert report.low_precision_ops()  # something really runs in low precision
+    assert report.weight_ratio <= 0.501  # every weight stored low but a norm's scale and shift (0.5002 for IBN-a)
+    assert report.low_precision_flop_fraction == 1.0  # every heavy op runs low
 
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])

@@ -11,7 +11,7 @@ import torch
 
 from small_models import ConvResidual
 from torch_mp import __main__
-from torch_mp.models import ConvBnNet
+from small_models import ConvBnNet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # one line of the per-cast list: "  x.1: Float -> BFloat16  589824 bytes"
@@ -40,7 +40,7 @@ def test_convert_then_report(tmp_path, scripted):
     x = torch.randn(2, 3, 16, 16)
     torch.testing.assert_close(torch.jit.load(out)(x), model(x), rtol=0, atol=5e-3)
     summary = cli("report", out)
-    assert summary.returncode == 0 and "torch_mp conversion to Half" in summary.stdout
+    assert summary.returncode == 0 and "torch_mp conversion to float16" in summary.stdout
     casts = len(json.loads(report.read_text())["casts"])
     assert casts > 0 and not CAST_LINE.search(summary.stdout)
     listed = cli("report", out, "--casts")
@@ -52,7 +52,7 @@ def test_demo_prints_the_summary_and_the_table_by_op(capsys):
     # per-cast list (66 lines for this ResNet-50, most of them 0 bytes) could not fit
     assert __main__.main(["demo", "--size", "64", "--batch", "1"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("torch_mp conversion to BFloat16")
+    assert out.startswith("torch_mp conversion to bfloat16")
     assert re.search(r"^op +count  precision  rule$", out, re.MULTILINE)
     assert re.search(r"^aten::conv2d +\d+  low ", out, re.MULTILINE)
     assert "top-1 agreement" in out
@@ -107,7 +107,7 @@ def test_missing_file_and_bad_arguments(tmp_path, scripted):
     bad_shape = cli("convert", path, "-o", tmp_path / "out.pt", "--input-shape", "1,x")
     assert bad_shape.returncode == 2 and "comma-separated integers" in bad_shape.stderr
     wrong_shape = cli("convert", path, "-o", tmp_path / "out.pt", "--input-shape", "1,5,16,16")
-    assert wrong_shape.returncode == 2 and "running the model on the example inputs failed" in wrong_shape.stderr
+    assert wrong_shape.returncode == 1 and wrong_shape.stderr.count("error:") == 1  # the model failed, not the CLI
     bad_dtype = cli("convert", path, "-o", tmp_path / "out.pt", "--dtype", "fp8", "--input-shape", "1,3,16,16")
     assert bad_dtype.returncode == 2 and "invalid choice" in bad_dtype.stderr
 
@@ -118,7 +118,7 @@ def test_missing_file_and_bad_arguments(tmp_path, scripted):
 @pytest.fixture
 def cancellation(tmp_path):
     """CancellationNet: fp16 rounds its signal away unless `offset` runs in fp32; it has a `head` module."""
-    from torch_mp.models import CancellationNet
+    from small_models import CancellationNet
 
     model = CancellationNet().eval()
     path = tmp_path / "cancel.pt"
@@ -159,13 +159,32 @@ def test_bad_exclude_is_an_error(tmp_path, cancellation, glob, message):
     assert "Traceback" not in result.stderr and not (tmp_path / "out.pt").exists()
 
 
+def test_device_and_dtype_choose_the_policy(tmp_path, scripted):
+    _, path = scripted
+    cpu, cuda = tmp_path / "cpu.pt", tmp_path / "cuda.pt"
+    # no --dtype: the device's choice (this suite plans for a CPU with fast kernels in both: bf16, as autocast)
+    assert cli("convert", path, "-o", cpu, "--input-shape", "2,3,16,16").returncode == 0
+    assert (stored_report(cpu)["dtype"], stored_report(cpu)["policy"]) == ("bfloat16", "cpu_bf16")
+    # planned for CUDA's kernels, on this machine's CPU where it has no GPU
+    result = cli("convert", path, "-o", cuda, "--device", "cuda", "--input-shape", "2,3,16,16")
+    assert result.returncode == 0, result.stderr
+    assert (stored_report(cuda)["dtype"], stored_report(cuda)["policy"]) == ("float16", "cuda_fp16")
+
+
+def test_an_exclude_typo_is_found_before_converting(tmp_path, cancellation):
+    _, path, _ = cancellation
+    # these inputs do not run the model: the glob is refused first, before the model runs (exit 2, not 1)
+    result = cli("convert", path, "-o", tmp_path / "out.pt", "--input-shape", "16,65", "--exclude", "haed")
+    assert result.returncode == 2 and "--exclude 'haed'" in result.stderr
+
+
 def test_calib_feeds_the_range_guard(tmp_path, cancellation):
     _, path, _ = cancellation
     calib = tmp_path / "calib.pt"
     torch.save([torch.randn(16, 64) * 1e5], calib)  # values beyond half of fp16's max: the guard keeps fp32
     plain, guarded = tmp_path / "plain.pt", tmp_path / "guarded.pt"
-    assert cli("convert", path, "-o", plain, "--input-shape", "16,64").returncode == 0
-    result = cli("convert", path, "-o", guarded, "--input-shape", "16,64", "--calib", calib)
+    assert cli("convert", path, "-o", plain, "--dtype", "fp16", "--input-shape", "16,64").returncode == 0
+    result = cli("convert", path, "-o", guarded, "--dtype", "fp16", "--input-shape", "16,64", "--calib", calib)
     assert result.returncode == 0, result.stderr
     kinds = [n["rule_kind"] for n in stored_report(guarded)["nodes"]]
     assert "range guard" in kinds and "range guard" not in [n["rule_kind"] for n in stored_report(plain)["nodes"]]
@@ -214,8 +233,8 @@ def test_bad_tolerance_is_an_error(tmp_path, cancellation, value):
 def test_low_precision_io(tmp_path, cancellation):
     _, path, _ = cancellation
     kept, low = tmp_path / "kept.pt", tmp_path / "low.pt"
-    assert cli("convert", path, "-o", kept, "--input-shape", "16,64").returncode == 0
-    result = cli("convert", path, "-o", low, "--input-shape", "16,64", "--low-precision-io")
+    assert cli("convert", path, "-o", kept, "--dtype", "fp16", "--input-shape", "16,64").returncode == 0
+    result = cli("convert", path, "-o", low, "--dtype", "fp16", "--input-shape", "16,64", "--low-precision-io")
     assert result.returncode == 0, result.stderr
     x = torch.randn(16, 64)
     assert torch.jit.load(kept)(x).dtype == torch.float32

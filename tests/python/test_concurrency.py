@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 import torch_mp
-from torch_mp.models import ControlFlowNet, ConvBnNet, LSTMTagger, NestedOutputNet
+from small_models import ControlFlowNet, ConvBnNet, LSTMTagger, NestedOutputNet
 
 
 def build_models():

@@ -6,7 +6,7 @@ from torch import nn
 
 import torch_mp
 from small_models import ScoresThenNorm
-from torch_mp.models import ConvBnNet
+from small_models import ConvBnNet
 
 
 class Block(nn.Module):
@@ -287,3 +287,50 @@ def test_low_fp32_output_from_a_node_rule_only_where_it_says(policy):
 def test_unknown_category_names_the_choices(policy):
     with pytest.raises(ValueError, match="low_fp32_output"):
         policy.set("aten::matmul", "fp32_out")
+
+
+class LoudHead(nn.Module):
+    """Values near 4e4 reach `head`: beyond half of fp16's largest number, within it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.fc(x) + 40000.0)
+
+
+@pytest.mark.parametrize("front", ["convert", "export"])
+def test_force_low_overrides_the_range_guard_and_says_so(front):
+    model, x = LoudHead().eval(), torch.randn(8, 16)
+    policy = torch_mp.OpPolicy.default("cpu_fp16", cpu_features="all")
+
+    def head_of(policy):
+        if front == "convert":
+            converted, report = torch_mp.convert(model, x, torch.float16, policy=policy, return_report=True)
+        else:
+            program, report = torch_mp.export(model, (x,), torch.float16, policy=policy, return_report=True)
+            converted = program.module()
+        [head] = [n for n in report.nodes if n["scope"] == "head" and n["flops"] > 0]
+        return head, converted
+
+    guarded, _ = head_of(policy)
+    assert (guarded["precision"], guarded["rule_kind"], guarded["guard"]["kind"]) == \
+        ("fp32", "range guard", "observed overflow")
+    forced, converted = head_of(policy.copy().force_low("head", reason="checked on our data"))
+    assert (forced["precision"], forced["rule_kind"], forced["guard"]["kind"]) == \
+        ("low", "forced low", "observed overflow")
+    torch.testing.assert_close(converted(x), model(x), rtol=0, atol=64.0)  # fp16 spacing near 4e4 is 32
+    # non-firing: a rule for another module leaves the guard in place
+    other, _ = head_of(policy.copy().force_low("fc"))
+    assert other["rule_kind"] == "range guard"
+
+
+def test_force_low_arguments_are_checked(policy):
+    with pytest.raises(ValueError):
+        policy.force_low()
+    with pytest.raises(TypeError):
+        policy.force_low("head", ops="aten::linear")
+    with pytest.raises(ValueError):
+        torch_mp.jit_pass(torch.float16, policy=policy.copy().force_low("head"))

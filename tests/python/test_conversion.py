@@ -7,7 +7,7 @@ from torch import nn
 from torch.testing import FileCheck
 
 import torch_mp
-from torch_mp.models import ControlFlowNet, NestedOutputNet
+from small_models import ControlFlowNet, NestedOutputNet
 
 LOW = [torch.float16, torch.bfloat16]
 CODE = {torch.float16: 5, torch.bfloat16: 15, torch.float32: 6}  # c10::ScalarType values in aten::to
@@ -252,7 +252,7 @@ def test_report_json_and_table():
     model = Mlp().eval()
     _, report = torch_mp.convert(model, (torch.randn(4, 16),), torch.float16, return_report=True)
     data = json.loads(report.to_json())
-    assert data["dtype"] == "Half" and data["planner"] == "min-cut"
+    assert data["dtype"] == "float16" and data["planner"] == "min-cut"
     linear = [n for n in data["nodes"] if n["op"] == "aten::linear"]
     assert len(linear) == 2 and all(n["precision"] == "low" for n in linear)
     # the cast into fc1 stays; the one before softmax is fused into softmax's dtype= and counted apart
@@ -290,7 +290,7 @@ def test_lstm_shape_checks_and_dtype_queries_cost_no_casts(dtype):
     """nn.LSTM's scripted forward has an untaken `unsqueeze` branch and reads `input.dtype` for its zero state:
     the branch's view inherits its input's dtype and the query is answered from the observation, so only the
     zero state is cast (the head's output goes to log_softmax as its dtype=float32 argument)."""
-    from torch_mp.models import LSTMTagger
+    from small_models import LSTMTagger
 
     tokens = torch.randint(0, 1000, (4, 20))
     converted, report = torch_mp.convert(LSTMTagger().eval(), (tokens,), dtype, return_report=True)

@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 import torch_mp
-from torch_mp.accuracy import compare
-from torch_mp.models import ConvBnNet, ResNetIBN
+from agreement import compare
+from torch_mp.models import ResNetIBN
+from small_models import ConvBnNet
 from small_models import ScoresThenNorm
 
 pytestmark = pytest.mark.cuda

@@ -31,6 +31,8 @@ def has_kernel(device: str) -> bool:
 
 
 def needs_kernel(device: str):
+    # every build registers the CPU kernel: a missing one is a failure, not a skip; a CUDA kernel needs a CUDA build
+    assert device != "cpu" or has_kernel("cpu"), "torch_mp::fused_pointwise has no CPU kernel registered"
     if not has_kernel(device):
         pytest.skip(f"this build of torch_mp has no {device} kernel")
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fresh_process import run_python
-from torch_mp.models import ConvBnNet
+from small_models import ConvBnNet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCH_JIT_WARNING = "` is deprecated. Please "  # torch's message for every torch.jit API: "`torch.jit.save` is ..."
@@ -37,7 +37,9 @@ SCENARIO = textwrap.dedent(
     import io, json, threading, warnings
     from concurrent.futures import ThreadPoolExecutor
     import torch, torch_mp
-    from torch_mp.models import ConvBnNet
+    import sys
+    sys.path.insert(0, 'tests/python')  # the tests' models (cwd: the repository)
+    from small_models import ConvBnNet
 
     shown = []
     warnings.showwarning = lambda message, category, filename, *_: shown.append(
@@ -131,7 +133,9 @@ def test_default_filters_show_ours_once_and_the_users_call():
     script = textwrap.dedent(
         """
         import torch, torch_mp
-        from torch_mp.models import ConvBnNet
+        import sys
+        sys.path.insert(0, 'tests/python')  # the tests' models (cwd: the repository)
+        from small_models import ConvBnNet
         net, x = ConvBnNet().eval(), torch.randn(2, 3, 16, 16)
         torch_mp.convert(net, (x,), torch.float16)
         torch_mp.convert(net, (x,), torch.bfloat16)
@@ -151,7 +155,9 @@ def test_warnings_as_errors():
     script = textwrap.dedent(
         """
         import torch, torch_mp
-        from torch_mp.models import ConvBnNet
+        import sys
+        sys.path.insert(0, 'tests/python')  # the tests' models (cwd: the repository)
+        from small_models import ConvBnNet
         net, x = ConvBnNet().eval(), torch.randn(2, 3, 16, 16)
         try:
             torch_mp.convert(net, (x,), torch.float16)

@@ -3,8 +3,9 @@ import pytest
 import torch
 
 import torch_mp
-from torch_mp.fallback import bisect_fallback, relative_error
-from torch_mp.models import CancellationNet
+from bisection import bisect_fallback
+from torch_mp.fallback import relative_error
+from small_models import CancellationNet
 
 
 @pytest.fixture
@@ -67,10 +68,10 @@ def test_fallback_with_a_metric_callable(model):
 
 def test_bisection_baseline_reaches_the_tolerance_too(model):
     calibration = batches(2)
-    from torch_mp._convert import Conversion, _checked_options
+    from torch_mp._convert import Conversion
 
-    options = _checked_options(torch.float16, torch_mp.OpPolicy.default("cpu_fp16"), "min-cut", True, True,
-                               "portable", True, False, True, None, None)
+    options = torch_mp.ConversionOptions(dtype=torch.float16, policy=torch_mp.OpPolicy.default("cpu_fp16"),
+                                         fuse_convolutions=False)
     job = Conversion(torch_mp.prepare(model, calibration[0]), options)
     kept, error, conversions = bisect_fallback(job, calibration, 5e-3)
     assert error <= 5e-3 and 1 <= len(kept) <= 3 and conversions > len(kept)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import torch_mp
-from torch_mp.accuracy import compare
+from agreement import compare
 
 from fresh_process import assert_runs_without_torch_mp
 

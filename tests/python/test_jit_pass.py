@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 import torch_mp
-from torch_mp.models import ControlFlowNet, LSTMTagger, ResNetIBN
+from torch_mp.models import ResNetIBN
+from small_models import ControlFlowNet, LSTMTagger
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +73,7 @@ def test_enable_disable_and_context_manager_restore_the_previous_state():
         with torch_mp.jit_pass(dtype=torch.float16):
             assert torch_mp.jit_pass.is_enabled()
         assert torch_mp.jit_pass.is_enabled()
-        assert torch_mp.jit_pass._current["dtype"] == torch.bfloat16
+        assert torch_mp.jit_pass._current[0].dtype == torch.bfloat16
     assert not torch_mp.jit_pass.is_enabled()
     torch_mp.jit_pass.enable(torch.float16)
     torch_mp.jit_pass.enable(torch.float16)  # twice is fine
@@ -86,7 +87,7 @@ def test_bad_options_are_refused_with_a_clear_error():
         torch_mp.jit_pass(dtype=torch.float32)
     policy = torch_mp.OpPolicy.default("cpu_bf16")
     policy.exclude("head.*")
-    with pytest.raises(ValueError, match="exclusions and per-node rules"):
+    with pytest.raises(ValueError, match="a policy of op entries only"):
         torch_mp.jit_pass(dtype=torch.bfloat16, policy=policy)
     with pytest.raises(ValueError, match="planner"):
         torch_mp.jit_pass.enable(torch.bfloat16, planner="best")
@@ -123,7 +124,7 @@ def test_frozen_resnet_file_runs_mixed_under_the_pass_and_fp32_without(tmp_path,
     assert len(low_constants(graph, dtype)) >= 17  # every convolution's weight, pre-cast
     assert casts_to(graph, dtype) and graph.findAllNodes("prim::TypeCheck")
     assert mixed.dtype == torch.float32
-    tolerance = 2e-2 if dtype == torch.float16 else 1e-1
+    tolerance = 2e-3 if dtype == torch.float16 else 2e-2  # reached: 2.6e-4 and 2.5e-3 of the largest output
     torch.testing.assert_close(mixed, expected, rtol=0, atol=tolerance * expected.abs().max().item())
     assert not torch.equal(mixed, expected)
 

@@ -7,6 +7,7 @@ import sys
 import textwrap
 from typing import Dict, List
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -86,6 +87,28 @@ def test_tied_embedding_table_is_stored_once_low(tmp_path):
     assert report.data["weight_bytes_kept_fp32"] < 4096  # the norm's scale and shift, the linear's bias
     expected = model(ids)
     assert torch.nn.functional.cosine_similarity(converted(ids).flatten(), expected.flatten(), dim=0) > 0.999
+
+
+@pytest.mark.parametrize("front", ["convert", "export"])
+def test_no_conversion_grows_the_weights_of_a_tied_table_its_output_layer_reads_in_fp32(front):
+    # Planned for a CPU without fp16 kernels the output matmul stays fp32, so the table it shares with the token
+    # lookup stays fp32, stored once, and so does that lookup (stored low as well, the weights were 1.47x the fp32
+    # model's); the position table, which only its lookup reads, is stored low.
+    torch.manual_seed(0)
+    model = TiedLanguageModel().eval()
+    ids = torch.randint(0, 4000, (2, 16))
+    policy = torch_mp.OpPolicy.default("cpu_fp16", cpu_features="none")
+    if front == "convert":
+        converted, report = torch_mp.convert(model, (ids,), torch.float16, policy=policy, return_report=True)
+    else:
+        program, report = torch_mp.export(model, (ids,), torch.float16, policy=policy, return_report=True)
+        converted = program.module()
+    assert report.weight_ratio <= 1.0
+    lookups = {n["scope"]: n for n in report.nodes if n["op"] == "aten::embedding"}
+    assert (lookups["tokens"]["precision"], lookups["tokens"]["category"]) == ("fp32", "follow")
+    assert (lookups["positions"]["precision"], lookups["positions"]["category"]) == ("low", "low")  # its own table
+    expected = model(ids)
+    assert torch.nn.functional.cosine_similarity(converted(ids).flatten(), expected.flatten(), dim=0) > 0.9999
 
 
 def test_fp32_weights_over_64_kb_are_listed_with_their_readers_and_rule():

@@ -8,8 +8,8 @@ from torch import nn
 
 import torch_mp
 from small_models import MaskedScores
-from torch_mp.accuracy import compare
-from torch_mp.models import ConvBnNet
+from agreement import compare
+from small_models import ConvBnNet
 
 
 class Scaled(nn.Module):

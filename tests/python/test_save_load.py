@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_mp
-from torch_mp.models import ConvBnNet, NestedOutputNet
+from small_models import ConvBnNet, NestedOutputNet
 
 from fresh_process import assert_runs_without_torch_mp
 from small_models import ConvResidual
@@ -82,7 +82,7 @@ def test_cpp_example_converts_in_cpp(tmp_path, cpp_example):
     )
     assert result.returncode == 0, result.stderr
     report = dict(line.split(": ", 1) for line in result.stdout.splitlines())
-    assert report["dtype"] == "Half" and report["policy"] == "cpu_fp16"
+    assert report["dtype"] == "float16" and report["policy"] == "cpu_fp16"
     assert int(report["low-precision nodes"]) > 0
     assert int(report["weight bytes after"]) < 0.6 * int(report["weight bytes before"])
     loaded = torch.jit.load(out_path)

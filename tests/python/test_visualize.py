@@ -9,7 +9,8 @@ from torch import nn
 
 import torch_mp
 from torch_mp import visualize
-from torch_mp.models import ConvBnNet, resnet50_ibn_a
+from torch_mp.models import resnet50_ibn_a
+from small_models import ConvBnNet
 from torch_mp.visualize import COLORS, MARKS
 
 

@@ -1,6 +1,6 @@
 """Converts one zoo model and measures it against fp32: what the accuracy suite asserts and the table shows.
 
-Metrics are torch_mp.accuracy's (cosine and max relative error of the first output, top-1 agreement of its
+Metrics are tests/python/agreement.py's (cosine and max relative error of the first output, top-1 agreement of its
 argmax rows), taken on fresh inputs: the example batch the conversion observed plus `batches` new ones.
 """
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import List, NamedTuple, Tuple
 import torch
 
 import torch_mp
-from torch_mp.accuracy import compare, flatten_tensors
-from registry import Entry, build_model
+from registry import Entry, build_model  # first: it puts tests/python on the path
+
+from agreement import compare, flatten_tensors  # noqa: E402 (tests/python)
 
 
 class Result(NamedTuple):
@@ -30,6 +31,7 @@ class Result(NamedTuple):
     seconds: float  # torch_mp.convert, capture included
     # per fp32 weight over 64 KB the result keeps: the kind of rule that kept it and the ops reading it
     fp32_weights: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
+    phases: Tuple[Tuple[str, float], ...] = ()  # the report's (name, seconds) parts of the conversion
 
 
 def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "cpu", front: str = "convert") -> Result:
@@ -64,7 +66,8 @@ def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "
         rows += batch_rows
     return Result(report.capture, min(cosines), max(errors), agree / rows, finite, dtypes_kept, report.weight_ratio,
                   report.reached_casts, report.cast_bytes, report.low_precision_flop_fraction, seconds,
-                  tuple((w["rule_kind"], tuple(sorted(set(w["readers"])))) for w in report.weights_kept_fp32))
+                  tuple((w["rule_kind"], tuple(sorted(set(w["readers"])))) for w in report.weights_kept_fp32),
+                  tuple(report.data.get("phases", {}).items()))
 
 
 

@@ -14,12 +14,18 @@ and the suite shows it does.
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import nn
 
-from torch_mp.models import ControlFlowNet, LSTMTagger, resnet50_ibn_a
+# the test suite's models and helpers (tests/python), for the zoo's tests and the benchmarks that import the zoo
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+
+from small_models import ControlFlowNet, LSTMTagger  # noqa: E402
+from torch_mp.models import resnet50_ibn_a  # noqa: E402
 
 
 class Entry(NamedTuple):
@@ -140,8 +146,8 @@ def transformer_encoder():
 def own_models():
     return {
         "resnet50_ibn_a": Entry("torch_mp.models", "script", resnet50_ibn_a, image(4, 128)),
-        "control_flow": Entry("torch_mp.models", "script", ControlFlowNet, lambda: (torch.randn(64, 32),)),
-        "lstm_tagger": Entry("torch_mp.models", "script", LSTMTagger, lambda: (torch.randint(0, 1000, (4, 20)),)),
+        "control_flow": Entry("tests.small_models", "script", ControlFlowNet, lambda: (torch.randn(64, 32),)),
+        "lstm_tagger": Entry("tests.small_models", "script", LSTMTagger, lambda: (torch.randint(0, 1000, (4, 20)),)),
         "gru_classifier": Entry("torch.nn", "script", GRUClassifier, lambda: (torch.randn(4, 50, 40),)),
         "transformer_encoder": Entry("torch.nn", "script", transformer_encoder, lambda: (torch.randn(4, 32, 128),),
                                      False),

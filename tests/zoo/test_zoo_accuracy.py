@@ -25,11 +25,11 @@ TOLERANCES = {
 # (model, dtype, metric) -> (tolerance, why) where a model's differs from the rest.
 WIDER = {
     ("tv.mobilenet_v3_large", F16, "weight_ratio"): (
-        1.0, "library init: activations fall below fp16's smallest normal half way through the network; the range "
-             "guard keeps those layers (most of the weights) fp32"),
-    ("tv.efficientnet_b0", F16, "weight_ratio"): (1.0, "as MobileNetV3: range guard, most weights stay fp32"),
-    ("tv.mobilenet_v3_large", F16, "low_flop_fraction"): (0.0, "the range guard of the weight_ratio row"),
-    ("tv.efficientnet_b0", F16, "low_flop_fraction"): (0.0, "the range guard of the weight_ratio row"),
+        0.985, "library init: activations fall below fp16's smallest normal half way through the network; the range "
+               "guard keeps those layers (most of the weights) fp32: 0.984"),
+    ("tv.efficientnet_b0", F16, "weight_ratio"): (0.998, "as MobileNetV3: range guard, most weights stay fp32: 0.997"),
+    ("tv.mobilenet_v3_large", F16, "low_flop_fraction"): (0.44, "the range guard of the weight_ratio row: 0.444"),
+    ("tv.efficientnet_b0", F16, "low_flop_fraction"): (0.22, "the range guard of the weight_ratio row: 0.221"),
     ("timm.levit_128s", F16, "weight_ratio"): (
         0.7, "random-init attention logits beyond fp16's range: the range guard keeps 69 nodes fp32, their weights too"),
     ("timm.levit_128s", F16, "low_flop_fraction"): (0.85, "the range guard of the weight_ratio row"),

@@ -1,0 +1,109 @@
+// Helpers that read the observation, on their own: SpecializeDtypeQueries (a dtype query of an observed tensor
+// becomes the constant it returned, firing and non-firing), estimateFlops (the heavy ops' FLOPs at the
+// observed sizes; other ops and unobserved operands count 0) and correspondingValues (each value of a graph to its
+// place in a copy).
+#include <gtest/gtest.h>
+#include <torch/csrc/jit/testing/file_check.h>
+
+#include "jit/flop_estimate.h"
+#include "jit/ir_utils.h"
+#include "jit/specialize_dtype_queries.h"
+#include "test_utils.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::testing::FileCheck;
+
+ObservedValues observe(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs) {
+  return observeValues(graph, inputs).values;
+}
+
+TEST(SpecializeDtypeQueriesTest, AQueryOfAnObservedTensorReadsTheObservedDtype) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor):
+      %none : NoneType = prim::Constant()
+      %false : bool = prim::Constant[value=0]()
+      %d : int = prim::dtype(%x)
+      %y : Tensor = aten::to(%x, %d, %false, %false, %none)
+      return (%y))IR");
+  const std::vector<c10::IValue> inputs{torch::randn({2, 3})};
+  const auto before = runGraph(graph, inputs);
+  EXPECT_TRUE(SpecializeDtypeQueries(graph, observe(graph, inputs)));
+  graph->lint();
+  FileCheck().check_not("prim::dtype")->check("int = prim::Constant[value=6]")->run(*graph);
+  expectSameOutputs(before, runGraph(graph, inputs));
+}
+
+TEST(SpecializeDtypeQueriesTest, AQueryOfAValueNeverObservedStays) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %flag : bool):
+      %r : int = prim::If(%flag)
+        block0():
+          %t : Tensor = aten::relu(%x)
+          %d : int = prim::dtype(%t)
+          -> (%d)
+        block1():
+          %z : int = prim::Constant[value=0]()
+          -> (%z)
+      return (%r))IR");
+  auto copy = graph->copy();
+  // the queried value is computed in the branch the inputs did not take: it was never observed
+  EXPECT_FALSE(SpecializeDtypeQueries(graph, observe(graph, {torch::randn({2}), false})));
+  EXPECT_EQ(graph->toString(), copy->toString());
+}
+
+TEST(EstimateFlopsTest, HeavyOpsCountMultiplyAddsAtTheObservedSizes) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor, %w : Tensor):
+      %m : Tensor = aten::mm(%a, %b)
+      %r : Tensor = aten::relu(%m)
+      %none : NoneType = prim::Constant()
+      %l : Tensor = aten::linear(%r, %w, %none)
+      return (%l))IR");
+  const ObservedValues observed =
+      observe(graph, {torch::randn({4, 6}), torch::randn({6, 5}), torch::randn({7, 5})});
+  std::vector<int64_t> flops;
+  for (const torch::jit::Node* node : graph->nodes()) {
+    if (node->kind() != c10::prim::Constant) {
+      flops.push_back(estimateFlops(node, observed));
+    }
+  }
+  // two FLOPs per multiply-add: mm, relu (memory-bound), linear
+  EXPECT_EQ(flops, (std::vector<int64_t>{2 * 4 * 6 * 5, 0, 2 * 4 * 5 * 7}));
+}
+
+TEST(EstimateFlopsTest, AnUnobservedOperandCountsZero) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %b : Tensor):
+      %m : Tensor = aten::mm(%a, %b)
+      return (%m))IR");
+  EXPECT_EQ(estimateFlops(graph->nodes().front(), ObservedValues{}), 0);
+}
+
+TEST(CorrespondingValuesTest, EveryValueMapsToItsPlaceInACopy) {
+  auto graph = parseGraph(R"IR(
+    graph(%a : Tensor, %flag : bool):
+      %r : Tensor = prim::If(%flag)
+        block0():
+          %x : Tensor = aten::relu(%a)
+          -> (%x)
+        block1():
+          %y : Tensor = aten::neg(%a)
+          -> (%y)
+      %s : Tensor = aten::exp(%r)
+      return (%s))IR");
+  auto copy = graph->copy();
+  const auto corresponding = correspondingValues(*graph, *copy);
+  size_t values = graph->inputs().size();
+  forEachNode(graph->block(), [&](torch::jit::Node* node) { values += node->outputs().size(); });
+  EXPECT_EQ(corresponding.size(), values);
+  for (const auto& [original, copied] : corresponding) {
+    EXPECT_EQ(copied->owningGraph(), copy.get());
+    EXPECT_EQ(original->debugName(), copied->debugName());
+    EXPECT_EQ(original->node()->kind(), copied->node()->kind());
+  }
+}
+
+} // namespace
+} // namespace torch_mp::jit

@@ -1,0 +1,123 @@
+"""The options of a conversion: one type from the Python API to the C++ pipeline (csrc/jit/pipeline.h's
+ConvertOptions), checked when made and bound to C++ in one place (`bind`). torch_mp.convert, PreparedModel.convert,
+torch_mp.export, torch_mp.aoti_compile and the load-time pass (these + `calibrate`) take them as keywords or whole:
+
+    options = torch_mp.ConversionOptions(dtype=torch.bfloat16, tolerance=1e-3)
+    torch_mp.convert(model, (x,), options=options)
+    torch_mp.convert(model, (x,), torch.bfloat16, tolerance=1e-3)        # the same
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Union
+
+import torch
+
+from . import _C
+from .policy import OpPolicy, device_dtype, target_for
+
+LOW_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+PLANNERS = ("min-cut", "greedy")
+KERNELS = ("portable", "fused")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionOptions:
+    """What a conversion is asked to do, whatever it converts.
+
+    dtype: torch.float16 or torch.bfloat16; None: the device's choice (policy.device_dtype: fp16 on CUDA, on a CPU the
+        one it has fast kernels for).
+    policy: an OpPolicy; None: the default for the device and dtype.
+    planner: "min-cut" (fewest cast bytes, exact) or "greedy" (painting, for comparison).
+    verify: run the result on the example and calibration inputs: outputs keep their dtypes, nothing turns NaN or
+        inf where fp32 is finite.
+    fuse_casts: fold casts into the ops that read them (TorchScript).
+    kernels: "portable" (aten ops only) or "fused" (torch_mp::fused_pointwise calls; TorchScript).
+    channels_last, fuse_convolutions: CUDA convolution layout and cuDNN fusions (TorchScript).
+    keep_io_dtypes: inputs and outputs keep their dtypes; False: fp32 ones take the low dtype.
+    tolerance, metric: the accuracy fallback (metric(reference, converted) <= tolerance on every calibration input).
+    progress: show the fallback's progress on stderr.
+    """
+
+    dtype: Optional[torch.dtype] = None
+    policy: Optional[OpPolicy] = None
+    planner: str = "min-cut"
+    verify: bool = True
+    fuse_casts: bool = True
+    kernels: str = "portable"
+    channels_last: bool = True
+    fuse_convolutions: bool = True
+    keep_io_dtypes: bool = True
+    tolerance: Optional[float] = None
+    metric: Optional[Callable[[Any, Any], float]] = None
+    progress: bool = True
+
+    # Options only the TorchScript front has, with the value the export front works as.
+    TORCHSCRIPT_ONLY = {"planner": "min-cut", "fuse_casts": True, "kernels": "portable", "channels_last": True,
+                        "fuse_convolutions": True}
+
+    def __post_init__(self):
+        if self.dtype is not None:
+            if not isinstance(self.dtype, torch.dtype):
+                raise TypeError(f"dtype must be torch.float16, torch.bfloat16 or None, got {self.dtype!r}")
+            if self.dtype not in LOW_DTYPES:
+                raise ValueError("dtype must be a low-precision floating dtype (torch.float16 or torch.bfloat16), "
+                                 f"got {self.dtype}")
+        if self.policy is not None and not isinstance(self.policy, OpPolicy):
+            raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(self.policy).__name__}")
+        if self.planner not in PLANNERS:
+            raise ValueError(f"planner must be one of {PLANNERS}, got {self.planner!r}")
+        if self.kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {self.kernels!r}")
+        for name in ("verify", "fuse_casts", "channels_last", "fuse_convolutions", "keep_io_dtypes", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.metric is not None and self.tolerance is None:
+            raise ValueError("a metric needs a tolerance: the fallback keeps nodes in fp32 until metric <= tolerance")
+        if self.tolerance is not None and not (isinstance(self.tolerance, (int, float))
+                                               and not isinstance(self.tolerance, bool) and self.tolerance >= 0):
+            raise ValueError(f"tolerance must be a number >= 0, got {self.tolerance!r}")
+
+    @classmethod
+    def of(cls, options: Optional["ConversionOptions"] = None, **fields) -> "ConversionOptions":
+        """`options` (default: the defaults) with the given fields replaced; a field None stays as `options` has it."""
+        if options is None:
+            options = cls()
+        elif not isinstance(options, cls):
+            raise TypeError(f"options must be a torch_mp.ConversionOptions, got {type(options).__name__}")
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise TypeError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; the options are "
+                            + ", ".join(f.name for f in dataclasses.fields(cls)))
+        given = {name: value for name, value in fields.items() if value is not None}
+        return dataclasses.replace(options, **given) if given else options
+
+    def for_device(self, device: Union[str, torch.device]) -> "ConversionOptions":
+        """With the dtype and the policy the device gets where they were left to it."""
+        device = torch.device(device)
+        dtype = self.dtype if self.dtype is not None else device_dtype(device)
+        policy = self.policy
+        if policy is None:
+            capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+            policy = OpPolicy.default(target_for(device, dtype), cuda_capability=capability)
+        return dataclasses.replace(self, dtype=dtype, policy=policy)
+
+    def refuse_torchscript_only(self, front: str) -> None:
+        """A ValueError naming the first option set that only the TorchScript front has."""
+        for name, value in self.TORCHSCRIPT_ONLY.items():
+            if getattr(self, name) != value:
+                raise ValueError(f"{front} does not take {name}={getattr(self, name)!r}: it is an option of the "
+                                 "TorchScript front (torch_mp.convert)")
+
+    @property
+    def dtype_name(self) -> str:
+        return LOW_DTYPES[self.dtype]
+
+    def bind(self) -> "_C.ConvertOptions":
+        """The C++ pipeline's ConvertOptions (the dtype known; no policy: an empty one, which the load-time pass
+        replaces per graph)."""
+        policy = self.policy if self.policy is not None else OpPolicy()
+        return _C.ConvertOptions(dtype=self.dtype_name, policy=policy._c, planner=self.planner,
+                                 verify=self.verify, keep_io_dtypes=self.keep_io_dtypes, fuse_casts=self.fuse_casts,
+                                 kernels=self.kernels, channels_last=self.channels_last,
+                                 fuse_convolutions=self.fuse_convolutions, node_rule=policy.node_rule())
