@@ -9,7 +9,9 @@ export itself. Most programs need only two rewrites, done here on a copy:
 - an in-place op (`relu_`, `add_`, ...) writing a fresh tensor (one that no view shares) becomes its functional form,
   and the readers after it read its result;
 - `aten.batch_norm(..., training=False, ...)` becomes `aten._native_batch_norm_legit_no_training(...)[0]`, the op
-  run_decompositions({}) gives for it (the same kernel).
+  run_decompositions({}) gives for it (the same kernel);
+- an in-place dropout with train=False (EVAL_IDENTITIES: `nn.Dropout(inplace=True)` in eval mode, even on a view)
+  writes nothing: its readers read its input.
 
 A program with any other write (into an input, a buffer, a view) is traced again with run_decompositions({}).
 """
@@ -28,6 +30,13 @@ from torch.export.graph_signature import TensorArgument
 
 BATCH_NORM = torch.ops.aten.batch_norm.default
 INFERENCE_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
+# In-place ops that change nothing in eval mode (their `train` argument False), and why.
+EVAL_IDENTITIES = {
+    torch.ops.aten.dropout_.default: "dropout zeroes nothing when not training",
+    torch.ops.aten.feature_dropout_.default: "dropout zeroes nothing when not training",
+    torch.ops.aten.alpha_dropout_.default: "alpha dropout changes nothing when not training",
+    torch.ops.aten.feature_alpha_dropout_.default: "alpha dropout changes nothing when not training",
+}
 
 
 def inference_form(program: ExportedProgram) -> ExportedProgram:
@@ -35,14 +44,18 @@ def inference_form(program: ExportedProgram) -> ExportedProgram:
     else a new program (the given one is not changed)."""
     if not any(_writes(node) or _eval_batch_norm(node) for node in program.graph.nodes):
         return program
-    if not all(_functional_form(node) is not None for node in program.graph.nodes if _writes(node)):
+    if not all(_functional_form(node) is not None for node in program.graph.nodes
+               if _writes(node) and not _eval_identity(node)):
         with quiet_spec_copies():
             return program.run_decompositions({})
     module = graph_module_copy(program)
     graph = module.graph
     position = {node: index for index, node in enumerate(graph.nodes)}
     for node in list(graph.nodes):
-        if _writes(node):
+        if _eval_identity(node):
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+        elif _writes(node):
             written = node.args[0]
             later = [user for user in written.users if position[user] > position[node]]
             node.target = _functional_form(node)
@@ -98,6 +111,11 @@ def _val(value):
 def _writes(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
         and node.target._schema.is_mutable
+
+
+def _eval_identity(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target in EVAL_IDENTITIES and len(node.args) >= 3 \
+        and node.args[2] is False
 
 
 def _eval_batch_norm(node: torch.fx.Node) -> bool:

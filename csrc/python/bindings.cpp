@@ -426,6 +426,42 @@ std::tuple<std::string, std::optional<std::vector<std::string>>, std::string> mo
   return {e.pattern, e.ops, e.reason};
 }
 
+// One list of module-path rules of the policy (exclusions, forced low): `add(pattern, ops, reason)`, `list()` as
+// (pattern, ops or None, reason) rows in the order added, `match(op, scope)` the first rule matching a node or None.
+void bindModuleRules(
+    py::class_<core::OpPolicy>& policy,
+    const char* add,
+    const char* list,
+    const char* match,
+    void (core::OpPolicy::*addRule)(core::ModuleRule),
+    const std::vector<core::ModuleRule>& (core::OpPolicy::*rules)() const,
+    const core::ModuleRule* (core::OpPolicy::*ruleFor)(const std::string&, const std::string&) const,
+    const std::string& what) {
+  policy.def(
+      add,
+      [addRule](core::OpPolicy& self, std::string pattern, std::optional<std::vector<std::string>> ops,
+                std::string reason) { (self.*addRule)({std::move(pattern), std::move(ops), std::move(reason)}); },
+      py::arg("pattern"), py::arg("ops"), py::arg("reason"));
+  policy.def(
+      list,
+      [rules](const core::OpPolicy& self) {
+        std::vector<std::tuple<std::string, std::optional<std::vector<std::string>>, std::string>> rows;
+        for (const core::ModuleRule& rule : (self.*rules)()) {
+          rows.push_back(moduleRuleRow(rule));
+        }
+        return rows;
+      },
+      ("(pattern, ops or None, reason) per " + what + ", in the order added.").c_str());
+  policy.def(
+      match,
+      [ruleFor](const core::OpPolicy& self, const std::string& op, const std::string& scope) -> py::object {
+        const core::ModuleRule* rule = (self.*ruleFor)(op, scope);
+        return rule ? py::cast(moduleRuleRow(*rule)) : py::none();
+      },
+      py::arg("op"), py::arg("scope"),
+      ("The first " + what + " matching a node of `op` in module `scope`, or None.").c_str());
+}
+
 // The load-time pass: `conversion` with `calibrate`; policy_per_graph for each graph's default policy.
 void enableJitPass(const jit::ConvertOptions& conversion, bool policyPerGraph, bool calibrate) {
   jit::enableMixedPrecisionPass({.conversion = conversion, .policyPerGraph = policyPerGraph, .calibrate = calibrate});
@@ -520,8 +556,9 @@ PYBIND11_MODULE(_C, m) {
         "The CPU features that decide fast low-precision kernels: this CPU's (or TORCH_MP_CPU_FEATURES), or those "
         "`declared` names.");
 
-  py::class_<core::OpPolicy>(m, "OpPolicy", "The op table (op -> category, reason), module-path exclusions, a name.")
-      .def(py::init<>())
+  py::class_<core::OpPolicy> policy(
+      m, "OpPolicy", "The op table (op -> category, reason), module-path exclusions and forced-low rules, a name.");
+  policy.def(py::init<>())
       .def(py::init<const core::OpPolicy&>())
       .def_static("defaults", &defaultPolicy, py::arg("target"), py::arg("cpu_features") = py::none(),
                   py::arg("cuda_capability") = py::none(),
@@ -560,51 +597,11 @@ PYBIND11_MODULE(_C, m) {
           "(op, category, reason) per listed op, sorted by op.")
       .def("__len__", [](const core::OpPolicy& policy) { return policy.entries().size(); })
       .def("__contains__",
-           [](const core::OpPolicy& policy, const std::string& op) { return policy.find(op) != nullptr; })
-      .def(
-          "exclude",
-          [](core::OpPolicy& policy, std::string pattern, std::optional<std::vector<std::string>> ops,
-             std::string reason) { policy.exclude({std::move(pattern), std::move(ops), std::move(reason)}); },
-          py::arg("pattern"), py::arg("ops"), py::arg("reason"))
-      .def(
-          "exclusions",
-          [](const core::OpPolicy& policy) {
-            std::vector<std::tuple<std::string, std::optional<std::vector<std::string>>, std::string>> rows;
-            for (const core::ModuleRule& exclusion : policy.exclusions()) {
-              rows.push_back(moduleRuleRow(exclusion));
-            }
-            return rows;
-          },
-          "(pattern, ops or None, reason) per exclusion, in the order added.")
-      .def(
-          "excluded_by",
-          [](const core::OpPolicy& policy, const std::string& op, const std::string& scope) -> py::object {
-            const core::ModuleRule* exclusion = policy.exclusionFor(op, scope);
-            return exclusion ? py::cast(moduleRuleRow(*exclusion)) : py::none();
-          },
-          py::arg("op"), py::arg("scope"), "The first exclusion matching a node of `op` in module `scope`, or None.")
-      .def(
-          "force_low",
-          [](core::OpPolicy& policy, std::string pattern, std::optional<std::vector<std::string>> ops,
-             std::string reason) { policy.forceLow({std::move(pattern), std::move(ops), std::move(reason)}); },
-          py::arg("pattern"), py::arg("ops"), py::arg("reason"))
-      .def(
-          "forced_low",
-          [](const core::OpPolicy& policy) {
-            std::vector<std::tuple<std::string, std::optional<std::vector<std::string>>, std::string>> rows;
-            for (const core::ModuleRule& rule : policy.forcedLow()) {
-              rows.push_back(moduleRuleRow(rule));
-            }
-            return rows;
-          },
-          "(pattern, ops or None, reason) per forced-low rule, in the order added.")
-      .def(
-          "forced_low_by",
-          [](const core::OpPolicy& policy, const std::string& op, const std::string& scope) -> py::object {
-            const core::ModuleRule* rule = policy.forcedLowFor(op, scope);
-            return rule ? py::cast(moduleRuleRow(*rule)) : py::none();
-          },
-          py::arg("op"), py::arg("scope"), "The first forced-low rule matching a node of `op` in `scope`, or None.");
+           [](const core::OpPolicy& policy, const std::string& op) { return policy.find(op) != nullptr; });
+  bindModuleRules(policy, "exclude", "exclusions", "excluded_by", &core::OpPolicy::exclude,
+                  &core::OpPolicy::exclusions, &core::OpPolicy::exclusionFor, "exclusion");
+  bindModuleRules(policy, "force_low", "forced_low", "forced_low_by", &core::OpPolicy::forceLow,
+                  &core::OpPolicy::forcedLow, &core::OpPolicy::forcedLowFor, "forced-low rule");
 
   py::class_<jit::ConvertOptions>(m, "ConvertOptions", "Everything a conversion is asked to do but its inputs.")
       .def(py::init([](const std::string& dtype, const core::OpPolicy& policy, const std::string& planner,

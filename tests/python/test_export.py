@@ -5,6 +5,8 @@ import pytest
 import torch
 
 import torch_mp
+from torch.export import ExportedProgram
+from torch_mp.inference_form import inference_form
 from small_models import CosineAttention
 
 CAST = torch.ops.aten._to_copy.default
@@ -130,6 +132,22 @@ def test_in_place_writes_are_made_functional():
     assert torch.ops.aten.add_.Tensor not in ops and torch.ops.aten.add.Tensor in ops
     assert casts(program) == [("x", torch.bfloat16), ("relu", torch.float32)]
     torch.testing.assert_close(program.module()(x), model(x), rtol=5e-2, atol=5e-2)
+
+
+def test_an_eval_mode_in_place_dropout_is_removed_without_a_retrace(monkeypatch):
+    # EfficientNet's classifier: nn.Dropout(inplace=True) on a view (flatten), which the in-place rewrite cannot make
+    # functional; in eval mode it writes nothing, so its readers read its input and the program needs no retrace
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.2, inplace=True), torch.nn.Linear(48, 4)).eval()
+    x = torch.randn(2, 3, 4, 4)
+    exported = torch.export.export(model, (x,))
+    assert torch.ops.aten.dropout_.default in [n.target for n in exported.graph.nodes]
+    retraced = []
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", lambda *args, **kwargs: retraced.append(args))
+    form = inference_form(exported)
+    assert retraced == [] and torch.ops.aten.dropout_.default not in [n.target for n in form.graph.nodes]
+    [linear] = [n for n in form.graph.nodes if n.target is torch.ops.aten.linear.default]
+    assert linear.args[0].target is torch.ops.aten.flatten.using_ints  # the flatten, read directly
+    assert torch.equal(form.module()(x), model(x))
 
 
 class Scaled(torch.nn.Module):
