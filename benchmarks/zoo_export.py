@@ -9,7 +9,6 @@ torch.export.export alone (both after one warm-up export of the model). Writes b
 import argparse
 import datetime
 import os
-import platform
 import sys
 import time
 import warnings
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models a
 
 import torch_mp  # noqa: E402
 from evaluate import evaluate  # noqa: E402
+from export_speed import cpu_name  # noqa: E402
 from registry import build_model, load_zoo  # noqa: E402
 from test_zoo_export import NOT_EXPORTABLE  # noqa: E402
 
@@ -85,7 +85,7 @@ def main() -> int:
                         f"{phases['observe'] + phases['verify']:.2f} | {exported.seconds:.2f} "
                         f"({exported.seconds / alone:.2f}x) |")
             print(rows[-1], flush=True)
-    machine = platform.processor() or platform.machine()
+    machine = cpu_name()
     planning_ratios, whole_ratios = sorted(r[0] for r in ratios), sorted(r[1] for r in ratios)
     lines = [
         "# The zoo through torch_mp.export, beside torch_mp.convert",
