@@ -33,8 +33,8 @@ def sources(*patterns):
 
 
 def library_sources():
-    """The C++ sources shared with the CMake build (csrc/core, csrc/jit, csrc/kernels and csrc/kernels/cpu)."""
-    return sources("core/*.cpp", "jit/*.cpp", "kernels/*.cpp", "kernels/cpu/*.cpp")
+    """The C++ sources shared with the CMake build: csrc/core, csrc/jit and its folders, csrc/kernels and kernels/cpu."""
+    return sources("core/*.cpp", "jit/*.cpp", "jit/*/*.cpp", "kernels/*.cpp", "kernels/cpu/*.cpp")
 
 
 def cuda_sources():

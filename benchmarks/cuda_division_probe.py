@@ -1,7 +1,7 @@
 """Which fp32 reciprocal ATen's CUDA division by a number multiplies by, for a number fp32 does not hold (1e-3): the
 one formed in fp32 (1.0f / 0.001f = 999.99994) or the double one rounded to fp32 (1000). torch 2.11 on an H200
 (2026-11-27): the double one, on every element. fuse_pointwise leaves such divisions to ATen while other versions are
-unprobed (jit/fuse_pointwise.cpp, unambiguousReciprocal). Run by gpu_session.sh."""
+unprobed (jit/rewrite/fuse_pointwise.cpp, unambiguousReciprocal). Run by gpu_session.sh."""
 import torch
 
 

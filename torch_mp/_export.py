@@ -357,7 +357,7 @@ class ProgramConversion:
         return planned
 
     def _rule(self, node, op, scope, keep_fp32, node_rule) -> _Decision:
-        """The rule that decides one node, in convert's order (jit/graph_to_dataflow's classification)."""
+        """The rule that decides one node, in convert's order (jit/plan/graph_to_dataflow's classification)."""
         outputs = _outputs_of(node)
         floating = [d for i in node.all_input_nodes for d in _floating_dtypes(_val(i))] + \
             [d for o in outputs for d in _floating_dtypes(_val(o))]
@@ -404,7 +404,7 @@ class ProgramConversion:
 
     def _forced_low(self, node, op, scope, keep_fp32) -> Optional[str]:
         """The reason of the policy's forced-low rule for the node, unless the verification's repair or the accuracy
-        fallback keeps it fp32 (jit/graph_to_dataflow's forcedLow); control flow is never forced."""
+        fallback keeps it fp32 (jit/plan/graph_to_dataflow's forcedLow); control flow is never forced."""
         if node.name in self.keep_non_finite or node.name in keep_fp32 or \
                 not isinstance(node.target, torch._ops.OpOverload):
             return None
@@ -467,7 +467,7 @@ class ProgramConversion:
 
     def _table_stored_low(self, lookup: torch.fx.Node) -> bool:
         """Whether a lookup's table is a stored tensor that can be stored once, low: every node reading it is a lookup
-        of it or one the policy runs low (jit/graph_to_dataflow's readsConstantTable). A table an fp32 op also reads
+        of it or one the policy runs low (jit/plan/graph_to_dataflow's readsConstantTable). A table an fp32 op also reads
         (a tied output layer on a device without fast kernels) leaves the lookup to follow."""
         readers = self._stored_readers.get(lookup.args[0].name) if lookup.args and self._stored(lookup.args[0]) \
             else None
@@ -620,7 +620,7 @@ def _zero_sensitive_reads(graph: torch.fx.Graph) -> List[_ZeroSensitiveRead]:
 
 def _underflow_to_zero(reads: List[_ZeroSensitiveRead], seen: Dict[str, _Seen], dtype: str) -> Dict[str, Any]:
     """The underflow-to-zero verdict, by node name, for each node of a zero-sensitive read whose value can be smaller
-    than the low dtype's smallest number, observed so or computed from a scalar that small (jit/numeric_guards'
+    than the low dtype's smallest number, observed so or computed from a scalar that small (jit/plan/numeric_guards'
     underflowToZero)."""
     limit = _C.smallest_non_zero(dtype)
     verdicts: Dict[str, Dict[str, Any]] = {}
@@ -635,7 +635,7 @@ def _underflow_to_zero(reads: List[_ZeroSensitiveRead], seen: Dict[str, _Seen], 
 
 
 def _flops(planned: _Planned, seen: Dict[str, _Seen]) -> int:
-    """Multiply-add FLOPs of a heavy op at the example inputs' sizes (core/op_facts' formulas, jit/flop_estimate)."""
+    """Multiply-add FLOPs of a heavy op at the example inputs' sizes (core/op_facts' formulas, jit/plan/flop_estimate)."""
     node = planned.node
 
     def sizes(value: Any) -> Optional[List[int]]:

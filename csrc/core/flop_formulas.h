@@ -1,6 +1,6 @@
 // The FLOP formulas of core/op_facts over operand sizes: what both fronts count a heavy op's multiply-add FLOPs with
-// (jit/flop_estimate for TorchScript nodes, torch_mp/_export.py for FX nodes). The fused transformer and recurrent
-// formulas also need weights lists and widths; jit/flop_estimate keeps those.
+// (jit/plan/flop_estimate for TorchScript nodes, torch_mp/_export.py for FX nodes). The fused transformer and recurrent
+// formulas also need weights lists and widths; jit/plan/flop_estimate keeps those.
 #pragma once
 
 #include <cstdint>

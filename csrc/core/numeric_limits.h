@@ -1,5 +1,5 @@
 // The low dtypes' limits and the verdict on an observed value: the part of the numeric guards that needs no graph,
-// asked by both fronts (jit/numeric_guards for TorchScript, torch_mp/_export.py for torch.export programs).
+// asked by both fronts (jit/plan/numeric_guards for TorchScript, torch_mp/_export.py for torch.export programs).
 #pragma once
 
 #include <cstdint>

@@ -138,7 +138,7 @@ enum class RuleKind : uint8_t {
   kIo,           // a graph input or output: keeps its dtype
   kUnobserved,   // not reached by the example inputs: left as it is
   kNotFp32,      // has a floating tensor that is not fp32: left as it is
-  kRangeGuard,   // a number would not survive the low dtype (jit/numeric_guards)
+  kRangeGuard,   // a number would not survive the low dtype (jit/plan/numeric_guards)
   kControlFlow,  // prim::If / prim::Loop, planned with its blocks' boundaries
   kExclusion,    // the user's module-path exclusion
   kCallable,     // the user's per-node callable
@@ -168,7 +168,7 @@ inline constexpr RuleKindName kRuleKindNames[] = {
 };
 const char* toString(RuleKind kind);
 
-// Which numeric guard kept a node fp32 (jit/numeric_guards), with RuleKind::kRangeGuard.
+// Which numeric guard kept a node fp32 (jit/plan/numeric_guards), with RuleKind::kRangeGuard.
 enum class GuardKind : uint8_t {
   kObservedOverflow,  // a value observed above half the low dtype's max
   kObservedIntegers,  // a value holding integers the low dtype skips (positions, indices)

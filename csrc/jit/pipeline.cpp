@@ -7,57 +7,33 @@
 
 #include <algorithm>
 
-#include "jit/apply_precision_plan.h"
-#include "jit/assemble_report.h"
-#include "jit/cancel_casts.h"
-#include "jit/casts.h"
-#include "jit/channels_last_convolutions.h"
-#include "jit/fold_attribute_reads.h"
-#include "jit/fold_constant_casts.h"
-#include "jit/fold_frozen_patterns.h"
-#include "jit/fuse_casts.h"
-#include "jit/fuse_cudnn_convolutions.h"
-#include "jit/fuse_pointwise.h"
-#include "jit/low_precision_io.h"
-#include "jit/merge_equal_nodes.h"
-#include "jit/numeric_guards.h"
-#include "jit/peephole_optimize.h"
-#include "jit/propagate_constants.h"
-#include "jit/specialize_dtype_queries.h"
-#include "jit/state_containers.h"
-#include "jit/typed_observation.h"
-#include "jit/verify_outputs.h"
-#include "jit/writers.h"
+#include "jit/ir/casts.h"
+#include "jit/ir/writers.h"
+#include "jit/plan/state_containers.h"
+#include "jit/prepare/fold_attribute_reads.h"
+#include "jit/prepare/specialize_dtype_queries.h"
+#include "jit/prepare/typed_observation.h"
+#include "jit/prepare/value_observer.h"
+#include "jit/report/assemble_report.h"
+#include "jit/report/verify_outputs.h"
+#include "jit/rewrite/apply_precision_plan.h"
+#include "jit/rewrite/cancel_casts.h"
+#include "jit/rewrite/channels_last_convolutions.h"
+#include "jit/rewrite/fold_constant_casts.h"
+#include "jit/rewrite/fuse_casts.h"
+#include "jit/rewrite/fuse_cudnn_convolutions.h"
+#include "jit/rewrite/fuse_pointwise.h"
+#include "jit/rewrite/low_precision_io.h"
+#include "jit/upstream/fold_frozen_patterns.h"
+#include "jit/upstream/merge_equal_nodes.h"
+#include "jit/upstream/peephole_optimize.h"
+#include "jit/upstream/propagate_constants.h"
 
 namespace torch_mp::jit {
 namespace {
 
 using torch::jit::Graph;
 using torch::jit::Stack;
-
-// Graph::lint walks a std::set of all the graph's nodes once per block (std::includes), so it costs nodes x blocks,
-// 0.1-0.4 us each: 8 s for 48k nodes in 457 blocks, 4.5 ms for 2k nodes in 18 blocks, where a whole conversion takes
-// about 100 ms (benchmarks/CONVERSION_SCALING.md). It is a self-check (the tests lint every converted graph
-// themselves), so it runs only on graphs of at most 8 blocks, where it costs 1-3 us per node, a few percent of a
-// conversion (36-130 us per node there). The count stops once past them.
-bool lintIsCheap(const Graph& graph) {
-  constexpr int64_t kLintBlocks = 8;
-  int64_t blocks = 1;
-  std::vector<const torch::jit::Block*> pending{graph.block()};
-  while (!pending.empty()) {
-    const torch::jit::Block* block = pending.back();
-    pending.pop_back();
-    for (const torch::jit::Node* node : block->nodes()) {
-      for (const torch::jit::Block* sub : node->blocks()) {
-        pending.push_back(sub);
-        if (++blocks > kLintBlocks) {
-          return false;
-        }
-      }
-    }
-  }
-  return true;
-}
 
 // 1. fp32 clean-up, before any cast exists: PyTorch's frozen-graph folding (FoldFrozenPatterns: OptimizeFrozenGraph,
 //    each fold only where its ops are), mutation removal, and freezing's own simplifications once more now that the
@@ -94,30 +70,6 @@ void completeObservation(const std::shared_ptr<Graph>& graph, ObservedValues& ob
   inferUnreachedDtypes(graph, observed);
   recordObservedDtypes(observed);
   SpecializeDtypeQueries(graph, observed);  // the dead queries go with the final dead-code pass
-}
-
-Observation observeRunning(
-    const std::shared_ptr<Graph>& graph, const Stack& inputs, const std::vector<Stack>& calibration) {
-  const auto failed = [](const std::string& what) {
-    return ModelRunError({__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                         "torch_mp: running the model on the example inputs failed: " + what);
-  };
-  try {
-    return observeValues(graph, inputs, calibration);
-  } catch (const c10::Error& error) {
-    throw failed(error.what_without_backtrace());
-  } catch (const std::exception& error) {
-    throw failed(error.what());
-  }
-}
-
-ConversionReport emptyReport(const ConvertOptions& options) {
-  checkLowDtype(options.lowDtype);
-  ConversionReport report;
-  report.dtype = core::lowDtypeName(toLowDtype(options.lowDtype));
-  report.policy = options.policy.name();
-  report.planner = options.planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
-  return report;
 }
 
 // 3. Plan (with the state containers the module keeps, where it has them) and 4. apply.
@@ -210,29 +162,11 @@ void reportConversion(
     const ConvertOptions& options,
     const CastLedger& casts,
     ConversionReport& report) {
-  if (lintIsCheap(*graph)) {
-    graph->lint();
-  }
+  lintWhereCheap(*graph);
   reportConvertedGraph(*graph, bookkeeping, casts, report);
   if (options.keepNodeIds) {
     restoreNodeIds(*graph, bookkeeping.ids);
   }
-}
-
-// The inputs of a verification run: the module input a copy, so the converted model's state stays as the conversion
-// found it; fp32 inputs lowered where the graph takes them low.
-Stack verificationInputs(Stack inputs, const ConvertOptions& options, const Graph& graph) {
-  if (!inputs.empty() && inputs[0].isObject()) {
-    inputs[0] = inputs[0].deepcopy();
-  }
-  if (!options.keepIoDtypes) {
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (recordedDtype(graph.inputs()[i]) == options.lowDtype) {
-        inputs[i] = lowerInputValue(inputs[i], options.lowDtype);
-      }
-    }
-  }
-  return inputs;
 }
 
 // Stages 3-7 on the module's forward (`forward`, in place), then what the module keeps: no attribute the graph no
@@ -245,26 +179,6 @@ ConvertedModule convertInto(torch::jit::Module module, PreparedGraph& forward, c
 }
 
 } // namespace
-
-void checkLowDtype(c10::ScalarType lowDtype) {
-  TORCH_CHECK_VALUE(
-      lowDtype == c10::ScalarType::Half || lowDtype == c10::ScalarType::BFloat16,
-      "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", lowDtype);
-}
-
-ConvertOptions defaultOptions(
-    c10::DeviceType device,
-    c10::ScalarType lowDtype,
-    const core::CpuFeatures& cpu,
-    std::optional<core::CudaCapability> gpu) {
-  checkLowDtype(lowDtype);
-  const core::Target target =
-      core::targetFor(device == c10::DeviceType::CUDA, lowDtype == c10::ScalarType::Half);
-  ConvertOptions options;
-  options.lowDtype = lowDtype;
-  options.policy = core::OpPolicy::defaults(target, cpu, gpu);
-  return options;
-}
 
 PreparedGraph prepareGraph(std::shared_ptr<Graph> graph, const Stack& inputs, const std::vector<Stack>& calibration) {
   TORCH_CHECK(
@@ -284,13 +198,13 @@ PreparedGraph prepareGraph(std::shared_ptr<Graph> graph, const Stack& inputs, co
     cleanUp(graph);
   });
   stages.run("observe", graph, [&] {
-    Observation observation = observeRunning(graph, inputs, calibration);
+    Observation observation = observeValues(graph, inputs, calibration);
     // Dtype queries answered from the observation make constant what compares them (nn.MultiheadAttention's
     // fast-path checks); folded now, on a graph observed afresh, they leave nothing for a second conversion to fold.
     if (SpecializeDtypeQueries(graph, observation.values) &&
         propagateConstants(graph)) {
       eliminateDeadCode(graph);
-      observation = observeRunning(graph, inputs, calibration);
+      observation = observeValues(graph, inputs, calibration);
     }
     completeObservation(graph, observation.values);
     prepared.observed = std::move(observation.values);
@@ -321,7 +235,7 @@ PreparedGraph prepareTypedGraph(std::shared_ptr<Graph> graph) {
 }
 
 ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& options) {
-  ConversionReport report = emptyReport(options);
+  ConversionReport report = reportFor(options);
   report.rangesObserved = prepared.rangesObserved;
   report.weightBytesBefore = prepared.weightBytesBefore;
   report.phases = prepared.phases;
@@ -349,21 +263,12 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
   });
   if (options.verifyOutputs && !prepared.inputs.empty()) {
     stages.run("verify", graph, [&] {
-      const std::optional<c10::ScalarType> lowIO =
-          options.keepIoDtypes ? std::nullopt : std::make_optional(options.lowDtype);
-      std::vector<Stack> runs{verificationInputs(prepared.inputs, options, *graph)};
-      std::vector<Stack> expected{prepared.outputs};
-      for (size_t c = 0; c < prepared.calibration.size() && c < prepared.calibrationOutputs.size(); ++c) {
-        runs.push_back(verificationInputs(prepared.calibration[c], options, *graph));
-        expected.push_back(prepared.calibrationOutputs[c]);
-      }
-      report.nonFinite = verifyConvertedOutputs(graph, runs, expected, prepared.observed, lowIO);
+      report.nonFinite = verifyConversion(
+          graph, prepared.inputs, prepared.outputs, prepared.calibration, prepared.calibrationOutputs,
+          prepared.observed, options.keepIoDtypes ? std::nullopt : std::make_optional(options.lowDtype));
     });
   }
-  report.seconds = 0.0;
-  for (const auto& [stage, seconds] : report.phases) {
-    report.seconds += seconds;
-  }
+  report.seconds = totalSeconds(report.phases);
   return report;
 }
 
@@ -422,12 +327,7 @@ ConvertedModule convertPreparedModule(const PreparedModel& prepared, const Conve
   torch::jit::Module module = StageRunner(copy.phases).run("clone", prepared.forward.graph, [&] {
     torch::jit::Module clone = prepared.frozen.clone();
     copy.graph = clone.get_method("forward").graph();
-    const std::unordered_map<const torch::jit::Value*, torch::jit::Value*> valueOf =
-        correspondingValues(*prepared.forward.graph, *copy.graph);
-    copy.observed.reserve(prepared.forward.observed.size());
-    for (const auto& [value, seen] : prepared.forward.observed) {
-      copy.observed.emplace(valueOf.at(value), seen);
-    }
+    copy.observed = observationOfCopy(prepared.forward.observed, *prepared.forward.graph, *copy.graph);
     return clone;
   });
   copy.inputs = prepared.forward.inputs;

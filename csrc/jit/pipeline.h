@@ -9,7 +9,7 @@
 //                        by node: graph_runner), or
 //                        the types the graph executor profiled (typed_observation, for the load-time pass);
 //                        completed statically for views in branches not reached; dtype queries answered from it
-//                        (specialize_dtype_queries); then every node is numbered (jit/ir_utils: node ids)
+//                        (specialize_dtype_queries); then every node is numbered (jit/ir/ir_utils: node ids)
 // Planning and applying (per policy; on a copy of the prepared graph, or on the graph itself):
 //   3. plan              graph -> dataflow (graph_to_dataflow, asking the fallback's kept nodes, the policy's
 //                        exclusions and the user's node rule; the module's state containers from state_containers),
@@ -27,7 +27,7 @@
 //   7. report and check  node ids and the cast ledger's marks taken off the graph, then (`tidy`) constant pooling
 //                        and common-subexpression elimination (merge_equal_nodes); lint, report (assemble_report);
 //                        outputs keep their dtypes (verify_outputs, where inputs exist)
-// Every cast stages 4-6 create, fold or remove goes through one CastLedger (jit/casts); each stage runs through a
+// Every cast stages 4-6 create, fold or remove goes through one CastLedger (jit/ir/casts); each stage runs through a
 // StageRunner (jit/stage_runner), which times it and dumps the graph around it.
 #pragma once
 
@@ -36,77 +36,15 @@
 
 #include <memory>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
-#include "core/fast_kernels.h"
-#include "core/op_policy.h"
-#include "core/precision_planner.h"
-#include "jit/conversion_report.h"
-#include "jit/graph_to_dataflow.h"
-#include "jit/ir_utils.h"
+#include "jit/convert_options.h"
+#include "jit/ir/observed_values.h"
+#include "jit/model_run_error.h"
+#include "jit/report/conversion_report.h"
 #include "jit/stage_runner.h"
-#include "jit/value_observer.h"
 
 namespace torch_mp::jit {
-
-// The model itself failed on the example or calibration inputs (not the conversion): a c10::ValueError, raised in
-// Python as torch_mp.ModelRunError (a ValueError).
-class ModelRunError : public c10::ValueError {
- public:
-  using c10::ValueError::ValueError;
-};
-
-// Which kernels a conversion may call (kernels=).
-enum class Kernels {
-  kPortable,  // only aten ops: the converted model loads in any libtorch
-  kFused,     // also torch_mp::fused_pointwise (fuse_pointwise): loading the model needs the torch_mp library
-};
-
-struct ConvertOptions {
-  c10::ScalarType lowDtype = c10::ScalarType::Half;
-  // The op table, its module-path exclusions and its name (which the report gives).
-  core::OpPolicy policy;
-  core::PlanMethod planner = core::PlanMethod::kMinCut;
-  // Run the converted graph on the example inputs and check that every output keeps its dtype, and on the calibration
-  // inputs too that no output or observed value turns NaN or inf where fp32's is finite (the report's nonFinite says
-  // where).
-  bool verifyOutputs = true;
-  // Nodes kept in fp32 whatever else says (the verification's repair, the accuracy fallback's choice), by node id;
-  // asked first.
-  KeptFp32 keepFp32;
-  // The user's per-node callables, asked after keepFp32 and the policy's exclusions, before the op table.
-  NodeRule nodeRule;
-  // Inputs and outputs keep their dtypes. Off: fp32 tensor inputs and outputs (top level and in returned
-  // tuples/lists) take the low dtype, for models that feed one another.
-  bool keepIoDtypes = true;
-  // Fold casts into the ops that read them (fuse_casts). Off: the casts the plan needs all stay (for comparison).
-  bool fuseCasts = true;
-  // kFused: chains of elementwise ops and casts (CPU tensors; CUDA tensors in a CUDA build) become
-  // torch_mp::fused_pointwise calls; loading the model then needs the torch_mp library (`import torch_mp`, or
-  // linking libtorch_mp).
-  Kernels kernels = Kernels::kPortable;
-  // CUDA convolutions: weights stored channels_last, activations NHWC between them (channels_last_convolutions).
-  bool channelsLast = true;
-  // CUDA conv (+bias) (+residual add) +relu chains become cuDNN fused convolutions (fuse_cudnn_convolutions): faster
-  // than the unfused chain on an H200 (benchmarks/CUDA_SPEED.md, fp16).
-  bool fuseConvolutions = true;
-  // The converted graph keeps its node ids, so values can be found by node (probeNodeOutputs). Off for a model
-  // handed to a user: ids show in its printed graph.
-  bool keepNodeIds = false;
-};
-
-// Throws c10::ValueError unless the dtype is float16 or bfloat16.
-void checkLowDtype(c10::ScalarType lowDtype);
-
-// The default options for the device the model runs on and the low-precision dtype; `cpu` on a CPU, and the
-// capability of the GPU on CUDA (nullopt: not known, taken as fast), say whether the heavy ops have fast
-// low-precision kernels there (core/fast_kernels).
-ConvertOptions defaultOptions(
-    c10::DeviceType device,
-    c10::ScalarType lowDtype,
-    const core::CpuFeatures& cpu = core::CpuFeatures::host(),
-    std::optional<core::CudaCapability> gpu = std::nullopt);
 
 // A graph after stages 1-2: cleaned up in fp32, its dtypes known, its nodes numbered.
 struct PreparedGraph {

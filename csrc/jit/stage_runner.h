@@ -60,4 +60,13 @@ class StageRunner {
   Phases& phases_;
 };
 
+// What the phases took in all.
+inline double totalSeconds(const Phases& phases) {
+  double total = 0.0;
+  for (const auto& [stage, seconds] : phases) {
+    total += seconds;
+  }
+  return total;
+}
+
 } // namespace torch_mp::jit

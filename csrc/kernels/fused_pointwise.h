@@ -13,7 +13,7 @@
 //
 // Every aten op it stands for computes in fp32 and rounds once to its output dtype, so a program that rounds after
 // each op as the op's output dtype says reproduces the chain bit for bit. Where ATen's kernels take a number
-// differently per device, the program spells out what the device the chain runs on does (jit/fuse_pointwise's
+// differently per device, the program spells out what the device the chain runs on does (jit/rewrite/fuse_pointwise's
 // table): ATen's CPU add / sub round the number to the tensor's dtype first (a kRound after the kScalar); CUDA's
 // division by a number multiplies by its fp32 reciprocal (a kScalar holding it, then kMul). Only ops whose loops
 // vectorise are here (arithmetic, relu, casts): a transcendental activation computed per element by libm was slower

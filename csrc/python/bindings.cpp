@@ -20,9 +20,9 @@
 #include "core/op_facts.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
-#include "jit/numeric_guards.h"
 #include "jit/pipeline.h"
-#include "jit/value_probe.h"
+#include "jit/plan/numeric_guards.h"
+#include "jit/report/value_probe.h"
 #include "torch_mp/jit_pass.h"
 
 namespace py = pybind11;

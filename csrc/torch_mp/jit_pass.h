@@ -24,8 +24,8 @@
 
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
-#include "jit/conversion_report.h"
 #include "jit/pipeline.h"
+#include "jit/report/conversion_report.h"
 
 namespace torch_mp::jit {
 

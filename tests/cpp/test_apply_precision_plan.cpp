@@ -1,4 +1,4 @@
-// applyPrecisionPlan (jit/apply_precision_plan) on its own, with plans written by hand: casts where a reader wants
+// applyPrecisionPlan (jit/rewrite/apply_precision_plan) on its own, with plans written by hand: casts where a reader wants
 // another precision than its producer wrote, one per value and dtype, all from the ledger; constants stored low
 // once; a low_fp32_output node's one cast after it; an all-fp32 plan changes nothing. The ledger's casts carry
 // its mark (`torch_mp_cast`), which the pipeline takes off at the end. A weight also read in fp32 is never stored
@@ -9,7 +9,7 @@
 
 #include <set>
 
-#include "jit/apply_precision_plan.h"
+#include "jit/rewrite/apply_precision_plan.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

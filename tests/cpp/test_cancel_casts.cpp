@@ -3,7 +3,7 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/cancel_casts.h"
+#include "jit/rewrite/cancel_casts.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -1,12 +1,12 @@
-// The cast ledger (jit/casts): the conversion's casts are marked, fused ones counted with their bytes, cancelled ones
+// The cast ledger (jit/ir/casts): the conversion's casts are marked, fused ones counted with their bytes, cancelled ones
 // and model casts not; what is left is read off the graph; the marks are taken off before the graph is handed out.
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/passes/common_subexpression_elimination.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/casts.h"
-#include "jit/ir_utils.h"
+#include "jit/ir/casts.h"
+#include "jit/ir/ir_utils.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -9,8 +9,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "jit/channels_last_convolutions.h"
-#include "jit/fuse_cudnn_convolutions.h"
+#include "jit/rewrite/channels_last_convolutions.h"
+#include "jit/rewrite/fuse_cudnn_convolutions.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

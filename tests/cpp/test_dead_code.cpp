@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "jit/dead_code.h"
+#include "jit/upstream/dead_code.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

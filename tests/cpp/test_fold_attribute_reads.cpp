@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-#include "jit/fold_attribute_reads.h"
+#include "jit/prepare/fold_attribute_reads.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

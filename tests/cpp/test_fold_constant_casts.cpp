@@ -5,8 +5,8 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/casts.h"
-#include "jit/fold_constant_casts.h"
+#include "jit/ir/casts.h"
+#include "jit/rewrite/fold_constant_casts.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

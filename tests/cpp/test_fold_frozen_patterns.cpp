@@ -4,7 +4,7 @@
 #include <torch/csrc/jit/passes/frozen_graph_optimizations.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/fold_frozen_patterns.h"
+#include "jit/upstream/fold_frozen_patterns.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -4,10 +4,10 @@
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/casts.h"
-#include "jit/ir_utils.h"
-#include "jit/fuse_casts.h"
+#include "jit/ir/casts.h"
+#include "jit/ir/ir_utils.h"
 #include "jit/pipeline.h"
+#include "jit/rewrite/fuse_casts.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -7,10 +7,10 @@
 #include <memory>
 #include <regex>
 
-#include "jit/casts.h"
-#include "jit/ir_utils.h"
-#include "jit/fuse_pointwise.h"
+#include "jit/ir/casts.h"
+#include "jit/ir/ir_utils.h"
 #include "jit/pipeline.h"
+#include "jit/rewrite/fuse_pointwise.h"
 #include "kernels/fused_pointwise.h"
 #include "test_utils.h"
 

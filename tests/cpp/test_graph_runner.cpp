@@ -9,7 +9,7 @@
 
 #include <torch/csrc/jit/ir/irparser.h>
 
-#include "jit/graph_runner.h"
+#include "jit/upstream/graph_runner.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -1,4 +1,4 @@
-// buildDataflow (jit/graph_to_dataflow) on its own: which nodes become planner nodes with which category and rule
+// buildDataflow (jit/plan/graph_to_dataflow) on its own: which nodes become planner nodes with which category and rule
 // kind, which values become planner values with which cast bytes and ties, how readers access them, and the order in
 // which the user's choices are asked.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "jit/graph_to_dataflow.h"
+#include "jit/plan/graph_to_dataflow.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

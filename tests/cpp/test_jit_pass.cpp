@@ -14,8 +14,8 @@
 
 #include <algorithm>
 
+#include "jit/load_time/calibration_inputs.h"
 #include "test_utils.h"
-#include "jit/calibration_inputs.h"
 #include "torch_mp/jit_pass.h"
 
 namespace torch_mp::jit {

@@ -1,9 +1,9 @@
-// LowerGraphIO (jit/low_precision_io) on its own: fp32 tensor inputs arrive low and are cast up once inside, fp32
+// LowerGraphIO (jit/rewrite/low_precision_io) on its own: fp32 tensor inputs arrive low and are cast up once inside, fp32
 // outputs (and tuples the graph builds) leave low, every cast from the ledger; anything else keeps its dtype.
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/low_precision_io.h"
+#include "jit/rewrite/low_precision_io.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -7,7 +7,7 @@
 #include <torch/csrc/jit/passes/constant_pooling.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/merge_equal_nodes.h"
+#include "jit/upstream/merge_equal_nodes.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

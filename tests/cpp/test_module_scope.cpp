@@ -1,4 +1,4 @@
-// Module scopes (jit/module_scope): the path of the submodule a frozen node was inlined from, and ModuleScopes, which
+// Module scopes (jit/ir/module_scope): the path of the submodule a frozen node was inlined from, and ModuleScopes, which
 // works each path out once per call stack and gives the same answers.
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/api/module.h>
@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "jit/module_scope.h"
+#include "jit/ir/module_scope.h"
 
 namespace torch_mp::jit {
 namespace {

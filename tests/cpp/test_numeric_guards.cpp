@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "jit/numeric_guards.h"
+#include "jit/plan/numeric_guards.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

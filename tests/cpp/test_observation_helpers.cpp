@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/flop_estimate.h"
-#include "jit/ir_utils.h"
-#include "jit/specialize_dtype_queries.h"
+#include "jit/ir/ir_utils.h"
+#include "jit/plan/flop_estimate.h"
+#include "jit/prepare/specialize_dtype_queries.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -5,7 +5,7 @@
 #include <torch/csrc/jit/passes/peephole.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
-#include "jit/peephole_optimize.h"
+#include "jit/upstream/peephole_optimize.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -9,7 +9,7 @@
 #include <regex>
 
 #include "jit/pipeline.h"
-#include "jit/value_probe.h"
+#include "jit/report/value_probe.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "jit/propagate_constants.h"
+#include "jit/upstream/propagate_constants.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

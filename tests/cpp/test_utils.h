@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "jit/pipeline.h"
-#include "jit/value_observer.h"
+#include "jit/prepare/value_observer.h"
 
 namespace torch_mp::jit {
 

@@ -1,4 +1,4 @@
-// The observer (jit/value_observer) on its own: what one run records per value (dtype, sizes, the largest finite
+// The observer (jit/prepare/value_observer) on its own: what one run records per value (dtype, sizes, the largest finite
 // magnitude, integrality), what calibration runs add, what is never seen, what is completed statically, and that the
 // caller's inputs are not touched.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <limits>
 #include <unordered_map>
 
-#include "jit/value_observer.h"
+#include "jit/prepare/value_observer.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

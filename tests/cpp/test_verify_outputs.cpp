@@ -1,10 +1,10 @@
-// verifyOutputDtypes (jit/verify_outputs): a converted graph whose outputs, nested ones included, keep the fp32
+// verifyOutputDtypes (jit/report/verify_outputs): a converted graph whose outputs, nested ones included, keep the fp32
 // graph's dtypes passes; one that returns another dtype anywhere is an internal error; the caller's inputs stay.
 // verifyConvertedOutputs: the first run with an output, or else an observed intermediate, that turned NaN or inf where
 // fp32's is finite; non-finite values fp32 had too pass.
 #include <gtest/gtest.h>
 
-#include "jit/verify_outputs.h"
+#include "jit/report/verify_outputs.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

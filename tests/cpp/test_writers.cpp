@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "jit/overload_facts.h"
-#include "jit/writers.h"
+#include "jit/ir/overload_facts.h"
+#include "jit/ir/writers.h"
 #include "test_utils.h"
 
 namespace torch_mp::jit {

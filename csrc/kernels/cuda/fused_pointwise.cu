@@ -15,7 +15,7 @@
 // becomes +0), roundings through c10::Half / c10::BFloat16 as ATen's CUDA casts and stores do (__float2half_rn;
 // __float2bfloat16, or the same round-to-nearest-even in software before sm_80). What ATen's CUDA kernels do
 // differently from its CPU ones (a division by a number multiplies by the number's fp32 reciprocal) the program says
-// (jit/fuse_pointwise).
+// (jit/rewrite/fuse_pointwise).
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>

@@ -1,0 +1,117 @@
+// TorchScript graph -> the planner's plain dataflow graph.
+//
+// Every node that touches an fp32 tensor (or a container of tensors) becomes a planner node whose category comes
+// from the op policy, unless the node must stay as it is:
+//   - the graph's inputs and outputs: fp32 (the model keeps its IO dtypes);
+//   - prim::If / prim::Loop: one planner node together with its blocks' inputs and outputs (a follow node: the
+//     values crossing the block boundaries all take its precision), or fp32 when a branch was not reached;
+//   - a node reading or writing a tensor whose dtype is unknown (not reached by the example inputs): fp32;
+//   - a node reading or writing a floating tensor that is not fp32 (fp16, bf16, fp64): fp32, i.e. untouched;
+//   - a node a numeric guard (jit/plan/numeric_guards) keeps fp32: a value observed beyond the low dtype's range, a
+//     constant it cannot hold (a mask of -1e9 is never clamped to inf silently), a scalar it loses.
+// Each decision carries its rule's kind (core::RuleKind); classify writes the order in which the rules are asked.
+// Module objects are not values when the module's state containers are given (their reads are planned instead);
+// without them, the module input ties everything read from module state to its dtype.
+// Any other node asks the user's choices first (the nodes kept fp32 by id: the verification's repair, the accuracy
+// fallback; the policy's module-path exclusions; the per-node callables), then the op policy.
+// Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
+// a planner value. Containers, Optional-typed tensors and written tensors that alias what their producer read
+// (in-place results, views) are tied to their producer and sharing readers; a written tensor its producer made
+// fresh (per the schema) ties only its sharing readers, which read one copy, cast after the producer where the plan
+// says so. A reader that only reads a tied tensor (per its schema: no write, no alias) is not tied: it may read its
+// own cast, made right before it. "Written" is AliasDb's answer, unless following the value's uses through its
+// aliases shows no write (AliasDb sees writers of any list member in every graph input).
+#pragma once
+
+#include <c10/util/flat_hash_map.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/op_policy.h"
+#include "core/precision_planner.h"
+#include "jit/ir/ir_utils.h"
+#include "jit/ir/observed_values.h"
+
+namespace torch_mp::jit {
+
+// What a per-node rule sees of a node.
+struct NodeDescription {
+  NodeId id = -1;      // jit/ir/ir_utils: the same in every plan made from one preparation
+  std::string op;      // "aten::conv2d"
+  std::string scope;   // module path, "layer1.0.conv1" (jit/ir/module_scope)
+  std::string output;  // debug name of the first output (for people: programs go by `id`)
+  // per input: the observed sizes and dtype of a tensor; nothing for other inputs
+  std::vector<std::optional<std::vector<int64_t>>> inputShapes;
+  std::vector<std::optional<c10::ScalarType>> inputDtypes;
+  std::vector<std::pair<std::string, c10::IValue>> constants;  // schema argument name -> constant input value
+};
+
+// A rule's verdict: the category, what kind of rule decided (exclusion, callable, fallback), and why.
+struct NodeOverride {
+  core::OpCategory category;
+  core::RuleKind kind;
+  std::string reason;
+};
+
+// Nothing: the node is left to the op policy.
+using NodeRule = std::function<std::optional<NodeOverride>(const NodeDescription&)>;
+
+// Containers of tensors the module keeps as attributes (jit/plan/state_containers finds them): every read of one
+// container shares one precision, and they are containers even where a read was not reached.
+struct StateContainers {
+  std::vector<const torch::jit::Node*> reads;  // the prim::GetAttr nodes reading a container, in graph order
+  std::vector<size_t> containerOf;             // per read: its container, an index into `containers`
+  std::vector<c10::IValue> containers;         // in the order of their first read
+};
+
+// What classification decided for one planner node, and why.
+struct PlannedNode {
+  torch::jit::Node* node = nullptr;  // the TorchScript node (prim::Param for graph inputs)
+  // the block input/output nodes of a prim::If / prim::Loop, which share its precision
+  std::vector<torch::jit::Node*> blockBoundaries;
+  NodeId id = -1;                                   // its node's id, -1 where it has none
+  core::RuleKind ruleKind = core::RuleKind::kPolicy;  // which kind of rule decided it
+  std::string rule;                                 // why it has its category, for people
+  std::optional<core::GuardVerdict> guard;          // the numeric guard that kept it fp32 (kRangeGuard)
+  bool unobserved = false;                          // left alone because its dtypes are unknown
+};
+
+// Nodes kept fp32 by id, whatever the policy and the user's rules say: the verification's repair of outputs that
+// turned non-finite in low precision, and the accuracy fallback's choice.
+struct KeptFp32 {
+  std::unordered_set<NodeId> nonFinite;
+  std::unordered_set<NodeId> fallback;
+};
+
+struct DataflowMapping {
+  core::DataflowGraph dataflow;
+  std::vector<PlannedNode> planned;  // per planner node
+  ska::flat_hash_map<const torch::jit::Value*, int> values;  // TorchScript value -> planner value
+  std::vector<std::string> unknownOps;   // ops in no policy list, each once
+  int unobservedNodes = 0;               // how many planner nodes were left alone as unobserved
+  std::vector<int> stateContainerNodes;  // per state container: the planner node whose precision it has, or -1
+};
+
+DataflowMapping buildDataflow(
+    const std::shared_ptr<torch::jit::Graph>& graph,
+    const ObservedValues& observed,
+    const core::OpPolicy& policy,
+    c10::ScalarType lowDtype,
+    const NodeRule& nodeRule = {},
+    const KeptFp32& keepFp32 = {},
+    const StateContainers* state = nullptr);
+
+// The value's observation where it was observed as an fp32 tensor, else nullptr.
+const ObservedValue* observedFp32(const ObservedValues& observed, const torch::jit::Value* value);
+
+// Whether the value was observed as an fp32 tensor.
+bool isObservedFp32(const ObservedValues& observed, const torch::jit::Value* value);
+
+} // namespace torch_mp::jit

@@ -1,0 +1,258 @@
+#include "jit/plan/numeric_guards.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/csrc/jit/ir/constants.h>
+
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "core/numeric_limits.h"
+#include "core/op_facts.h"
+
+namespace torch_mp::jit {
+namespace {
+
+using core::GuardKind;
+using core::GuardVerdict;
+using torch::jit::Block;
+using torch::jit::Node;
+using torch::jit::Value;
+
+std::string formatMagnitude(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", value);
+  return text;
+}
+
+// The ops with a zero-sensitive input, by kind.
+const std::unordered_map<c10::Symbol, const core::OpFacts*>& zeroSensitiveKinds() {
+  static const std::unordered_map<c10::Symbol, const core::OpFacts*> kinds = [] {
+    std::unordered_map<c10::Symbol, const core::OpFacts*> map;
+    for (const core::OpFacts* facts : core::zeroSensitiveOps()) {
+      map.emplace(c10::Symbol::fromQualString(facts->op), facts);
+    }
+    return map;
+  }();
+  return kinds;
+}
+
+// pow's exponent, where the node is pow: whether it may be negative (a constant that is not, or not known).
+bool mayBeNegative(const Value* exponent) {
+  const std::optional<c10::IValue> constant = torch::jit::toIValue(exponent);
+  if (!constant) {
+    return true;
+  }
+  if (constant->isDouble() || constant->isInt()) {
+    return constant->toScalar().toDouble() < 0.0;
+  }
+  if (constant->isTensor()) {
+    const at::Tensor& tensor = constant->toTensor();
+    return tensor.numel() > 0 && tensor.min().item<double>() < 0.0;
+  }
+  return true;
+}
+
+} // namespace
+
+core::LowDtype toLowDtype(c10::ScalarType lowDtype) {
+  return lowDtype == c10::ScalarType::Half ? core::LowDtype::kFloat16 : core::LowDtype::kBFloat16;
+}
+
+double largestFinite(c10::ScalarType lowDtype) {
+  return core::largestFinite(toLowDtype(lowDtype));
+}
+
+double smallestNonZero(c10::ScalarType lowDtype) {
+  return core::smallestNonZero(toLowDtype(lowDtype));
+}
+
+std::string describeGuard(const GuardVerdict& verdict, c10::ScalarType lowDtype) {
+  const std::string value = "%" + verdict.value;
+  const std::string dtype = core::lowDtypeName(toLowDtype(lowDtype));
+  const std::string seen = formatMagnitude(verdict.seen);
+  const std::string limit = formatMagnitude(verdict.limit);
+  std::string why;
+  switch (verdict.kind) {
+    case GuardKind::kObservedOverflow:
+      why = value + " observed up to " + seen + ", above half of " + dtype + "'s max " +
+          formatMagnitude(2 * verdict.limit);
+      break;
+    case GuardKind::kObservedIntegers:
+      why = value + " holds integers up to " + seen + " (positions, indices, coordinates?); " + dtype +
+          " holds every integer only up to " + limit;
+      break;
+    case GuardKind::kObservedTiny:
+      why = value + " observed only up to " + seen + ", below " + dtype + "'s smallest normal " + limit;
+      break;
+    case GuardKind::kConstantRange:
+      why = "constant " + value + " has values up to " + seen + ", beyond " + dtype + "'s max " + limit;
+      break;
+    case GuardKind::kLostScalar:
+      why = "scalar " + value + " = " + seen + " becomes " + limit + " in " + dtype;
+      break;
+    case GuardKind::kUnderflowToZero:
+      why = value + " can be as small as " + seen + ", below " + dtype + "'s smallest number " + limit +
+          ", and reaches an input where 0 gives inf or NaN (a divisor, rsqrt, log, a negative power)";
+      break;
+  }
+  return "range guard: " + why + ", so the node keeps fp32";
+}
+
+std::optional<GuardVerdict> NumericGuards::observedOutOfRange(
+    const Node* node,
+    const std::vector<Node*>& boundaries) const {
+  std::optional<GuardVerdict> verdict;
+  auto check = [&](const Value* value) {
+    auto it = observed_.find(value);
+    // constants are checked by constantOutOfRange: a tiny bias is harmless, it is added to larger values
+    if (verdict || value->node()->kind() == c10::prim::Constant || it == observed_.end() ||
+        it->second.dtype != c10::ScalarType::Float) {
+      return;
+    }
+    verdict = core::observedRangeVerdict({it->second.largestMagnitude, it->second.onlyIntegers}, toLowDtype(lowDtype_),
+                                         value->debugName());
+  };
+  auto checkNode = [&](const Node* member) {
+    for (const Value* input : member->inputs()) {
+      check(input);
+      if (input->node()->kind() == c10::prim::ListConstruct) {  // einsum, cat, stack read tensors in a list
+        for (const Value* element : input->node()->inputs()) {
+          check(element);
+        }
+      }
+    }
+    for (const Value* output : member->outputs()) {
+      check(output);
+    }
+  };
+  checkNode(node);
+  for (const Node* member : boundaries) {
+    checkNode(member);
+  }
+  return verdict;
+}
+
+// bf16's max, 3.39e38, is below fp32's, so masks of torch.finfo(torch.float32).min do not fit either.
+std::optional<GuardVerdict> NumericGuards::constantOutOfRange(const Node* node) {
+  for (const Value* input : node->inputs()) {
+    if (input->node()->kind() != c10::prim::Constant) {
+      continue;
+    }
+    auto cached = largestConstantMagnitude_.find(input);
+    if (cached == largestConstantMagnitude_.end()) {
+      double largest = 0.0;
+      const c10::IValue value = torch::jit::toIValue(input).value();
+      if (value.isDouble() && std::isfinite(value.toDouble())) {
+        largest = std::abs(value.toDouble());
+      } else if (value.isTensor() && value.toTensor().scalar_type() == c10::ScalarType::Float) {
+        largest = largestFiniteMagnitude(value.toTensor());
+      }
+      cached = largestConstantMagnitude_.emplace(input, largest).first;
+    }
+    if (cached->second > largestFinite(lowDtype_)) {
+      return GuardVerdict{GuardKind::kConstantRange, input->debugName(), cached->second, largestFinite(lowDtype_)};
+    }
+  }
+  return std::nullopt;
+}
+
+// Kernels convert a scalar to the tensor's dtype (clamp does). A scalar more than 1/16 off after rounding (for fp16
+// below 2^-20, about 9.5e-7) keeps the node in fp32.
+std::optional<GuardVerdict> NumericGuards::scalarLostInLowDtype(const Node* node) const {
+  for (const Value* input : node->inputs()) {
+    if (input->node()->kind() != c10::prim::Constant || input->type()->kind() != c10::TypeKind::FloatType) {
+      continue;
+    }
+    if (auto verdict = lostScalarVerdict(torch::jit::constant_as<double>(input).value(), lowDtype_,
+                                         input->debugName())) {
+      return verdict;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<GuardVerdict> lostScalarVerdict(double scalar, c10::ScalarType lowDtype, std::string name) {
+  if (scalar == 0.0 || !std::isfinite(scalar)) {
+    return std::nullopt;
+  }
+  const double rounded = lowDtype == c10::ScalarType::Half ? static_cast<float>(c10::Half(scalar))
+                                                          : static_cast<float>(c10::BFloat16(scalar));
+  if (std::abs(rounded - scalar) > std::abs(scalar) / 16) {
+    return GuardVerdict{GuardKind::kLostScalar, std::move(name), scalar, rounded};
+  }
+  return std::nullopt;
+}
+
+std::optional<GuardVerdict> NumericGuards::underflowToZero(const Node* node) {
+  if (!underflowToZero_) {
+    underflowToZero_.emplace();
+    findUnderflowToZero(node->owningGraph()->block());
+  }
+  auto it = underflowToZero_->find(node);
+  return it == underflowToZero_->end() ? std::nullopt : std::make_optional(it->second);
+}
+
+double NumericGuards::smallestMagnitude(const Value* value) const {
+  if (value->node()->kind() == c10::prim::Constant) {  // a weight: cast to the low dtype once, while converting
+    const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
+    return constant && constant->isTensor() && constant->toTensor().scalar_type() == c10::ScalarType::Float
+        ? finiteMagnitudes(constant->toTensor()).smallest
+        : std::numeric_limits<double>::infinity();
+  }
+  auto it = observed_.find(value);
+  return it != observed_.end() && it->second.isTensor && it->second.dtype == c10::ScalarType::Float
+      ? it->second.smallestMagnitude
+      : std::numeric_limits<double>::infinity();
+}
+
+// For each zero-sensitive read: the value read, followed back through the views and copies that pass it on to the
+// node that computes it; the smallest magnitude seen along the way, or of a float scalar that node reads.
+void NumericGuards::findUnderflowToZero(const Block* block) {
+  const auto& kinds = zeroSensitiveKinds();
+  const double limit = smallestNonZero(lowDtype_);
+  for (const Node* node : block->nodes()) {
+    for (const Block* sub : node->blocks()) {
+      findUnderflowToZero(sub);
+    }
+    auto sensitive = kinds.find(node->kind());
+    if (sensitive == kinds.end()) {
+      continue;
+    }
+    const core::OpFacts& facts = *sensitive->second;
+    const size_t index = static_cast<size_t>(facts.zeroSensitiveInput);
+    if (index >= node->inputs().size() || node->input(index)->type()->kind() != c10::TypeKind::TensorType ||
+        (facts.zeroSensitivity == core::ZeroSensitivity::kNegativeExponent &&
+         (node->inputs().size() < 2 || !mayBeNegative(node->input(1))))) {
+      continue;
+    }
+    std::vector<const Node*> path{node};
+    const Value* value = node->input(index);
+    double smallest = smallestMagnitude(value);
+    while (core::factsOf(value->node()->kind().toQualString()).preservesDtype && value->node()->inputs().size() > 0) {
+      path.push_back(value->node());
+      value = value->node()->input(0);
+      smallest = std::min(smallest, smallestMagnitude(value));
+    }
+    const Node* producer = value->node();
+    if (producer->kind() != c10::prim::Param && producer->kind() != c10::prim::Constant) {
+      path.push_back(producer);
+      for (const Value* input : producer->inputs()) {
+        if (input->node()->kind() == c10::prim::Constant && input->type()->kind() == c10::TypeKind::FloatType) {
+          const double scalar = std::abs(torch::jit::constant_as<double>(input).value());
+          smallest = scalar > 0.0 ? std::min(smallest, scalar) : smallest;
+        }
+      }
+    }
+    if (smallest >= limit) {
+      continue;
+    }
+    const GuardVerdict verdict{GuardKind::kUnderflowToZero, value->debugName(), smallest, limit};
+    for (const Node* member : path) {
+      underflowToZero_->emplace(member, verdict);
+    }
+  }
+}
+
+} // namespace torch_mp::jit

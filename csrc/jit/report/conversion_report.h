@@ -1,0 +1,124 @@
+// What a conversion decided and what it cost: per node the precision and the rule that chose it, every cast with
+// the bytes it moves per inference, weight bytes before and after, ops in no policy list, the converted graph by
+// ids. Python reads it as a dict (csrc/python/bindings.cpp) and writes JSON with its json module.
+#pragma once
+
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/op_policy.h"
+#include "core/precision_planner.h"
+#include "jit/ir/ir_utils.h"
+
+namespace torch_mp::jit {
+
+struct NodeDecision {
+  NodeId id = -1;         // the node's id (jit/ir/ir_utils): the same in every plan made from one preparation
+  std::string op;         // "aten::conv2d"
+  std::string output;     // debug name of the first output (for people: programs go by `id`)
+  std::string scope;      // module path, "layer1.0.conv1"
+  core::Precision precision = core::Precision::kFp32;  // what it runs in
+  core::OpCategory category = core::OpCategory::kFp32;  // what its rule made it (follow and widest: the planner chose)
+  bool forcedToFp32 = false;  // a follow/widest node the planner had to put in fp32 (a shared container, a write)
+  std::string rule;       // why, for people
+  core::RuleKind ruleKind = core::RuleKind::kPolicy;  // which kind of rule decided
+  std::optional<core::GuardVerdict> guard;  // with kRangeGuard: which guard, the value, what was seen, the limit
+  double amax = -1.0;     // largest finite |x| of the first output observed in fp32 (-1: not an observed fp32 tensor)
+  int64_t flops = 0;      // multiply-add FLOPs of a heavy op at the example inputs' sizes (flop_estimate)
+};
+
+struct CastRecord {
+  NodeId id = -1;     // its item in the report's graph
+  std::string value;  // debug name of the value cast
+  std::string from;   // dtype names, e.g. "Float"
+  std::string to;
+  int64_t bytes = 0;  // read + written per inference, at the example inputs' sizes
+  bool reached = true;  // whether the example inputs ran it (a cast on a path they skipped moves no bytes then)
+};
+
+// An fp32 tensor constant the converted graph still holds (each storage once).
+struct KeptFp32Weight {
+  std::string name;                  // debug name of the first constant holding it
+  int64_t bytes = 0;                 // its storage
+  std::vector<std::string> readers;  // the ops reading it
+  std::optional<NodeId> decidedBy;   // the first reader the plan decided (its id), if any
+  std::string rule;                  // that reader's rule ("" if none)
+  std::optional<core::RuleKind> ruleKind;  // and that rule's kind
+};
+
+// One node of the converted graph as the picture draws it (torch_mp/visualize.py): the graph's tensor inputs, the
+// nodes that touch tensors (constants left out), the output. Nodes the plan decided keep their id (NodeDecision::id),
+// the conversion's casts and the nodes passes created get ids of their own, above every node id.
+struct GraphItem {
+  enum class Kind : uint8_t { kInput, kNode, kCast, kOther, kOutput };
+  NodeId id = -1;
+  Kind kind = Kind::kOther;
+  std::string op;              // "aten::relu"; an input's name
+  std::vector<NodeId> inputs;  // the items whose values it reads; for a node with blocks, also what they return
+  int cast = -1;               // kCast: its index in ConversionReport::casts
+};
+const char* toString(GraphItem::Kind kind);
+
+// Where verification found a converted value holding NaN or inf where the fp32 model's is finite: an output, or else
+// an intermediate value the fp32 run observed finite.
+struct NonFiniteValue {
+  size_t run = 0;                     // 0: the example inputs; i: the i-th calibration input
+  std::optional<size_t> outputTensor;  // which of the outputs' floating tensors (nested ones included, in order)
+  std::string value;                   // else the intermediate's debug name
+};
+
+struct ConversionReport {
+  std::string dtype;
+  std::string policy;
+  std::string planner;
+  std::vector<NodeDecision> nodes;
+  std::vector<CastRecord> casts;
+  std::vector<GraphItem> graph;  // the converted graph, for the picture
+  int64_t castBytes = 0;
+  int fusedCasts = 0;          // casts the plan needed that fuse_casts folded into their readers (not in `casts`)
+  int64_t fusedCastBytes = 0;  // the bytes those would have moved per inference
+  int fusedPointwise = 0;      // torch_mp::fused_pointwise calls (fused kernels only)
+  int channelsLastConvolutions = 0;  // CUDA convolutions whose weights are stored channels_last
+  int fusedConvolutions = 0;         // cuDNN fused convolutions (conv +relu, conv +add +relu)
+  int64_t weightBytesBefore = 0;
+  int64_t weightBytesAfter = 0;
+  int64_t weightBytesKeptFp32 = 0;               // of weightBytesAfter, the fp32 tensors'
+  std::vector<KeptFp32Weight> weightsKeptFp32;   // those over kKeptFp32ListedBytes, largest first
+  std::vector<std::string> unknownOps;
+  int unobservedNodes = 0;
+  // false for the load-time pass, whose dtypes come from the executor's profile: no magnitudes, so the observed range
+  // guard could not fire (constants are still checked)
+  bool rangesObserved = true;
+  // verification (where it ran): the first value that turned NaN or inf where fp32's is finite; the conversion is not
+  // done (convert() keeps the nodes responsible fp32 and plans again)
+  std::optional<NonFiniteValue> nonFinite;
+  double seconds = 0.0;
+  // Seconds per pipeline stage, in order: freeze (a module's), cleanup and observe (the preparation, measured once
+  // however many plans are made from it), clone (the prepared module copied for this plan), plan, apply, cancel, tidy (PyTorch's clean-up passes between torch_mp's stages: mutation
+  // removal, dead code, constant pooling, common subexpressions), kernels, report, verify (convert() only: the
+  // load-time pass runs nothing).
+  std::vector<std::pair<std::string, double>> phases;
+
+  int lowPrecisionNodes() const;
+  // Fraction of the heavy ops' FLOPs that run in low precision (1 when the graph has none).
+  double lowPrecisionFlopFraction() const;
+};
+
+int64_t constantBytes(const torch::jit::Graph& graph);
+
+// fp32 weights below this size are counted, not listed: norm scales, biases.
+constexpr int64_t kKeptFp32ListedBytes = 64 * 1024;
+
+// Calls visit(constant node, tensor) for every tensor held by a constant of the block or its sub-blocks.
+void forEachConstantTensor(
+    const torch::jit::Block* block,
+    const std::function<void(const torch::jit::Node*, const at::Tensor&)>& visit);
+
+} // namespace torch_mp::jit
