@@ -382,17 +382,30 @@ class ProgramConversion:
             entry = self.policy._c.entry(op)
             if entry is None:
                 return _Decision("fp32", "unknown op", "fp32: in no list (unknown op)")
-            category, reason = entry
-            decision = _Decision(category, "policy", f"{category}: {reason}")
+            category, reason, no_fast_kernel = entry
+            decision = _Decision(category, "no fast kernel" if no_fast_kernel else "policy", f"{category}: {reason}")
             lookup = _C.op_facts(op)["table_lookup"]
             if lookup and category == "follow" and self._table_stored_low(node):
                 decision = _Decision("low", "policy", f"low: {lookup} that is a constant: the table is stored "
                                                       "once, in the low dtype, and only what is read is cast")
+        if decision.category in ("low", "low_fp32_output") and self._sums_nothing(node, op):
+            decision = _Decision("follow", "sums nothing", decision.rule + " [follow instead: nothing to sum (an "
+                                 "outer product), so low precision would only round its inputs, say positions or "
+                                 "timesteps]")
         if decision.category != "fp32":
             verdict = self._lost_scalar(node)
             if verdict:
                 return self._guarded(verdict)
         return decision
+
+    def _sums_nothing(self, node, op) -> bool:
+        """convert's demotion of a product that sums nothing (core::sumsNothing): it follows. A tensor list an FX
+        node returns is read item by item (getitem), each cast on its own, so convert's other demotion (a
+        low_fp32_output op writing a tensor list keeps fp32) has nothing to do here."""
+        first = node.args[0] if node.args else None
+        equation = first if op == "aten::einsum" and isinstance(first, str) else None
+        seen = self.seen.get(first.name) if isinstance(first, torch.fx.Node) else None
+        return _C.sums_nothing(op, equation, list(seen.shape) if seen is not None and seen.shape is not None else None)
 
     def _lost_scalar(self, node) -> Optional[Dict[str, Any]]:
         for position, scalar in enumerate(list(node.args) + list(node.kwargs.values())):
@@ -403,11 +416,15 @@ class ProgramConversion:
         return None
 
     def _forced_low(self, node, op, scope, keep_fp32) -> Optional[str]:
-        """The reason of the policy's forced-low rule for the node, unless the verification's repair or the accuracy
-        fallback keeps it fp32 (jit/plan/graph_to_dataflow's forcedLow); control flow is never forced."""
+        """The reason of the policy's forced-low rule for the node (by its name, else by op and module path), unless
+        the verification's repair or the accuracy fallback keeps it fp32 (jit/plan/graph_to_dataflow's forcedLow);
+        control flow is never forced."""
         if node.name in self.keep_non_finite or node.name in keep_fp32 or \
                 not isinstance(node.target, torch._ops.OpOverload):
             return None
+        by_id = self.policy._c.forced_low_node(node.name)
+        if by_id is not None:
+            return by_id
         rule = self.policy._c.forced_low_by(op, scope)
         return rule[2] if rule is not None else None
 

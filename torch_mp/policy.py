@@ -12,7 +12,8 @@ The defaults live in C++ (csrc/core/op_policy.cpp), one entry per op with its re
 
 Per node, the first of these that speaks decides: the accuracy fallback's choices, exclusions, rules (in the order
 they were added), the op's entry. Nodes the range guard keeps in fp32 stay fp32 whatever the rules say, unless a
-forced-low rule (`policy.force_low("encoder.*", ops=["aten::softmax"])`) runs them low over it.
+forced-low rule (`policy.force_low("encoder.*", ops=["aten::softmax"])`, or by node: `force_low_nodes`) runs them low
+over it.
 """
 from __future__ import annotations
 
@@ -196,6 +197,27 @@ class OpPolicy:
         self._mark_edited()
         return self
 
+    def force_low_nodes(self, *node_ids: Union[int, str], reason: Optional[str] = None) -> "OpPolicy":
+        """Runs low the nodes with these ids, as the report's `nodes` give them (`id`: an int for `convert`'s
+        TorchScript nodes, the FX node's name for `export`'s), over the range guards, as `force_low` runs a module's
+        nodes: for one model's nodes that a guard keeps fp32 where the user knows their values stay in range.
+        Control flow is never forced; the verification's repair and the accuracy fallback still win."""
+        if not node_ids:
+            raise ValueError("force_low_nodes needs at least one node id, as the report's nodes give it")
+        for node_id in node_ids:
+            if isinstance(node_id, bool) or not isinstance(node_id, (int, str)) or node_id == "":
+                raise ValueError(f"node ids are the report's: an int (convert) or an FX node name (export); "
+                                 f"got {node_id!r}")
+        for node_id in node_ids:
+            self._c.force_low_node(str(node_id), reason or f"node {node_id}")
+        self._mark_edited()
+        return self
+
+    @property
+    def forced_low_nodes(self) -> Dict[str, str]:
+        """{node id (a string): reason} of the nodes forced low by force_low_nodes."""
+        return dict(self._c.forced_low_nodes())
+
     def add_rule(self, rule: Rule, name: Optional[str] = None) -> "OpPolicy":
         """Adds a per-node rule: `rule(node: NodeInfo)` returns a category (one of CATEGORIES),
         optionally with a reason as (category, reason), or None to leave the node to later rules and the op table.
@@ -306,7 +328,7 @@ class OpPolicy:
         rows = self._c.rows()
         counts = ", ".join(f"{c}={sum(1 for _, listed, _ in rows if listed == c)}" for c in CATEGORIES)
         extras = ""
-        exclusions, forced = self._c.exclusions(), self._c.forced_low()
+        exclusions, forced = self._c.exclusions(), self._c.forced_low() + list(self._c.forced_low_nodes())
         if exclusions or forced or self._rules:
             extras = f", {len(exclusions)} exclusions, {len(forced)} forced low, {len(self._rules)} rules"
         return f"OpPolicy({self.name!r}: {counts}{extras})"

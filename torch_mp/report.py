@@ -129,7 +129,7 @@ class Report:
         if d.get("channels_last_convolutions") or d.get("fused_convolutions"):
             lines.append(f"  CUDA convolutions: {d['channels_last_convolutions']} channels_last, "
                          f"{d['fused_convolutions']} fused with their relu (and residual add) into cuDNN calls")
-        slow = [n for n in self.nodes if n["flops"] and n["precision"] == "fp32" and n.get("rule_kind") == "policy"]
+        slow = [n for n in self.nodes if n["rule_kind"] == "no fast kernel"]
         if slow and d.get("slow_kernels"):
             lines.append(f"  {len(slow)} heavy ops {d['slow_kernels']}")
         if self.unknown_ops:

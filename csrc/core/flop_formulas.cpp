@@ -1,5 +1,9 @@
 #include "core/flop_formulas.h"
 
+#include <algorithm>
+#include <cctype>
+#include <string>
+
 namespace torch_mp::core {
 namespace {
 
@@ -66,6 +70,44 @@ int64_t flopsOf(FlopFormula formula, const FlopOperands& operands) {
     default:
       return 0;
   }
+}
+
+namespace {
+
+bool einsumSumsNothing(const std::string& equation) {
+  const size_t arrow = equation.find("->");
+  const std::string inputs = equation.substr(0, arrow);
+  std::string output;
+  if (arrow != std::string::npos) {
+    output = equation.substr(arrow + 2);
+  } else {  // implicit output: the letters that occur once
+    for (char letter : inputs) {
+      if (std::isalpha(static_cast<unsigned char>(letter)) && std::count(inputs.begin(), inputs.end(), letter) == 1) {
+        output += letter;
+      }
+    }
+  }
+  for (char letter : inputs) {
+    if (std::isalpha(static_cast<unsigned char>(letter)) && output.find(letter) == std::string::npos) {
+      return false;  // summed over
+    }
+  }
+  return true;
+}
+
+} // namespace
+
+bool sumsNothing(
+    const std::string& op,
+    const std::optional<std::string>& einsumEquation,
+    const std::optional<Sizes>& firstInputSizes) {
+  if (op == "aten::einsum") {
+    return einsumEquation && einsumSumsNothing(*einsumEquation);
+  }
+  if (op != "aten::matmul" && op != "aten::mm" && op != "aten::bmm" && op != "aten::linear") {
+    return false;
+  }
+  return firstInputSizes && firstInputSizes->size() >= 2 && firstInputSizes->back() == 1;
 }
 
 } // namespace torch_mp::core

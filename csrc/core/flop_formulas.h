@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/op_facts.h"
@@ -23,5 +24,13 @@ int64_t elementCount(const Sizes& sizes);
 
 // 0 where an operand's sizes are missing, or for a formula this file does not cover.
 int64_t flopsOf(FlopFormula formula, const FlopOperands& operands);
+
+// A product that sums nothing: einsum whose every input index reaches the output ("i,j->ij", `einsumEquation`), or
+// matmul / mm / bmm / linear whose contracted dim has size 1 (`firstInputSizes`, where observed). Elementwise work,
+// not a matrix product: low precision would only round its inputs (positions, timesteps).
+bool sumsNothing(
+    const std::string& op,
+    const std::optional<std::string>& einsumEquation,
+    const std::optional<Sizes>& firstInputSizes);
 
 } // namespace torch_mp::core

@@ -407,6 +407,7 @@ OpPolicy OpPolicy::defaults(Target target, const CpuFeatures& cpu, std::optional
   for (const DefaultEntry& entry : kDefaultEntries) {
     if (computesLow(entry.category) && slow) {
       policy.set(entry.op, OpCategory::kFp32, std::string(entry.reason) + "; " + *slow);
+      policy.entries_[entry.op].noFastKernel = true;
     } else {
       policy.set(entry.op, entry.category, entry.reason);
     }
@@ -480,6 +481,15 @@ void OpPolicy::forceLow(ModuleRule rule) {
 
 const ModuleRule* OpPolicy::forcedLowFor(const std::string& op, const std::string& scope) const {
   return firstMatch(forcedLow_, op, scope);
+}
+
+void OpPolicy::forceLowNode(std::string id, std::string reason) {
+  forcedLowNodes_.insert_or_assign(std::move(id), std::move(reason));
+}
+
+const std::string* OpPolicy::forcedLowNode(const std::string& id) const {
+  auto it = forcedLowNodes_.find(id);
+  return it == forcedLowNodes_.end() ? nullptr : &it->second;
 }
 
 bool ModuleRule::matches(const std::string& op, const std::string& scope) const {

@@ -48,6 +48,8 @@ class CpuFeatures;
 struct PolicyEntry {
   OpCategory category;
   std::string reason;
+  // a heavy op defaults() keeps fp32 because the device has no fast kernels for the low dtype (slowKernels says why)
+  bool noFastKernel = false;
 };
 
 // Whether `text` matches a shell-style glob, as Python's fnmatch.fnmatchcase: `*` any run of characters (dots
@@ -102,6 +104,14 @@ class OpPolicy {
   const std::vector<ModuleRule>& forcedLow() const {
     return forcedLow_;
   }
+  // A node forced low as forceLow forces a module's, by the id the report gives it (a TorchScript node's number, an
+  // FX node's name): one model's nodes that a guard keeps fp32 where the user knows their values are safe.
+  void forceLowNode(std::string id, std::string reason);
+  // The reason the node with this id is forced low, or nullptr.
+  const std::string* forcedLowNode(const std::string& id) const;
+  const std::map<std::string, std::string>& forcedLowNodes() const {
+    return forcedLowNodes_;
+  }
 
   // The name the report gives the policy: the target's for a default one.
   const std::string& name() const {
@@ -123,6 +133,7 @@ class OpPolicy {
   std::map<std::string, PolicyEntry> entries_;
   std::vector<ModuleRule> exclusions_;
   std::vector<ModuleRule> forcedLow_;
+  std::map<std::string, std::string> forcedLowNodes_;  // node id -> reason
   std::optional<std::string> slowKernels_;
   std::string name_ = "custom";
 };
@@ -147,6 +158,9 @@ enum class RuleKind : uint8_t {
   kPolicy,       // the op policy's entry
   kUnknownOp,    // in no policy list: fp32
   kForcedLow,    // the user's forced-low rule, over the range guards
+  kNoFastKernel,  // the op policy's entry for a heavy op kept fp32: the device has no fast kernels for the low dtype
+  kWritesTensorList,  // low_fp32_output, but it writes a tensor list, which one cast cannot make fp32: fp32
+  kSumsNothing,       // low, but a product that sums nothing (core::sumsNothing): follows
 };
 struct RuleKindName {
   RuleKind kind;
@@ -165,6 +179,9 @@ inline constexpr RuleKindName kRuleKindNames[] = {
     {RuleKind::kPolicy, "policy"},
     {RuleKind::kUnknownOp, "unknown op"},
     {RuleKind::kForcedLow, "forced low"},
+    {RuleKind::kNoFastKernel, "no fast kernel"},
+    {RuleKind::kWritesTensorList, "writes a tensor list"},
+    {RuleKind::kSumsNothing, "sums nothing"},
 };
 const char* toString(RuleKind kind);
 

@@ -313,6 +313,9 @@ void bindCoreForExport(py::module_& m) {
       py::arg("op"), py::arg("input_sizes"), py::arg("output_sizes"), py::arg("transposed") = py::none(),
       "Multiply-add FLOPs of a heavy op (core/flop_formulas) from its inputs' sizes (None: not a tensor) and its "
       "first output's; 0 for other ops.");
+  m.def("sums_nothing", &core::sumsNothing, py::arg("op"), py::arg("einsum_equation"), py::arg("first_input_sizes"),
+        "Whether a product sums nothing (core/flop_formulas): an einsum every index of which reaches the output, or a "
+        "matmul / mm / bmm / linear whose first input's last dim is 1. It then follows instead of running low.");
   m.def("zero_sensitive_ops", &zeroSensitiveOps,
         "{op: (input index, only with a negative exponent)} for the ops whose result a 0 there makes inf or NaN.");
   m.def(
@@ -582,9 +585,12 @@ PYBIND11_MODULE(_C, m) {
           "entry",
           [](const core::OpPolicy& policy, const std::string& op) -> py::object {
             const core::PolicyEntry* entry = policy.find(op);
-            return entry ? py::make_tuple(core::toString(entry->category), entry->reason) : py::object(py::none());
+            return entry ? py::make_tuple(core::toString(entry->category), entry->reason, entry->noFastKernel)
+                         : py::object(py::none());
           },
-          py::arg("op"), "(category, reason) of an op, or None when it is in no list.")
+          py::arg("op"),
+          "(category, reason, no fast kernel) of an op, or None when it is in no list; the last is True for a heavy "
+          "op the default policy keeps fp32 because the device has no fast kernels for the low dtype.")
       .def(
           "rows",
           [](const core::OpPolicy& policy) {
@@ -602,6 +608,15 @@ PYBIND11_MODULE(_C, m) {
                   &core::OpPolicy::exclusions, &core::OpPolicy::exclusionFor, "exclusion");
   bindModuleRules(policy, "force_low", "forced_low", "forced_low_by", &core::OpPolicy::forceLow,
                   &core::OpPolicy::forcedLow, &core::OpPolicy::forcedLowFor, "forced-low rule");
+  policy.def("force_low_node", &core::OpPolicy::forceLowNode, py::arg("id"), py::arg("reason"))
+      .def("forced_low_nodes", &core::OpPolicy::forcedLowNodes, "{node id: reason} of the nodes forced low.")
+      .def(
+          "forced_low_node",
+          [](const core::OpPolicy& self, const std::string& id) -> std::optional<std::string> {
+            const std::string* reason = self.forcedLowNode(id);
+            return reason ? std::make_optional(*reason) : std::nullopt;
+          },
+          py::arg("id"), "The reason the node with this id is forced low, or None.");
 
   py::class_<jit::ConvertOptions>(m, "ConvertOptions", "Everything a conversion is asked to do but its inputs.")
       .def(py::init([](const std::string& dtype, const core::OpPolicy& policy, const std::string& planner,

@@ -291,7 +291,7 @@ std::shared_ptr<torch::jit::Graph> twoConvolutions(const std::string& body, cons
 std::vector<std::string> forcedToFp32(const ConversionReport& report) {
   std::vector<std::string> ops;
   for (const NodeDecision& node : report.nodes) {
-    if (node.rule.find("forced to fp32") != std::string::npos) {
+    if (node.forcedToFp32) {
       ops.push_back(node.op);
     }
   }
@@ -774,7 +774,7 @@ TEST(PipelineRulesTest, LowFp32OutputWithAListResultRunsInFp32) {
   FileCheck().check_not("aten::to")->run(*result.graph);
   const NodeDecision& split = decisionFor(result.report, "aten::split");
   EXPECT_EQ(split.precision, core::Precision::kFp32);
-  EXPECT_NE(split.rule.find("writes a list or tuple of tensors"), std::string::npos) << split.rule;
+  EXPECT_EQ(split.ruleKind, core::RuleKind::kWritesTensorList);
   expectSameOutputs(result.before, result.after);
 }
 
@@ -798,7 +798,7 @@ TEST(PipelineRulesTest, ProductThatSumsNothingFollowsItsNeighbours) {
                                    [](const NodeDecision& node) { return node.op == "aten::einsum"; });
   ASSERT_NE(einsum, outer.report.nodes.end());
   EXPECT_EQ(einsum->precision, core::Precision::kFp32);
-  EXPECT_NE(einsum->rule.find("nothing to sum"), std::string::npos) << einsum->rule;
+  EXPECT_EQ(einsum->ruleKind, core::RuleKind::kSumsNothing);
   expectCloseOutputs(outer.before, outer.after, 1e-6);
 
   // dot product 3.43, cos -0.96: far from cos's zeros, where a relative tolerance would mean nothing
@@ -819,8 +819,9 @@ TEST(PipelineRulesTest, IntegerValuesBeyondTheExactRangeKeepFp32) {
   const at::Tensor w = torch::randn({4, 2});
   auto wide = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat), w}, at::kBFloat16);
   FileCheck().check_not("aten::to")->check("aten::linear")->run(*wide.graph);
-  EXPECT_NE(wide.report.nodes[0].rule.find("holds integers up to 599"), std::string::npos)
-      << wide.report.nodes[0].rule;
+  ASSERT_TRUE(wide.report.nodes[0].guard);
+  EXPECT_EQ(wide.report.nodes[0].guard->kind, core::GuardKind::kObservedIntegers);
+  EXPECT_EQ(wide.report.nodes[0].guard->seen, 599.0);
   expectSameOutputs(wide.before, wide.after);
 
   auto narrow = convert(graph, {torch::arange(200).reshape({100, 2}).to(at::kFloat), w}, at::kBFloat16);
@@ -903,6 +904,16 @@ TEST(PipelineRulesTest, ForcedLowRunsAGuardedNodeLowAndReportsTheGuardItOverrode
   });
   EXPECT_EQ(decisionFor(other.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
   expectSameOutputs(guarded.before, other.after);
+
+  // by node: the id the report gave the guarded mm forces it; another node's id leaves the guard
+  const std::string mmId = std::to_string(decisionFor(guarded.report, "aten::mm").id);
+  auto byNode = convert(graph, inputs, at::kHalf, [&](ConvertOptions& o) { o.policy.forceLowNode(mmId, "node"); });
+  EXPECT_EQ(decisionFor(byNode.report, "aten::mm").ruleKind, core::RuleKind::kForcedLow);
+  EXPECT_EQ(decisionFor(byNode.report, "aten::mm").guard->kind, core::GuardKind::kObservedOverflow);
+  FileCheck().check("HalfTensor = aten::mm")->run(*byNode.graph);
+  const std::string reluId = std::to_string(decisionFor(guarded.report, "aten::relu").id);
+  auto otherNode = convert(graph, inputs, at::kHalf, [&](ConvertOptions& o) { o.policy.forceLowNode(reluId, "n"); });
+  EXPECT_EQ(decisionFor(otherNode.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
 }
 
 // The kernels stage re-lays and fuses only convolutions the example inputs ran on a CUDA device (here typed so, the

@@ -325,11 +325,29 @@ def test_force_low_overrides_the_range_guard_and_says_so(front):
     # non-firing: a rule for another module leaves the guard in place
     other, _ = head_of(policy.copy().force_low("fc"))
     assert other["rule_kind"] == "range guard"
+    # by node: the id the report gave the guarded head (an int for convert, the FX node's name for export)
+    by_node, converted = head_of(policy.copy().force_low_nodes(guarded["id"]))
+    assert (by_node["precision"], by_node["rule_kind"], by_node["guard"]["kind"]) == \
+        ("low", "forced low", "observed overflow")
+    torch.testing.assert_close(converted(x), model(x), rtol=0, atol=64.0)
+    [fc] = [n for n in report_nodes(model, x, policy, front) if n["scope"] == "fc" and n["flops"] > 0]
+    other_node, _ = head_of(policy.copy().force_low_nodes(fc["id"]))
+    assert other_node["rule_kind"] == "range guard"
+
+
+def report_nodes(model, x, policy, front):
+    if front == "convert":
+        return torch_mp.convert(model, x, torch.float16, policy=policy, return_report=True)[1].nodes
+    return torch_mp.export(model, (x,), torch.float16, policy=policy, return_report=True)[1].nodes
 
 
 def test_force_low_arguments_are_checked(policy):
     with pytest.raises(ValueError):
         policy.force_low()
+    for bad in [(), (True,), (1.5,), ("",)]:
+        with pytest.raises(ValueError):
+            policy.force_low_nodes(*bad)
+    assert policy.copy().force_low_nodes(3, "linear_1").forced_low_nodes == {"3": "node 3", "linear_1": "node linear_1"}
     with pytest.raises(TypeError):
         policy.force_low("head", ops="aten::linear")
     with pytest.raises(ValueError):

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <unordered_set>
 
+#include "core/flop_formulas.h"
 #include "core/op_facts.h"
 #include "jit/ir/module_scope.h"
 #include "jit/ir/overload_facts.h"
@@ -119,8 +120,10 @@ class DataflowBuilder {
   // The rules, first match wins: graph inputs and outputs; nodes not reached by the example inputs; nodes with a
   // floating tensor that is not fp32; the user's forced-low rule (over every guard below, which the report still
   // gives); the observed-range guard; the underflow-to-zero guard; control flow; the constant-range guard; the
-  // user's choices (userChoice); the op policy (a constant-table lookup it lets follow runs low); unknown ops. A node
-  // that would compute low or follow keeps fp32 where a scalar it reads is lost in the low dtype.
+  // user's choices (userChoice); the op policy (a constant-table lookup it lets follow runs low); unknown ops. Then
+  // two demotions of what those chose: a low_fp32_output node writing a tensor list keeps fp32, a low one summing
+  // nothing follows (core::sumsNothing). A node that would compute low or follow keeps fp32 where a scalar it reads is
+  // lost in the low dtype.
   std::optional<Classification> classify(Node* node, const std::vector<Node*>& boundaries, std::optional<NodeId> id) {
     bool relevant = false;
     bool unknown = false;
@@ -195,10 +198,10 @@ class DataflowBuilder {
     if (!guard) {
       guard = guards_.underflowToZero(node);
     }
-    if (const core::ModuleRule* forced = controlFlow ? nullptr : forcedLow(node, id)) {
+    if (std::optional<std::string> forced = controlFlow ? std::nullopt : forcedLow(node, id)) {
       decided.category = OpCategory::kLowPrecision;
       decided.kind = core::RuleKind::kForcedLow;
-      decided.rule = "low: forced: " + forced->reason;
+      decided.rule = "low: forced: " + *forced;
       // the guard it overrides, if one would have kept it fp32
       decided.guard = guard ? std::move(guard) : guards_.constantOutOfRange(node);
       if (!decided.guard) {
@@ -222,6 +225,7 @@ class DataflowBuilder {
       decided.rule = std::string(core::toString(chosen->category)) + ": " + chosen->reason;
     } else if (const core::OpPolicy::Match match = policy_.match(node->kind().toQualString()); match.entry) {
       decided.category = match.entry->category;
+      decided.kind = match.entry->noFastKernel ? core::RuleKind::kNoFastKernel : core::RuleKind::kPolicy;
       decided.rule = std::string(core::toString(decided.category)) + ": " + match.entry->reason;
       if (match.via != node->kind().toQualString()) {
         decided.rule += " [in place, as " + match.via + "]";
@@ -239,6 +243,17 @@ class DataflowBuilder {
       }
       return fp32Because(core::RuleKind::kUnknownOp, "fp32: in no list (unknown op)");
     }
+    if (decided.category == OpCategory::kLowFp32Output && writesContainer(node)) {
+      decided.category = OpCategory::kFp32;
+      decided.kind = core::RuleKind::kWritesTensorList;
+      decided.rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
+    }
+    if (core::computesLow(decided.category) && sumsNothing(node)) {
+      decided.category = OpCategory::kFollow;
+      decided.kind = core::RuleKind::kSumsNothing;
+      decided.rule += " [follow instead: nothing to sum (an outer product), so low precision would only round "
+                      "its inputs, say positions or timesteps]";
+    }
     if (decided.category != OpCategory::kFp32) {
       if (std::optional<core::GuardVerdict> guard = guards_.scalarLostInLowDtype(node)) {
         return guarded(std::move(*guard));
@@ -247,13 +262,18 @@ class DataflowBuilder {
     return decided;
   }
 
-  // The policy's forced-low rule for the node, unless the verification's repair or the accuracy fallback keeps it
-  // fp32 (they measured that it must be).
-  const core::ModuleRule* forcedLow(const Node* node, std::optional<NodeId> id) {
-    if (policy_.forcedLow().empty() || (id && (keepFp32_.nonFinite.count(*id) || keepFp32_.fallback.count(*id)))) {
-      return nullptr;
+  // The reason of the policy's forced-low rule for the node (by its id, else by op and module path), unless the
+  // verification's repair or the accuracy fallback keeps it fp32 (they measured that it must be).
+  std::optional<std::string> forcedLow(const Node* node, std::optional<NodeId> id) {
+    if ((policy_.forcedLow().empty() && policy_.forcedLowNodes().empty()) ||
+        (id && (keepFp32_.nonFinite.count(*id) || keepFp32_.fallback.count(*id)))) {
+      return std::nullopt;
     }
-    return policy_.forcedLowFor(node->kind().toQualString(), scopes_.of(node));
+    if (const std::string* reason = id ? policy_.forcedLowNode(std::to_string(*id)) : nullptr) {
+      return *reason;
+    }
+    const core::ModuleRule* rule = policy_.forcedLowFor(node->kind().toQualString(), scopes_.of(node));
+    return rule ? std::make_optional(rule->reason) : std::nullopt;
   }
 
   // What the user asks of the node, first match wins: the nodes the verification's repair keeps, the accuracy
@@ -422,44 +442,16 @@ class DataflowBuilder {
         !schema->returns()[output->offset()].alias_info();
   }
 
-  // A product that sums nothing: einsum whose every input index reaches the output ("i,j->ij"), or matmul / mm /
-  // bmm / linear whose contracted dim has size 1 on the example inputs. Elementwise work, not a matrix product.
+  // core::sumsNothing of the node: its einsum equation, or its first input's observed sizes.
   bool sumsNothing(const Node* node) const {
+    std::optional<std::string> equation;
     if (node->kind() == c10::aten::einsum) {
-      const std::optional<std::string> equation = torch::jit::constant_as<std::string>(node->input(0));
-      return equation && einsumSumsNothing(*equation);
-    }
-    if (node->kind() != c10::aten::matmul && node->kind() != c10::aten::mm && node->kind() != c10::aten::bmm &&
-        node->kind() != c10::aten::linear) {
-      return false;
+      equation = torch::jit::constant_as<std::string>(node->input(0));
     }
     auto left = observed_.find(node->input(0));
-    if (left == observed_.end() || !left->second.isTensor) {
-      return false;
-    }
-    const std::optional<std::vector<int64_t>> sizes = knownSizes(left->second);
-    return sizes && sizes->size() >= 2 && sizes->back() == 1;
-  }
-
-  static bool einsumSumsNothing(const std::string& equation) {
-    const size_t arrow = equation.find("->");
-    const std::string inputs = equation.substr(0, arrow);
-    std::string output;
-    if (arrow != std::string::npos) {
-      output = equation.substr(arrow + 2);
-    } else {  // implicit output: the letters that occur once
-      for (char letter : inputs) {
-        if (std::isalpha(static_cast<unsigned char>(letter)) && std::count(inputs.begin(), inputs.end(), letter) == 1) {
-          output += letter;
-        }
-      }
-    }
-    for (char letter : inputs) {
-      if (std::isalpha(static_cast<unsigned char>(letter)) && output.find(letter) == std::string::npos) {
-        return false;  // summed over
-      }
-    }
-    return true;
+    const bool observedTensor = left != observed_.end() && left->second.isTensor;
+    return core::sumsNothing(
+        node->kind().toQualString(), equation, observedTensor ? knownSizes(left->second) : std::nullopt);
   }
 
   bool writesContainer(const Node* node) const {
@@ -478,15 +470,6 @@ class DataflowBuilder {
     int index = -1;
     const std::optional<NodeId> id = nodeIdOf(node);
     if (std::optional<Classification> decided = classify(node, boundaries, id)) {
-      if (decided->category == OpCategory::kLowFp32Output && writesContainer(node)) {
-        decided->category = OpCategory::kFp32;
-        decided->rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
-      }
-      if (core::computesLow(decided->category) && sumsNothing(node)) {
-        decided->category = OpCategory::kFollow;
-        decided->rule += " [follow instead: nothing to sum (an outer product), so low precision would only round "
-                         "its inputs, say positions or timesteps]";
-      }
       index = mapping_.dataflow.addNode(decided->category);
       mapping_.planned.push_back(PlannedNode{node, boundaries, id.value_or(-1), decided->kind,
                                              std::move(decided->rule), std::move(decided->guard),
