@@ -483,22 +483,15 @@ class ProgramConversion:
         return None
 
     def _table_stored_low(self, lookup: torch.fx.Node) -> bool:
-        """Whether a lookup's table is a stored tensor that can be stored once, low: every node reading it is a lookup
-        of it or one the policy runs low (jit/plan/graph_to_dataflow's readsConstantTable). A table an fp32 op also reads
-        (a tied output layer on a device without fast kernels) leaves the lookup to follow."""
+        """Whether a lookup's table is a stored tensor that can be stored once, low (core::OpPolicy::storesTableLow, as
+        convert asks it): every node reading it is a lookup of it or one the policy runs low."""
         readers = self._stored_readers.get(lookup.args[0].name) if lookup.args and self._stored(lookup.args[0]) \
             else None
         if readers is None:
             return False
-        for reader in readers:
-            op = _op_name(reader)
-            entry = self.policy._c.entry(op)
-            table = reader.args[0] if reader.args and isinstance(reader.args[0], torch.fx.Node) else None
-            is_lookup = _C.op_facts(op)["table_lookup"] and table is not None and \
-                self._stored_readers.get(table.name) is readers
-            if not is_lookup and (entry is None or entry[0] not in ("low", "low_fp32_output")):
-                return False
-        return True
+        reads_first = [reader.args and isinstance(reader.args[0], torch.fx.Node) and
+                       self._stored_readers.get(reader.args[0].name) is readers for reader in readers]
+        return self.policy._c.stores_table_low([(_op_name(r), bool(first)) for r, first in zip(readers, reads_first)])
 
     def _stored(self, node: Any) -> bool:
         """Whether a node is a parameter, buffer or lifted constant of the program."""

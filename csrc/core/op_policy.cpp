@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/fast_kernels.h"
+#include "core/op_facts.h"
 
 namespace torch_mp::core {
 namespace {
@@ -481,6 +482,14 @@ void OpPolicy::forceLow(ModuleRule rule) {
 
 const ModuleRule* OpPolicy::forcedLowFor(const std::string& op, const std::string& scope) const {
   return firstMatch(forcedLow_, op, scope);
+}
+
+bool OpPolicy::storesTableLow(const std::vector<TableReader>& readers) const {
+  return std::all_of(readers.begin(), readers.end(), [&](const TableReader& reader) {
+    const Match found = match(reader.op);
+    return (found.entry && computesLow(found.entry->category)) ||
+        (reader.readsFirst && factsOf(reader.op).tableLookup != nullptr);
+  });
 }
 
 void OpPolicy::forceLowNode(std::string id, std::string reason) {

@@ -113,6 +113,18 @@ class OpPolicy {
     return forcedLowNodes_;
   }
 
+  // A reader of a constant table (an embedding's weight): its op, and whether it reads the table as its first input
+  // (where a lookup reads its table).
+  struct TableReader {
+    std::string op;
+    bool readsFirst = false;
+  };
+  // Whether a constant table is stored once, in the low dtype, its lookups running low: every reader is a lookup of it
+  // (core/op_facts' tableLookup, reading it first) or an op this policy runs low. A table an fp32 op also reads (a tied
+  // output layer on a device without fast kernels) is not: the lookup follows, so that the min-cut can keep it fp32
+  // beside that reader instead of casting the whole table at run time.
+  bool storesTableLow(const std::vector<TableReader>& readers) const;
+
   // The name the report gives the policy: the target's for a default one.
   const std::string& name() const {
     return name_;

@@ -608,6 +608,18 @@ PYBIND11_MODULE(_C, m) {
                   &core::OpPolicy::exclusions, &core::OpPolicy::exclusionFor, "exclusion");
   bindModuleRules(policy, "force_low", "forced_low", "forced_low_by", &core::OpPolicy::forceLow,
                   &core::OpPolicy::forcedLow, &core::OpPolicy::forcedLowFor, "forced-low rule");
+  policy.def(
+      "stores_table_low",
+      [](const core::OpPolicy& self, const std::vector<std::pair<std::string, bool>>& readers) {
+        std::vector<core::OpPolicy::TableReader> tableReaders;
+        for (const auto& [op, readsFirst] : readers) {
+          tableReaders.push_back({op, readsFirst});
+        }
+        return self.storesTableLow(tableReaders);
+      },
+      py::arg("readers"),
+      "Whether a constant table read by these (op, reads it as its first input) is stored once, low, its lookups "
+      "running low (core::OpPolicy::storesTableLow).");
   policy.def("force_low_node", &core::OpPolicy::forceLowNode, py::arg("id"), py::arg("reason"))
       .def("forced_low_nodes", &core::OpPolicy::forcedLowNodes, "{node id: reason} of the nodes forced low.")
       .def(

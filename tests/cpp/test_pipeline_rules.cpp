@@ -535,7 +535,7 @@ TEST(PipelineRulesTest, RangeGuardKeepsLargeConstantsOutOfFp16) {
   auto fp16 = convert(graph, {input});
   int guarded = 0;
   for (const NodeDecision& node : fp16.report.nodes) {
-    guarded += node.rule.rfind("range guard", 0) == 0 && node.precision == core::Precision::kFp32;
+    guarded += node.ruleKind == core::RuleKind::kRangeGuard && node.precision == core::Precision::kFp32;
   }
   EXPECT_EQ(guarded, 1);
   EXPECT_TRUE(fp16.after[0].toTensor().isfinite().all().item<bool>());
@@ -738,7 +738,8 @@ TEST(PipelineRulesTest, CudaFp16PolicyRunsALayerNormBetweenLowOpsLow) {
   EXPECT_EQ(fp16.report.casts.size(), 2u);
   const NodeDecision& norm = decisionFor(fp16.report, "aten::layer_norm");
   EXPECT_EQ(norm.precision, core::Precision::kLow);
-  EXPECT_EQ(norm.rule.rfind("follow: normalization: ATen's CUDA kernel", 0), 0u) << norm.rule;
+  EXPECT_EQ(norm.category, core::OpCategory::kFollow);  // cuda_fp16's table: the norm follows its input
+  EXPECT_EQ(norm.ruleKind, core::RuleKind::kPolicy);
   expectCloseOutputs(fp16.before, fp16.after, 2e-2);
   // cuda_bf16 keeps it fp32, like the CPU policies
   auto bf16 = convert(graph, inputs, at::kBFloat16, [](ConvertOptions& o) {

@@ -367,12 +367,9 @@ class DataflowBuilder {
     return returnsFresh(producer, output) ? core::Tie::kReaders : core::Tie::kAll;
   }
 
-  // Whether the node's table is a constant that can be stored once, low: every other node reading it is a lookup
-  // of it or one the policy runs low (a language model's output layer tied to its embedding, where the device has
-  // fast kernels). A
-  // table that an fp32 op also reads leaves the lookup to follow, so that the min-cut can keep it fp32 beside that
-  // reader instead of casting the whole table at run time (apply_precision_plan stores a table read in both
-  // precisions once, fp32).
+  // Whether the node's table is a constant that can be stored once, low (core::OpPolicy::storesTableLow over every
+  // node reading it: a language model's output layer tied to its embedding runs low where the device has fast
+  // kernels). Otherwise apply_precision_plan stores a table read in both precisions once, fp32.
   bool readsConstantTable(const Node* node) {
     const void* storage = node->inputs().empty() ? nullptr : constantStorage(node->input(0));
     if (!storage) {
@@ -381,16 +378,12 @@ class DataflowBuilder {
     if (!storages_) {
       storages_ = constantStorages(*graph_);
     }
+    std::vector<core::OpPolicy::TableReader> readers;
     for (const Node* reader : storages_->at(storage).readers) {
-      const char* kind = reader->kind().toQualString();
-      const core::OpPolicy::Match match = policy_.match(kind);
-      const bool low = match.entry && core::computesLow(match.entry->category);
-      const bool lookup = core::factsOf(kind).tableLookup && constantStorage(reader->input(0)) == storage;
-      if (!low && !lookup) {
-        return false;
-      }
+      readers.push_back({reader->kind().toQualString(),
+                         !reader->inputs().empty() && constantStorage(reader->input(0)) == storage});
     }
-    return true;
+    return policy_.storesTableLow(readers);
   }
 
   // Whether following the value's uses, through the views and in-place results that alias it, reaches no write and

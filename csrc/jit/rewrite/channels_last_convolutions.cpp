@@ -162,8 +162,8 @@ class ChannelsLastConverter {
   const ObservedValues& observed_;
   int convolutions_ = 0;
   std::unordered_set<const Value*> nhwc_;
-  std::vector<Value*> marked_;
-  std::unordered_map<Value*, Value*> relaid_;  // NCHW weight constant -> its channels_last copy  // nhwc_ in graph order, so the rewrite is deterministic
+  std::vector<Value*> marked_;                 // nhwc_ in graph order, so the rewrite is deterministic
+  std::unordered_map<Value*, Value*> relaid_;  // NCHW weight constant -> its channels_last copy
 };
 
 } // namespace
