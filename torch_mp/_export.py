@@ -731,7 +731,7 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             node.kwargs = map_arg(node.kwargs, lambda v: read(v, node, reader_low))
         if any(_val(i) is not before.get(i.name) for i in node.all_input_nodes):  # a cast, or a dtype changed
             with fake_mode:
-                node.meta["val"] = _recomputed(node)
+                node.meta["val"] = _recomputed(node, before)
 
     module.recompile()
     lowered: Dict[int, torch.Tensor] = {}  # one low tensor per fp32 one
@@ -763,14 +763,46 @@ def _stored_groups(program: ExportedProgram, graph: Optional[torch.fx.Graph] = N
     return groups
 
 
-def _recomputed(node: torch.fx.Node) -> Any:
-    """The node's value for its inputs' new values (under the program's fake mode). A low kernel may lay its result
-    out otherwise than the fp32 one did (attention's output), and a view the fp32 layout allowed may then be
-    impossible: such a view becomes a reshape (the same values; a copy where the layout needs one)."""
+def _recomputed(node: torch.fx.Node, before: Dict[str, Any]) -> Any:
+    """The node's value for its inputs' new values (under the program's fake mode), `before` holding the fp32
+    program's values by name. A low kernel may lay its result out otherwise than the fp32 one did (attention's output),
+    and a view the fp32 layout allowed may then be impossible: such a view becomes a reshape (the same values; a copy
+    where the layout needs one)."""
+    if node.target in _RNNS:
+        result = _rnn_result_in_new_dtype(node, before)
+        if result is not None:
+            return result
     args, kwargs = map_arg(node.args, _val), map_arg(node.kwargs, _val)
     if node.target is torch.ops.aten.view.default and not _viewable(args[0], args[1]):
         node.target = torch.ops.aten.reshape.default
     return node.target(*args, **kwargs)
+
+
+# The RNN ops torch.export keeps whole. Their fake-tensor run unrolls every time step (the GRU classifier's: most of
+# its plan), and their results' shapes and strides do not depend on the dtype they are computed in (test_export
+# checks each against that run).
+_RNNS = {torch.ops.aten.lstm.input, torch.ops.aten.gru.input, torch.ops.aten.rnn_tanh.input,
+         torch.ops.aten.rnn_relu.input}
+
+
+def _rnn_result_in_new_dtype(node: torch.fx.Node, before: Dict[str, Any]) -> Optional[Tuple[torch.Tensor, ...]]:
+    """An RNN's value where its inputs changed only their dtype, all to one: its fp32 value's tensors in that dtype
+    (None where they changed otherwise)."""
+    # an input not in `before` is a cast made by _apply, of the value the node read in the fp32 program
+    new = [_val(i) for i in node.all_input_nodes]
+    old = [before[i.name] if i.name in before else before.get(i.args[0].name) for i in node.all_input_nodes]
+    dtypes = {value.dtype for value in new if isinstance(value, torch.Tensor)}
+    if len(dtypes) != 1 or not all(isinstance(n, torch.Tensor) and isinstance(o, torch.Tensor) and n.shape == o.shape
+                                   and n.stride() == o.stride() and n.storage_offset() == o.storage_offset()
+                                   for n, o in zip(new, old)):
+        return None
+    result = before[node.name]
+    if not all(t.dtype == old[0].dtype and t.storage_offset() == 0 for t in result):
+        return None
+    dtype = dtypes.pop()
+    requires_grad = torch.is_grad_enabled() and any(value.requires_grad for value in new)  # as autograd sets it
+    return tuple(torch.empty_strided(t.shape, t.stride(), dtype=dtype, device=t.device, requires_grad=requires_grad)
+                 for t in result)
 
 
 def _viewable(tensor: torch.Tensor, shape) -> bool:

@@ -1,4 +1,5 @@
 """torch_mp.export: the plan applied to torch.export programs as explicit casts (FX-level, small programs)."""
+import functools
 import io
 
 import pytest
@@ -6,6 +7,8 @@ import torch
 
 import torch_mp
 from torch.export import ExportedProgram
+from torch.fx.node import map_arg
+from torch_mp import _export
 from torch_mp.inference_form import inference_form
 from small_models import CosineAttention
 
@@ -148,6 +151,48 @@ def test_an_eval_mode_in_place_dropout_is_removed_without_a_retrace(monkeypatch)
     [linear] = [n for n in form.graph.nodes if n.target is torch.ops.aten.linear.default]
     assert linear.args[0].target is torch.ops.aten.flatten.using_ints  # the flatten, read directly
     assert torch.equal(form.module()(x), model(x))
+
+
+class Recurrent(torch.nn.Module):
+    def __init__(self, rnn):
+        super().__init__()
+        self.rnn = rnn(12, 16, num_layers=2, batch_first=True, bidirectional=True)
+        self.head = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        states, _ = self.rnn(x)
+        return self.head(states)
+
+
+@pytest.mark.parametrize("rnn", [torch.nn.LSTM, torch.nn.GRU, functools.partial(torch.nn.RNN, nonlinearity="tanh"),
+                                 functools.partial(torch.nn.RNN, nonlinearity="relu")])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_low_rnn_takes_its_fp32_layouts_without_a_fake_run(monkeypatch, rnn, dtype):
+    # the fake-tensor run of an RNN op unrolls every time step; its low value is its fp32 value's layouts, low
+    taken = []
+    relabelled = _export._rnn_result_in_new_dtype
+
+    def spy(node, before):
+        result = relabelled(node, before)
+        taken.append((node.name, result is not None))
+        return result
+
+    monkeypatch.setattr(_export, "_rnn_result_in_new_dtype", spy)
+    model = Recurrent(rnn).eval()
+    x = torch.randn(3, 7, 12)
+    program = torch_mp.export(model, (x,), dtype)
+    [node] = [n for n in program.graph.nodes if n.target in _export._RNNS]
+    assert taken == [(node.name, True)]
+    assert all(t.dtype == dtype for t in node.meta["val"])
+    with torch._guards.detect_fake_mode([n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"]):
+        unrolled = node.target(*map_arg(node.args, lambda a: a.meta["val"]))
+
+    def layouts(values):
+        return [(t.shape, t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad) for t in values]
+
+    assert layouts(node.meta["val"]) == layouts(unrolled)
+    assert len(check_meta(program, (x,))) > 8
+    torch.testing.assert_close(program.module()(x), model(x), rtol=5e-2, atol=5e-2)
 
 
 class Scaled(torch.nn.Module):
