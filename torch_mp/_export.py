@@ -331,7 +331,7 @@ class ProgramConversion:
         planned = self._decide(set(keep_fp32))
         precision, forced = self._plan(planned)
         program, casts, weights, graph = _apply(self.program, planned, precision, self.options.dtype,
-                                                not self.options.keep_io_dtypes, self.seen)
+                                                not self.options.keep_io_dtypes, self.seen, self._stored_readers)
         converted = ConvertedProgram(program)
         applied = time.perf_counter()
         non_finite = self._verify(converted) if verify and self.options.verify else None
@@ -662,10 +662,11 @@ _DTYPE_NAMES = {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "
 
 
 def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[str, str], low: torch.dtype,
-           low_io: bool, seen: Dict[str, _Seen]):
+           low_io: bool, seen: Dict[str, _Seen], stored_readers: Dict[str, List[torch.fx.Node]]):
     """A new program with the plan applied: a cast wherever a reader needs another dtype than its producer writes
     (low nodes read the low dtype where the fp32 program had fp32, every other reader what the fp32 program had), made
-    once per value and dtype before its first reader; the stored tensors only low nodes read, in the low dtype.
+    once per value and dtype before its first reader; the stored tensors only low nodes read, in the low dtype
+    (`stored_readers`: each fp32 stored placeholder's name -> the readers of its tensor, ProgramConversion's).
     Returns (program, casts as the report lists them, (weight bytes before, after), the report's graph)."""
     module = graph_module_copy(program)
     graph = module.graph
@@ -679,11 +680,8 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         return state_dict if specs[name].target in state_dict else constants
 
     # one tensor may be held by several placeholders (tied weights): it is stored low when only low nodes read it
-    stored_low = set()
-    for group in _stored_groups(program, module.graph).values():
-        readers = [user for node in group for user in node.users]
-        if readers and all(user.name in low_nodes for user in readers):
-            stored_low.update(node.name for node in group)
+    stored_low = {name for name, readers in stored_readers.items()
+                  if readers and all(user.name in low_nodes for user in readers)}
 
     def wanted(value: torch.fx.Node, reader_low: bool) -> Optional[torch.dtype]:
         original = before.get(value.name)
@@ -750,12 +748,12 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
     return converted, casts, weights, _graph_items(graph, planned, made)
 
 
-def _stored_groups(program: ExportedProgram, graph: Optional[torch.fx.Graph] = None) -> Dict[int, List[torch.fx.Node]]:
-    """The fp32 stored tensors (parameters, buffers, lifted constants) of the program, each with the placeholders of
-    `graph` (default the program's) that hold it: tied weights are one tensor held by several placeholders."""
+def _stored_groups(program: ExportedProgram) -> Dict[int, List[torch.fx.Node]]:
+    """The fp32 stored tensors (parameters, buffers, lifted constants) of the program, each with the placeholders that
+    hold it: tied weights are one tensor held by several placeholders."""
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
     groups: Dict[int, List[torch.fx.Node]] = {}
-    for node in (graph if graph is not None else program.graph).nodes:
+    for node in program.graph.nodes:
         if node.op == "placeholder" and specs[node.name].kind in _STORED and _fp32_tensor(node):
             target = specs[node.name].target
             tensor = program.state_dict[target] if target in program.state_dict else program.constants[target]
