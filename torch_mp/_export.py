@@ -731,7 +731,6 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             with fake_mode:
                 node.meta["val"] = _recomputed(node, before)
 
-    module.recompile()
     lowered: Dict[int, torch.Tensor] = {}  # one low tensor per fp32 one
     for name in sorted(stored_low):
         table, target = table_of(name), specs[name].target

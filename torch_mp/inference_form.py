@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 BATCH_NORM = torch.ops.aten.batch_norm.default
 INFERENCE_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
@@ -71,7 +72,6 @@ def inference_form(program: ExportedProgram) -> ExportedProgram:
             result.meta = {**node.meta, "val": computed.meta["val"][0]}
             node.replace_all_uses_with(result)
             graph.erase_node(node)
-    module.recompile()
     with quiet_spec_copies():
         return program._update(module, renamed_outputs(program.graph_signature, graph))
 
@@ -86,12 +86,17 @@ def quiet_spec_copies():
 
 
 def graph_module_copy(program: ExportedProgram) -> torch.fx.GraphModule:
-    """A copy of the program's graph module to rewrite, its nodes named as the program's signature names them."""
+    """A copy of the program's graph module to rewrite (its graph and the attributes the graph reads), its nodes named
+    as the program's signature names them. Its Python code is left ungenerated (a lazy module): the program made of it
+    (`program._update`) generates its own module's from the rewritten graph, and deepcopying the graph module would
+    generate it once more."""
     with quiet_spec_copies():
-        module = copy.deepcopy(program.graph_module)
-    for original, copied in zip(program.graph.nodes, module.graph.nodes):
+        graph = copy.deepcopy(program.graph)
+        held = copy.deepcopy({node.target: operator.attrgetter(node.target)(program.graph_module)
+                              for node in graph.nodes if node.op in ("get_attr", "call_module")})
+    for original, copied in zip(program.graph.nodes, graph.nodes):
         copied.name = original.name  # deepcopy renames those that shadow builtins ("input")
-    return module
+    return _LazyGraphModule(held, graph)
 
 
 def renamed_outputs(signature, graph: torch.fx.Graph):

@@ -153,6 +153,38 @@ def test_an_eval_mode_in_place_dropout_is_removed_without_a_retrace(monkeypatch)
     assert torch.equal(form.module()(x), model(x))
 
 
+def positive(t):
+    return t.relu()
+
+
+def negative(t):
+    return t.sigmoid()
+
+
+def test_the_functional_form_is_a_copy_with_the_subgraphs_the_program_reads():
+    class NormThenBranch(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.BatchNorm1d(8)
+
+        def forward(self, x):
+            y = self.norm(x)
+            return torch.cond(y.sum() > 0, positive, negative, (y,))
+
+    model = NormThenBranch().eval()
+    x = torch.randn(2, 8)
+    exported = torch.export.export(model, (x,))
+    nodes, owner = [(n.name, n.target) for n in exported.graph.nodes], exported.graph.owning_module
+    form = inference_form(exported)  # the batch norm is rewritten on a copy of the graph and of its branches
+    assert torch.ops.aten._native_batch_norm_legit_no_training.default in [n.target for n in form.graph.nodes]
+    assert [(n.name, n.target) for n in exported.graph.nodes] == nodes and exported.graph.owning_module is owner
+    for branch in ("true_graph_0", "false_graph_0"):
+        assert isinstance(getattr(form.graph_module, branch), torch.fx.GraphModule)
+        assert getattr(form.graph_module, branch) is not getattr(exported.graph_module, branch)
+    for inputs in (x, -x - 10):  # both branches
+        assert torch.equal(form.module()(inputs), model(inputs))
+
+
 class Recurrent(torch.nn.Module):
     def __init__(self, rnn):
         super().__init__()
