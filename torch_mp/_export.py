@@ -770,8 +770,11 @@ def _recomputed(node: torch.fx.Node, before: Dict[str, Any]) -> Any:
         if result is not None:
             return result
     args, kwargs = map_arg(node.args, _val), map_arg(node.kwargs, _val)
-    if node.target is torch.ops.aten.view.default and not _viewable(args[0], args[1]):
-        node.target = torch.ops.aten.reshape.default
+    if node.target is torch.ops.aten.view.default:
+        try:
+            return node.target(*args, **kwargs)
+        except (RuntimeError, ValueError):  # the new layout allows no view
+            node.target = torch.ops.aten.reshape.default
     return node.target(*args, **kwargs)
 
 
@@ -800,14 +803,6 @@ def _rnn_result_in_new_dtype(node: torch.fx.Node, before: Dict[str, Any]) -> Opt
     requires_grad = torch.is_grad_enabled() and any(value.requires_grad for value in new)  # as autograd sets it
     return tuple(torch.empty_strided(t.shape, t.stride(), dtype=dtype, device=t.device, requires_grad=requires_grad)
                  for t in result)
-
-
-def _viewable(tensor: torch.Tensor, shape) -> bool:
-    try:
-        torch.ops.aten.view.default(tensor, shape)
-    except (RuntimeError, ValueError):
-        return False
-    return True
 
 
 def _stored_bytes(*tables: Dict[str, Any]) -> int:

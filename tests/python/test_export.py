@@ -227,6 +227,31 @@ def test_a_low_rnn_takes_its_fp32_layouts_without_a_fake_run(monkeypatch, rnn, d
     torch.testing.assert_close(program.module()(x), model(x), rtol=5e-2, atol=5e-2)
 
 
+@torch.library.custom_op("torch_mp_test::columns_first_when_low", mutates_args=())
+def columns_first_when_low(x: torch.Tensor) -> torch.Tensor:
+    """A copy of a matrix, laid out column-major in a low dtype: a kernel whose result's layout depends on the dtype."""
+    return x.clone() if x.dtype == torch.float32 else x.t().contiguous().t()
+
+
+@columns_first_when_low.register_fake
+def _(x):
+    return x.clone() if x.dtype == torch.float32 else x.t().contiguous().t()
+
+
+def test_a_view_the_low_layout_does_not_allow_becomes_a_reshape():
+    class Flattened(torch.nn.Module):
+        def forward(self, x):
+            return columns_first_when_low(x).view(-1)
+
+    policy = torch_mp.OpPolicy.default("cpu_fp16").set("torch_mp_test::columns_first_when_low", "low", "the test's")
+    x = torch.randn(3, 4)
+    program = torch_mp.export(Flattened().eval(), (x,), torch.float16, policy=policy)
+    ops = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.view.default not in ops and torch.ops.aten.reshape.default in ops
+    assert torch.equal(program.module()(x), x.half().float().view(-1))  # the fp32 output, through fp16
+    assert len(check_meta(program, (x,))) >= 3
+
+
 class Scaled(torch.nn.Module):
     """A linear whose result is scaled up: an overflow of fp16 the range guard sees on the observed value."""
 
