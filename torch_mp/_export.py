@@ -769,13 +769,20 @@ def _recomputed(node: torch.fx.Node, before: Dict[str, Any]) -> Any:
         result = _rnn_result_in_new_dtype(node, before)
         if result is not None:
             return result
-    args, kwargs = map_arg(node.args, _val), map_arg(node.kwargs, _val)
+    args, kwargs = map_arg(node.args, _value_or_module), map_arg(node.kwargs, _value_or_module)
     if node.target is torch.ops.aten.view.default:
         try:
             return node.target(*args, **kwargs)
         except (RuntimeError, ValueError):  # the new layout allows no view
             node.target = torch.ops.aten.reshape.default
     return node.target(*args, **kwargs)
+
+
+def _value_or_module(node: torch.fx.Node) -> Any:
+    """What the node gives its readers: its value, or for a submodule (a torch.cond or while_loop branch) the module."""
+    if node.op == "get_attr":
+        return operator.attrgetter(node.target)(node.graph.owning_module)
+    return _val(node)
 
 
 # The RNN ops torch.export keeps whole. Their fake-tensor run unrolls every time step (the GRU classifier's: most of

@@ -185,6 +185,36 @@ def test_the_functional_form_is_a_copy_with_the_subgraphs_the_program_reads():
         assert torch.equal(form.module()(inputs), model(inputs))
 
 
+def test_a_program_with_torch_cond_plans_around_its_branches():
+    """The branches stay fp32 (control flow): a low value that reaches the cond is cast back to fp32 for it; the cond's
+    own result is recomputed with its branch modules (it failed, reading their missing values)."""
+    class LinearBranchLinear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            y = self.a(x)
+            return self.b(torch.cond(y.sum() > 0, positive, negative, (y,)))
+
+    torch.manual_seed(0)
+    model, x = LinearBranchLinear().eval(), torch.randn(4, 8)
+    program, report = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
+    assert [(n["op"], n["precision"], n["rule_kind"]) for n in report.nodes] == [
+        ("aten::linear", "low", "policy"), ("aten::sum", "fp32", "policy"), ("aten::gt", "fp32", "policy"),
+        ("cond", "fp32", "control flow"), ("aten::linear", "low", "policy")]
+    [cond] = [n for n in program.graph.nodes if n.target is torch.ops.higher_order.cond]
+    operands = cond.args[3]
+    assert all(_export._val(o).dtype == torch.float32 for o in operands)
+    assert _export._val(cond)[0].dtype == torch.float32
+    for inputs in (x, -x):  # both branches
+        with torch.no_grad():
+            expected, actual = model(inputs), program.module()(inputs)
+            assert (model.a(inputs).sum() > 0) == (inputs is not x)
+        assert actual.dtype == torch.float32
+        torch.testing.assert_close(actual, expected, rtol=0, atol=0.05)  # bf16: 8 bits of mantissa, two linears
+
+
 class Recurrent(torch.nn.Module):
     def __init__(self, rnn):
         super().__init__()
