@@ -306,16 +306,22 @@ def test_force_low_overrides_the_range_guard_and_says_so(front):
     model, x = LoudHead().eval(), torch.randn(8, 16)
     policy = torch_mp.OpPolicy.default("cpu_fp16", cpu_features="all")
 
-    def head_of(policy):
+    def heavy_nodes(policy):
+        """The heavy node of `fc` and of `head`, and the converted model."""
         if front == "convert":
             converted, report = torch_mp.convert(model, x, torch.float16, policy=policy, return_report=True)
         else:
             program, report = torch_mp.export(model, (x,), torch.float16, policy=policy, return_report=True)
             converted = program.module()
+        [fc] = [n for n in report.nodes if n["scope"] == "fc" and n["flops"] > 0]
         [head] = [n for n in report.nodes if n["scope"] == "head" and n["flops"] > 0]
+        return fc, head, converted
+
+    def head_of(policy):
+        _, head, converted = heavy_nodes(policy)
         return head, converted
 
-    guarded, _ = head_of(policy)
+    fc, guarded, _ = heavy_nodes(policy)
     assert (guarded["precision"], guarded["rule_kind"], guarded["guard"]["kind"]) == \
         ("fp32", "range guard", "observed overflow")
     forced, converted = head_of(policy.copy().force_low("head", reason="checked on our data"))
@@ -330,15 +336,8 @@ def test_force_low_overrides_the_range_guard_and_says_so(front):
     assert (by_node["precision"], by_node["rule_kind"], by_node["guard"]["kind"]) == \
         ("low", "forced low", "observed overflow")
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=64.0)
-    [fc] = [n for n in report_nodes(model, x, policy, front) if n["scope"] == "fc" and n["flops"] > 0]
     other_node, _ = head_of(policy.copy().force_low_nodes(fc["id"]))
     assert other_node["rule_kind"] == "range guard"
-
-
-def report_nodes(model, x, policy, front):
-    if front == "convert":
-        return torch_mp.convert(model, x, torch.float16, policy=policy, return_report=True)[1].nodes
-    return torch_mp.export(model, (x,), torch.float16, policy=policy, return_report=True)[1].nodes
 
 
 def test_force_low_arguments_are_checked(policy):
