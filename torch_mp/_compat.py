@@ -20,6 +20,20 @@ TORCH = _release(torch.__version__)
 # hidden by default; 2.15 warns as 2.14 does).
 JIT_CALLS_WARN = TORCH[:2] >= (2, 14)
 
+# torch 2.13 (pytorch/pytorch#182882): under emulate_precision_casts Inductor's CPU kernels round where the program
+# casts. Before, a fused CPU kernel computed an fp32 -> low -> fp32 round trip in fp32 (it cached the fp32 value as the
+# round trip's result); its CUDA kernels rounded on every version.
+INDUCTOR_CPU_ROUNDS_AT_CASTS = TORCH[:2] >= (2, 13)
+
+# torch 2.13: export's meta["val"] of aten.lstm's last hidden and cell states is what the op returns,
+# [layers * directions, batch, hidden]; before, it had one dimension of 1 more ([layers * directions, 1, batch,
+# hidden]), which a fake-tensor run of the op does not give.
+EXPORT_LSTM_STATE_META_RIGHT = TORCH[:2] >= (2, 13)
+
+# Every version (2.11-2.15): torch.fx's graph module that generates its Python code on first use is private; the
+# only private torch.fx name torch_mp imports, so that a release that moves it changes this line only.
+from torch.fx._lazy_graph_module import _LazyGraphModule as LazyGraphModule  # noqa: E402
+
 
 def check_extension(built_with: Tuple[int, int, int]) -> None:
     """Every version: the extension's compiled-in operator ids (c10::aten::to, ...) are those of the torch whose

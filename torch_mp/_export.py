@@ -21,6 +21,7 @@ from torch.export.graph_signature import InputKind
 from torch.fx.node import map_arg
 
 from . import _C
+from ._compat import EXPORT_LSTM_STATE_META_RIGHT
 from ._convert import (ConversionError, _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast,
                        module_inputs, tensors_of)
 from .inference_form import graph_module_copy, inference_form, quiet_spec_copies, renamed_outputs
@@ -787,9 +788,10 @@ def _value_or_module(node: torch.fx.Node) -> Any:
 
 # The RNN ops torch.export keeps whole. Their fake-tensor run unrolls every time step (the GRU classifier's: most of
 # its plan), and their results' shapes and strides do not depend on the dtype they are computed in (test_export
-# checks each against that run).
-_RNNS = {torch.ops.aten.lstm.input, torch.ops.aten.gru.input, torch.ops.aten.rnn_tanh.input,
-         torch.ops.aten.rnn_relu.input}
+# checks each against that run). An LSTM's fp32 value is right from torch 2.13 only (_compat); before, its fake run
+# gives the right one.
+_RNNS = {torch.ops.aten.gru.input, torch.ops.aten.rnn_tanh.input, torch.ops.aten.rnn_relu.input} | \
+    ({torch.ops.aten.lstm.input} if EXPORT_LSTM_STATE_META_RIGHT else set())
 
 
 def _rnn_result_in_new_dtype(node: torch.fx.Node, before: Dict[str, Any]) -> Optional[Tuple[torch.Tensor, ...]]:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from typing import Any, Dict, Optional
 
 import torch
 
+from ._compat import INDUCTOR_CPU_ROUNDS_AT_CASTS
 from ._export import export
 
 # What keeps the plan's rounding in Inductor's kernels. Inductor fuses a cast into the pointwise kernel around it and
 # would otherwise compute in fp32 straight through an fp32 -> low -> fp32 round trip; emulate_precision_casts rounds
-# where the program casts, so the package computes what the exported program does (tests/python/test_aoti.py).
+# where the program casts, so the package computes what the exported program does (tests/python/test_aoti.py), on CPU
+# from torch 2.13 (_compat.INDUCTOR_CPU_ROUNDS_AT_CASTS).
 INDUCTOR_CONFIGS: Dict[str, Any] = {"emulate_precision_casts": True}
 
 
@@ -20,7 +23,9 @@ def aoti_compile(model: Any, example_inputs: Any, dtype: torch.dtype, package_pa
                  inductor_configs: Optional[Dict[str, Any]] = None, return_report: bool = False, **options):
     """Exports and converts `model` (torch_mp.export, with `options`), then writes an AOTInductor package to
     `package_path` (a path ending in .pt2). `inductor_configs` are added to INDUCTOR_CONFIGS. Returns the path, or
-    (path, Report) with return_report=True; the report's "aoti_seconds" is the compile time."""
+    (path, Report) with return_report=True; the report's "aoti_seconds" is the compile time and "aoti_rounds_at_casts"
+    whether every cast of the program rounds in the package (False for a CPU package before torch 2.13, with a
+    warning)."""
     check_package_path(package_path)
     program, report = export(model, example_inputs, dtype, return_report=True, **options)
     path = write_package(program, package_path, report, inductor_configs)
@@ -34,10 +39,25 @@ def check_package_path(package_path: Any) -> None:
 
 
 def write_package(program, package_path: Any, report, inductor_configs: Optional[Dict[str, Any]] = None) -> str:
-    """Compiles a converted program into the package at `package_path`; notes the compile time in the report."""
+    """Compiles a converted program into the package at `package_path`; notes in the report the compile time and
+    whether the package rounds where the program casts."""
     configs = {**INDUCTOR_CONFIGS, **(inductor_configs or {})}
+    rounds = bool(configs["emulate_precision_casts"]) and (INDUCTOR_CPU_ROUNDS_AT_CASTS or not _on_cpu(program))
+    if configs["emulate_precision_casts"] and not rounds:
+        warnings.warn(
+            f"torch {torch.__version__}: Inductor's CPU kernels compute an fp32 -> {report.data['dtype']} -> fp32 "
+            "round trip that falls inside one fused kernel in fp32, so the package may differ from the exported "
+            "program there by a rounding of the low dtype (the kernel keeps the fp32 value); torch >= 2.13 rounds "
+            "where the program casts (pytorch/pytorch#182882)", stacklevel=3)
+    report.annotate("aoti_rounds_at_casts", rounds)
     start = time.perf_counter()
     path = torch._inductor.aoti_compile_and_package(program, package_path=os.fspath(package_path),
                                                     inductor_configs=configs)
     report.annotate("aoti_seconds", time.perf_counter() - start)
     return path
+
+
+def _on_cpu(program) -> bool:
+    """Whether the program computes on the CPU: its inputs' and stored tensors' device."""
+    values = [node.meta.get("val") for node in program.graph.nodes if node.op == "placeholder"]
+    return any(isinstance(value, torch.Tensor) and value.device.type == "cpu" for value in values)

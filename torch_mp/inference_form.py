@@ -27,7 +27,8 @@ from typing import Optional
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
-from torch.fx._lazy_graph_module import _LazyGraphModule
+
+from ._compat import LazyGraphModule
 
 BATCH_NORM = torch.ops.aten.batch_norm.default
 INFERENCE_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
@@ -96,7 +97,7 @@ def graph_module_copy(program: ExportedProgram) -> torch.fx.GraphModule:
                               for node in graph.nodes if node.op in ("get_attr", "call_module")})
     for original, copied in zip(program.graph.nodes, graph.nodes):
         copied.name = original.name  # deepcopy renames those that shadow builtins ("input")
-    return _LazyGraphModule(held, graph)
+    return LazyGraphModule(held, graph)
 
 
 def renamed_outputs(signature, graph: torch.fx.Graph):

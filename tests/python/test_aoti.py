@@ -3,10 +3,13 @@
 Each compile takes tens of seconds on a 2-core machine: this file holds the suite's only two. The C++ loader runs a
 package in ctest (aoti_package, tests/aoti/check.sh).
 """
+import warnings
+
 import pytest
 import torch
 
 import torch_mp
+from torch_mp._compat import INDUCTOR_CPU_ROUNDS_AT_CASTS
 
 
 class RoundTrip(torch.nn.Module):
@@ -23,26 +26,36 @@ def packages(tmp_path_factory):
     policy = torch_mp.OpPolicy.default("cpu_fp16").set("aten::relu", "low", "the test's round trip")
     # 1 + 2^-12 and its neighbours: not float16 numbers, so the round trip changes them
     x = 1.0 + torch.arange(64, dtype=torch.float32).reshape(8, 8) * 2.0 ** -12
-    paths = {}
+    paths, reports, warned = {}, {}, {}
     for emulate in (True, False):
         path = str(folder / f"round_trip_{emulate}.pt2")
-        paths[emulate] = torch_mp.aoti_compile(RoundTrip().eval(), (x,), torch.float16, path, policy=policy,
-                                               inductor_configs={"emulate_precision_casts": emulate})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            paths[emulate], reports[emulate] = torch_mp.aoti_compile(
+                RoundTrip().eval(), (x,), torch.float16, path, policy=policy, return_report=True,
+                inductor_configs={"emulate_precision_casts": emulate})
+        warned[emulate] = [str(w.message) for w in caught if "round trip" in str(w.message)]
     program = torch_mp.export(RoundTrip().eval(), (x,), torch.float16, policy=policy)
-    return x, program, paths
+    return x, program, paths, reports, warned
 
 
 def test_the_package_rounds_where_the_program_casts(packages):
-    x, program, paths = packages
+    x, program, paths, reports, warned = packages
     assert [n.kwargs["dtype"] for n in program.graph.nodes if n.target is torch.ops.aten._to_copy.default] == \
         [torch.float16, torch.float32]
     expected = program.module()(x)
-    package = torch._inductor.aoti_load_package(paths[True])
-    torch.testing.assert_close(package(x), expected, rtol=1e-6, atol=0)
+    rounded = torch._inductor.aoti_load_package(paths[True])(x)
     # the casts are what makes the difference: without emulate_precision_casts the package skips the rounding
     unrounded = torch._inductor.aoti_load_package(paths[False])(x)
     assert not torch.allclose(unrounded, expected, rtol=1e-5, atol=0)
     torch.testing.assert_close(unrounded, torch.exp(x), rtol=1e-6, atol=0)
+    assert reports[False].data["aoti_rounds_at_casts"] is False and not warned[False]
+    if INDUCTOR_CPU_ROUNDS_AT_CASTS:
+        torch.testing.assert_close(rounded, expected, rtol=1e-6, atol=0)
+        assert reports[True].data["aoti_rounds_at_casts"] is True and not warned[True]
+    else:  # torch < 2.13: the CPU kernel computes through the round trip, and aoti_compile says so
+        torch.testing.assert_close(rounded, torch.exp(x), rtol=1e-6, atol=0)
+        assert reports[True].data["aoti_rounds_at_casts"] is False and len(warned[True]) == 1
 
 
 def test_package_path_must_be_a_pt2_file(tmp_path):

@@ -9,6 +9,7 @@ import torch_mp
 from torch.export import ExportedProgram
 from torch.fx.node import map_arg
 from torch_mp import _export
+from torch_mp._compat import EXPORT_LSTM_STATE_META_RIGHT
 from torch_mp.inference_form import inference_form
 from small_models import CosineAttention
 
@@ -215,6 +216,10 @@ def test_a_program_with_torch_cond_plans_around_its_branches():
         torch.testing.assert_close(actual, expected, rtol=0, atol=0.05)  # bf16: 8 bits of mantissa, two linears
 
 
+RNN_OPS = {torch.ops.aten.lstm.input, torch.ops.aten.gru.input, torch.ops.aten.rnn_tanh.input,
+           torch.ops.aten.rnn_relu.input}
+
+
 class Recurrent(torch.nn.Module):
     def __init__(self, rnn):
         super().__init__()
@@ -243,8 +248,10 @@ def test_a_low_rnn_takes_its_fp32_layouts_without_a_fake_run(monkeypatch, rnn, d
     model = Recurrent(rnn).eval()
     x = torch.randn(3, 7, 12)
     program = torch_mp.export(model, (x,), dtype)
-    [node] = [n for n in program.graph.nodes if n.target in _export._RNNS]
-    assert taken == [(node.name, True)]
+    [node] = [n for n in program.graph.nodes if n.target in RNN_OPS]
+    # before torch 2.13 an LSTM takes the fake run: export's fp32 value of its states has another shape there
+    relabelled_here = node.target is not torch.ops.aten.lstm.input or EXPORT_LSTM_STATE_META_RIGHT
+    assert taken == ([(node.name, True)] if relabelled_here else [])
     assert all(t.dtype == dtype for t in node.meta["val"])
     with torch._guards.detect_fake_mode([n.meta["val"] for n in program.graph.nodes if n.op == "placeholder"]):
         unrolled = node.target(*map_arg(node.args, lambda a: a.meta["val"]))
