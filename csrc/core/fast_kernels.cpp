@@ -134,7 +134,9 @@ CpuFeatures detect() {
 } // namespace
 
 CpuFeatures CpuFeatures::host() {
-  if (const char* declared = std::getenv("TORCH_MP_CPU_FEATURES")) {
+  // an empty value declares nothing (`TORCH_MP_CPU_FEATURES= command` clears a declaration): the host's are detected
+  const char* declared = std::getenv("TORCH_MP_CPU_FEATURES");
+  if (declared != nullptr && *declared != '\0') {
     if (std::optional<CpuFeatures> features = parse(declared)) {
       return *features;
     }

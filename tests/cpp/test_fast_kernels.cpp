@@ -96,8 +96,11 @@ TEST(FastKernels, EnvironmentNamesTheCpuPlannedFor) {
   EXPECT_EQ(CpuFeatures::host(), featuresOf("amx_fp16"));
   setenv("TORCH_MP_CPU_FEATURES", "avx512_fp61", 1);
   EXPECT_THROW(CpuFeatures::host(), std::invalid_argument);
+  setenv("TORCH_MP_CPU_FEATURES", "", 1);
+  const CpuFeatures undeclared = CpuFeatures::host();
   unsetenv("TORCH_MP_CPU_FEATURES");
   EXPECT_EQ(CpuFeatures::host(), CpuFeatures::host());  // detected once, the same on every call
+  EXPECT_EQ(undeclared, CpuFeatures::host());            // an empty value declares nothing, not "none"
 }
 
 } // namespace
