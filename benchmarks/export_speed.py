@@ -4,7 +4,8 @@ process: results for benchmarks/EXPORT_SPEED.md.
     python benchmarks/export_speed.py [--device cpu|cuda] [--dtype bf16|fp16] [--batches 1 8]
                                       [--models resnet50 resnet50_ibn_a bert_base vit_b_16] [--out EXPORT_SPEED.md]
 
-Columns (median call time; accuracy as cosine of the first output against fp32):
+Columns (median call time, the columns timed in turn, one call each per round; accuracy as cosine of the first output
+against fp32):
   fp32         the fp32 model, eager
   autocast     torch.autocast eager
   compile      torch.compile of the model run under torch.autocast (and mode="reduce-overhead" on CUDA)
@@ -96,20 +97,24 @@ def first(output):
     return output
 
 
-def median_ms(call, args, device, repeats):
+def interleaved_medians(calls, args, device, repeats):
+    """Median ms of each call, timed in rounds of one call of each (after two warm-up calls each), so that the
+    machine's drift during the run falls on every column alike instead of on whichever was timed then."""
+    times = {key: [] for key in calls}
     with torch.no_grad():
-        for _ in range(2):
-            call(*args)
-        times = []
+        for call in calls.values():
+            for _ in range(2):
+                call(*args)
         for _ in range(repeats):
-            if device == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            call(*args)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+            for key, call in calls.items():
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                call(*args)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                times[key].append((time.perf_counter() - start) * 1e3)
+    return {key: statistics.median(values) for key, values in times.items()}
 
 
 def cosine(reference, output):
@@ -121,12 +126,13 @@ def measure(name, batch, device, dtype, repeats, folder):
     model, args = build(name, batch, device)
     with torch.no_grad():
         reference = model(*args)
-    row = {"model": name, "batch": batch, "ms": {}, "cosine": {}}
+    row = {"model": name, "batch": batch, "cosine": {}}
+    calls = {}
 
     def column(key, call):
         with torch.no_grad():
             row["cosine"][key] = cosine(reference, call(*args))
-        row["ms"][key] = median_ms(call, args, device, repeats)
+        calls[key] = call
 
     column("fp32", model)
     amp = UnderAutocast(model, device, dtype).eval()
@@ -152,6 +158,7 @@ def measure(name, batch, device, dtype, repeats, folder):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         column("torchscript", torch_mp.convert(model, args, dtype))
+    row["ms"] = interleaved_medians(calls, args, device, repeats)
     return row
 
 
@@ -206,7 +213,7 @@ def main():
         for name in args.models:
             for batch in batches:
                 rows.append(measure(name, batch, args.device, DTYPES[dtype_name], args.repeats, folder))
-                print(rows[-1], flush=True)
+                print(rows[-1], "\n\n" + table(rows, args.device) + "\n", flush=True)  # the table so far
     machine = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
     header = (f"## {args.device}, {dtype_name}\n\nMachine: {machine}, {os.cpu_count()} CPU cores; date "
               f"{datetime.date.today()}; torch {torch.__version__}.\nCommand: `python benchmarks/export_speed.py "

@@ -6,13 +6,19 @@
 #   (b) the CUDA tests: python3 -m pytest -q -m cuda tests/python               -> $OUT/tests.log
 #   (b2) benchmarks/cuda_timing_probe.py: per-module or drifting TorchScript timings -> $OUT/probe.log
 #   (c) benchmarks/cuda_speed.py, JSON written after every cell                 -> $OUT/cuda_speed.json, bench.log
+#   (c2) with --export-bench: benchmarks/export_speed.py on CUDA instead of (c)  -> $OUT/export_speed.log
 #   (d) markdown preview and bar chart                                          -> $OUT/CUDA_SPEED.md, cuda_speed.png
 #   (e) a short summary, printed last (the caller sees only the output's tail)
 # At most 7 files in $OUT (the device tool returns 8).
 #
 #   bash benchmarks/gpu_session.sh [--skip-build] [--skip-tests] [--skip-probe] [--skip-bench] [--budget-s 570]
 #        [--tests-timeout-s 180] [--tests-args "-k graphs"] [--bench-args "--models resnet50 --dtypes fp16"]
-#        [-- more benchmark arguments]
+#        [--export-bench "--models resnet50_ibn_a --dtype fp16 --batches 1 32"] [-- more benchmark arguments]
+#
+# --export-bench ARGS: issue 35's CUDA rows (AOTInductor of torch_mp.export beside torch.compile, ...) in place of
+# cuda_speed.py: export_speed.py --device cuda ARGS, its table printed after every row (export_speed.log keeps the
+# last complete one when `timeout` ends it). Each row compiles two AOTInductor packages and two torch.compile
+# modules: give it one or two models per call.
 #
 # --budget-s: the wall-clock seconds this call may use in all (the device tool kills a command at 600 s). The
 # benchmark gets what the build and tests left: its torch.compile columns stop 150 s before the end
@@ -26,7 +32,7 @@ mkdir -p "$OUT"
 
 SKIP_BUILD=0 SKIP_TESTS=0 SKIP_PROBE=0 SKIP_BENCH=0
 BUDGET=570 TESTS_TIMEOUT=180
-TESTS_ARGS="" BENCH_ARGS=()
+TESTS_ARGS="" BENCH_ARGS=() EXPORT_BENCH=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) SKIP_BUILD=1 ;;
@@ -37,6 +43,7 @@ while [ $# -gt 0 ]; do
     --tests-timeout-s) TESTS_TIMEOUT=$2; shift ;;
     --tests-args) TESTS_ARGS=$2; shift ;;
     --bench-args) read -r -a more <<< "$2"; BENCH_ARGS+=("${more[@]}"); shift ;;
+    --export-bench) EXPORT_BENCH=$2; SKIP_BENCH=1; shift ;;
     --) shift; BENCH_ARGS+=("$@"); break ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -167,6 +174,17 @@ if [ "$SKIP_BENCH" = 0 ]; then
   done
 else
   note "bench: skipped"
+fi
+
+# (c2) the export front's benchmark on CUDA
+if [ -n "$EXPORT_BENCH" ]; then
+  left=$(remaining)
+  start=$SECONDS
+  read -r -a eargs <<< "$EXPORT_BENCH"
+  timeout -k 5 $((left - 20)) "$PY" benchmarks/export_speed.py --device cuda "${eargs[@]}" > "$OUT/export_speed.log" 2>&1
+  note "export bench (rc $?, $((SECONDS - start)) s); its last table:"
+  while read -r line; do SUMMARY+=("   $line"); echo "   $line"; done \
+    < <(awk '/^\| model \| batch \| fp32 ms/ {table = ""} /^\|/ {table = table $0 "\n"} END {printf "%s", table}' "$OUT/export_speed.log")
 fi
 
 # (d) render
