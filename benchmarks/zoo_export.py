@@ -12,7 +12,7 @@ import os
 import sys
 import time
 import warnings
-from typing import Tuple
+from typing import Dict, Tuple
 
 import torch
 
@@ -47,10 +47,9 @@ def node_signature(program):
     return [(node.op, str(node.target), getattr(node.meta.get("val"), "dtype", None)) for node in program.graph.nodes]
 
 
-def planning_seconds(report) -> float:
+def planning_seconds(phases: Dict[str, float]) -> float:
     """torch_mp.export's export + plan: its report's capture and plan phases (the model runs, observe and verify, left
     out)."""
-    phases = report.data["phases"]
     return phases["capture"] + phases["plan"]
 
 
@@ -58,7 +57,8 @@ def idempotent(model, inputs, dtype) -> Tuple[bool, float]:
     """Whether torch_mp.export of torch_mp.export's program changes no node (target and dtype, in order); and the
     export + plan seconds of that first torch_mp.export (a second sample of evaluate's)."""
     program, report = torch_mp.export(model, inputs, dtype, return_report=True)
-    return node_signature(torch_mp.export(program, inputs, dtype)) == node_signature(program), planning_seconds(report)
+    same = node_signature(torch_mp.export(program, inputs, dtype)) == node_signature(program)
+    return same, planning_seconds(report.data["phases"])
 
 
 def main() -> int:
@@ -84,8 +84,7 @@ def main() -> int:
             gap = converted.cosine - exported.cosine
             worst_gap = max(worst_gap, gap)
             phases = dict(exported.phases)
-            # the better of two, as for export alone; the model runs (observe, verify) left out
-            planning = min(phases["capture"] + phases["plan"], planning_again)
+            planning = min(planning_seconds(phases), planning_again)  # the better of two, as for export alone
             ratios.append((planning / alone, exported.seconds / alone))
             rows.append(f"| {name} | {label} | {exported.cosine:.6f} | {converted.cosine:.6f} | {gap:+.1e} | "
                         f"{exported.low_flop_fraction:.1%} / {converted.low_flop_fraction:.1%} | "
