@@ -4,16 +4,16 @@ Planning needs a program that writes nothing in place (a cast between a write an
 would hide the write) and that names eval-mode batch norm as what it is, a per-channel scale and shift with stored
 statistics (aten::_native_batch_norm_legit_no_training, not aten::batch_norm, which may compute statistics).
 `ExportedProgram.run_decompositions({})` gives that form by tracing the program again, which costs as much as the
-export itself. Most programs need only two rewrites, done here on a copy:
+export itself. Most programs need only these rewrites, done here on a copy:
 
-- an in-place op (`relu_`, `add_`, ...) writing a fresh tensor (one that no view shares) becomes its functional form,
-  and the readers after it read its result;
+- an in-place op (`relu_`, `add_`, ...) writing a fresh tensor, directly or through slices (`mask[a:b] = k`),
+  becomes its functional form, and the readers after it read its result (functional_writes.py says when);
 - `aten.batch_norm(..., training=False, ...)` becomes `aten._native_batch_norm_legit_no_training(...)[0]`, the op
   run_decompositions({}) gives for it (the same kernel);
 - an in-place dropout with train=False (EVAL_IDENTITIES: `nn.Dropout(inplace=True)` in eval mode, even on a view)
   writes nothing: its readers read its input.
 
-A program with any other write (into an input, a buffer, a view) is traced again with run_decompositions({}).
+A program with any other write (into an input, a buffer, a reshaped view) is traced again with run_decompositions({}).
 """
 from __future__ import annotations
 
@@ -22,13 +22,12 @@ import copy
 import dataclasses
 import operator
 import warnings
-from typing import Optional
-
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
 from ._compat import LazyGraphModule
+from .functional_writes import make_writes_functional, writes
 
 BATCH_NORM = torch.ops.aten.batch_norm.default
 INFERENCE_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
@@ -44,25 +43,17 @@ EVAL_IDENTITIES = {
 def inference_form(program: ExportedProgram) -> ExportedProgram:
     """The program, functional and with eval-mode batch norms in their inference op: itself where it already is,
     else a new program (the given one is not changed)."""
-    if not any(_writes(node) or _eval_batch_norm(node) for node in program.graph.nodes):
+    if not any(writes(node) or _eval_batch_norm(node) for node in program.graph.nodes):
         return program
-    if not all(_functional_form(node) is not None for node in program.graph.nodes
-               if _writes(node) and not _eval_identity(node)):
-        with quiet_spec_copies():
-            return program.run_decompositions({})
     module = graph_module_copy(program)
     graph = module.graph
-    position = {node: index for index, node in enumerate(graph.nodes)}
     for node in list(graph.nodes):
         if _eval_identity(node):
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
-        elif _writes(node):
-            written = node.args[0]
-            later = [user for user in written.users if position[user] > position[node]]
-            node.target = _functional_form(node)
-            for user in later:
-                user.replace_input_with(written, node)
+    if not make_writes_functional(graph):
+        with quiet_spec_copies():
+            return program.run_decompositions({})
     for node in list(graph.nodes):
         if _eval_batch_norm(node):
             x, weight, bias, mean, var, _training, momentum, eps = node.args[:8]
@@ -114,11 +105,6 @@ def _val(value):
     return value.meta.get("val") if isinstance(value, torch.fx.Node) else value
 
 
-def _writes(node: torch.fx.Node) -> bool:
-    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) \
-        and node.target._schema.is_mutable
-
-
 def _eval_identity(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target in EVAL_IDENTITIES and len(node.args) >= 3 \
         and node.args[2] is False
@@ -127,31 +113,3 @@ def _eval_identity(node: torch.fx.Node) -> bool:
 def _eval_batch_norm(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target is BATCH_NORM and len(node.args) >= 8 \
         and node.args[5] is False and all(isinstance(a, torch.fx.Node) for a in node.args[1:5])
-
-
-def _functional_form(node: torch.fx.Node) -> Optional[torch._ops.OpOverload]:
-    """The out-of-place op computing what an in-place op writes, where the write can become it: the op writes only its
-    first argument, a tensor a call made that no view shares (or an in-place op that can become its own out-of-place
-    op made), and returns it."""
-    schema = node.target._schema
-    name = schema.name.split("::")[1]
-    written = [i for i, argument in enumerate(schema.arguments) if argument.alias_info and argument.alias_info.is_write]
-    if not name.endswith("_") or name.endswith("__") or written != [0] or not node.args:
-        return None
-    target = node.args[0]
-    if not isinstance(target, torch.fx.Node) or target.op != "call_function" or _makes_view(target) \
-            or (_writes(target) and _functional_form(target) is None) or any(_makes_view(u) for u in target.users):
-        return None
-    packet = getattr(torch.ops.aten, name[:-1], None)
-    overload = getattr(packet, node.target._overloadname, None) if packet is not None else None
-    return overload if isinstance(overload, torch._ops.OpOverload) and not overload._schema.is_mutable else None
-
-
-def _makes_view(node: torch.fx.Node) -> bool:
-    """Whether the node's result may share its input's memory without writing it: a view (an unknown call may)."""
-    if node.op != "call_function" or node.target is operator.getitem:
-        return False
-    if not isinstance(node.target, torch._ops.OpOverload):
-        return True
-    schema = node.target._schema
-    return not schema.is_mutable and any(ret.alias_info is not None for ret in schema.returns)

@@ -154,6 +154,88 @@ def test_an_eval_mode_in_place_dropout_is_removed_without_a_retrace(monkeypatch)
     assert torch.equal(form.module()(x), model(x))
 
 
+class SwinMask(torch.nn.Module):
+    """Swin's shifted-window attention mask: a fresh tensor written through slices (`mask[a:b, c:d] = k`, export's
+    slice, slice, fill_), a row written by integer indexing and a column in place, then read through a reshape."""
+
+    def forward(self, x):
+        mask = x.new_zeros(6, 6)
+        count = 0
+        for rows in ((0, 2), (2, 4), (4, None)):
+            for columns in ((0, 3), (3, None)):
+                mask[rows[0]:rows[1], columns[0]:columns[1]] = count
+                count += 1
+        mask[5] = 9.0
+        mask[:, 1].mul_(2.0)
+        return x + mask.reshape(36).view(6, 6)
+
+
+class ViewReadAfterWrite(torch.nn.Module):
+    def forward(self, x):
+        mask = x.new_zeros(6, 6)
+        flat = mask.view(36)  # made before the write, read after it: it sees the write
+        mask[0:2] = 1.0
+        return x + flat.view(6, 6)
+
+
+class SliceReadAfterWrite(torch.nn.Module):
+    def forward(self, x):
+        mask = x.new_zeros(6, 6)
+        rows = mask[0:2]
+        rows.fill_(3.0)
+        return x + rows.sum() + mask
+
+
+class SplitWritten(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2.0
+        first, _ = y.split(3)  # views of y, reached through getitem
+        first.add_(1.0)
+        return y
+
+
+def retraces(monkeypatch):
+    """The programs run_decompositions is called on (it still runs)."""
+    called, original = [], ExportedProgram.run_decompositions
+
+    def recorded(program, *args, **kwargs):
+        called.append(program)
+        return original(program, *args, **kwargs)
+
+    monkeypatch.setattr(ExportedProgram, "run_decompositions", recorded)
+    return called
+
+
+def test_writes_through_slices_of_a_fresh_tensor_become_scatters_without_a_retrace(monkeypatch):
+    x = torch.randn(6, 6)
+    exported = torch.export.export(SwinMask().eval(), (x,))
+    assert [n.target for n in exported.graph.nodes].count(torch.ops.aten.fill_.Tensor) == 7
+    called = retraces(monkeypatch)
+    form = inference_form(exported)
+    targets = [n.target for n in form.graph.nodes]
+    assert called == [] and not any(n.op == "call_function" and n.target._schema.is_mutable
+                                    for n in form.graph.nodes if isinstance(n.target, torch._ops.OpOverload))
+    # each block: slice, slice, fill, slice_scatter, slice_scatter; the row: select, fill, select_scatter; the column:
+    # select, mul, select_scatter
+    assert targets.count(torch.ops.aten.slice_scatter.default) == 6 * 2
+    assert targets.count(torch.ops.aten.select_scatter.default) == 2
+    assert targets.count(torch.ops.aten.fill.Tensor) == 7 and targets.count(torch.ops.aten.mul.Tensor) == 1
+    assert torch.equal(form.module()(x), SwinMask()(x))
+    check_meta(form, (x,))
+    program = torch_mp.export(SwinMask().eval(), (x,), torch.bfloat16)
+    assert torch.equal(program.module()(x), SwinMask()(x))  # mask values and the add are kept fp32 exactly
+
+
+@pytest.mark.parametrize("model", [ViewReadAfterWrite, SliceReadAfterWrite, SplitWritten])
+def test_a_write_that_a_view_would_see_is_left_to_run_decompositions(monkeypatch, model):
+    x = torch.randn(6, 6)
+    exported = torch.export.export(model().eval(), (x,))
+    called = retraces(monkeypatch)
+    form = inference_form(exported)
+    assert called == [exported]
+    assert torch.equal(form.module()(x), model()(x))
+
+
 def positive(t):
     return t.relu()
 
