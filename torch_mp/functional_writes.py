@@ -12,9 +12,10 @@ of the views in VIEW_SCATTERS (`mask[a:b, c:d] = k`, Swin's attention masks), an
   by the views' scatter ops (slice_scatter, select_scatter): the tensor's value from then;
 - every other reader of the tensor (or of a direct write's result, which is the tensor) reads its value at that point.
 
-What it refuses, where the rewrite would not be exact: a written tensor that is not fresh; a view of the chain or a
-write through views whose result something else reads (it would alias the tensor); another view of the tensor (a
-reshape, a permute) created before a write to the tensor and read after it (it would see the write).
+What it refuses, where the rewrite would not be exact: a written tensor that is not fresh; an out-of-place op whose
+result's dtype differs from the written tensor's (type promotion, which the in-place op does not do); a view of the
+chain or a write through views whose result something else reads (it would alias the tensor); another view of the
+tensor (a reshape, a permute) created before a write to the tensor and read after it (it would see the write).
 """
 from __future__ import annotations
 
@@ -104,6 +105,8 @@ def _planned_writes(graph: torch.fx.Graph) -> Optional[Dict[torch.fx.Node, _Writ
         tensor = _written_tensor(target)
         if tensor.op != "call_function" or makes_view(tensor) or writes(tensor) or (views and node.users):
             return None
+        if not _keeps_dtype(node, out_of_place):
+            return None  # `half.add_(float)` stays half; its out-of-place op would promote
         planned[node] = _Write(node, out_of_place, views, tensor)
     chained = {view for write in planned.values() for view in write.views}
     for view in chained:
@@ -119,6 +122,12 @@ def _planned_writes(graph: torch.fx.Graph) -> Optional[Dict[torch.fx.Node, _Writ
                 if any(position[alias] < at <= last_read for at in written_at):
                     return None  # a view made before a write and read after it would see the write
     return planned
+
+
+def _keeps_dtype(node: torch.fx.Node, out_of_place: torch._ops.OpOverload) -> bool:
+    written = node.args[0].meta.get("val")
+    result = _fake(out_of_place, node.args, node.kwargs)
+    return isinstance(written, torch.Tensor) and isinstance(result, torch.Tensor) and result.dtype == written.dtype
 
 
 def _readers_through_views(node: torch.fx.Node) -> List[torch.fx.Node]:

@@ -194,6 +194,13 @@ class SplitWritten(torch.nn.Module):
         return y
 
 
+class PromotingWrite(torch.nn.Module):
+    def forward(self, x):
+        y = (x * 2.0).half()
+        y.add_(x)  # stays half; add(half, float) would be float
+        return y
+
+
 def retraces(monkeypatch):
     """The programs run_decompositions is called on (it still runs)."""
     called, original = [], ExportedProgram.run_decompositions
@@ -226,14 +233,15 @@ def test_writes_through_slices_of_a_fresh_tensor_become_scatters_without_a_retra
     assert torch.equal(program.module()(x), SwinMask()(x))  # mask values and the add are kept fp32 exactly
 
 
-@pytest.mark.parametrize("model", [ViewReadAfterWrite, SliceReadAfterWrite, SplitWritten])
+@pytest.mark.parametrize("model", [ViewReadAfterWrite, SliceReadAfterWrite, SplitWritten, PromotingWrite])
 def test_a_write_that_a_view_would_see_is_left_to_run_decompositions(monkeypatch, model):
     x = torch.randn(6, 6)
     exported = torch.export.export(model().eval(), (x,))
     called = retraces(monkeypatch)
     form = inference_form(exported)
     assert called == [exported]
-    assert torch.equal(form.module()(x), model()(x))
+    result = form.module()(x)
+    assert result.dtype == model()(x).dtype and torch.equal(result, model()(x))
 
 
 def positive(t):

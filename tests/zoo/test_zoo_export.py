@@ -19,6 +19,10 @@ EXPORT_WIDER = {
     ("timm.levit_128s", BF16, "weight_ratio"): (
         0.52, "the program keeps LeViT's int64 relative-position index buffers (0.7% of the bytes, read at run time; "
               "freezing folds them away in convert): every floating weight is stored low, the ratio is 0.512"),
+    ("resnet50_ibn_a", F16, "max_rel_error"): (
+        0.0125, "the program keeps each batch norm an fp16 op of its own after its convolution (one rounding more), "
+                "where convert folds it into the convolution's weights: 0.01005 on an AMD EPYC without fp16 kernels "
+                "(convert 0.00506 there; cosine 0.999986 against convert's 0.999994), within 0.01 on an Intel Xeon"),
 }
 
 
@@ -33,7 +37,7 @@ def test_exported_zoo_model_against_fp32(name, dtype):
     entry = ZOO[name]
     result = evaluate(entry, dtype, front="export")
     assert result.capture == "export"
-    assert_within_tolerances(result, entry, name, dtype, export_tolerance("weight_ratio", name, dtype))
+    assert_within_tolerances(result, entry, name, dtype, export_tolerance)
 
 
 @pytest.mark.parametrize("name", sorted(NOT_EXPORTABLE))
