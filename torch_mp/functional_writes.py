@@ -112,9 +112,12 @@ def _planned_writes(graph: torch.fx.Graph) -> Optional[Dict[torch.fx.Node, _Writ
     for view in chained:
         if any(user not in chained and (user not in planned or user.args[0] is not view) for user in view.users):
             return None  # read other than through the chain: it would alias the tensor
-    for tensor in {write.tensor for write in planned.values()}:
-        written_at = [position[w.node] for w in planned.values() if w.tensor is tensor]
-        for value in [tensor] + [w.node for w in planned.values() if w.tensor is tensor and not w.views]:
+    of_tensor: Dict[torch.fx.Node, List[_Write]] = {}
+    for write in planned.values():
+        of_tensor.setdefault(write.tensor, []).append(write)
+    for tensor, its_writes in of_tensor.items():
+        written_at = [position[w.node] for w in its_writes]
+        for value in [tensor] + [w.node for w in its_writes if not w.views]:
             for alias in value.users:
                 if alias in chained or alias in planned or not makes_view(alias):
                     continue
