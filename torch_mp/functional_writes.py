@@ -39,6 +39,7 @@ class _Write:
     out_of_place: torch._ops.OpOverload
     views: List[torch.fx.Node]  # from the written tensor outward; empty for a write into the tensor itself
     tensor: torch.fx.Node  # the fresh tensor written
+    result: torch.Tensor  # the out-of-place op's fake result on the write's own arguments
 
 
 def writes(node: torch.fx.Node) -> bool:
@@ -105,9 +106,10 @@ def _planned_writes(graph: torch.fx.Graph) -> Optional[Dict[torch.fx.Node, _Writ
         tensor = _written_tensor(target)
         if tensor.op != "call_function" or makes_view(tensor) or writes(tensor) or (views and node.users):
             return None
-        if not _keeps_dtype(node, out_of_place):
+        result = fake_result(out_of_place, node.args, node.kwargs)
+        if not _keeps_dtype(node.args[0], result):
             return None  # `half.add_(float)` stays half; its out-of-place op would promote
-        planned[node] = _Write(node, out_of_place, views, tensor)
+        planned[node] = _Write(node, out_of_place, views, tensor, result)
     chained = {view for write in planned.values() for view in write.views}
     for view in chained:
         if any(user not in chained and (user not in planned or user.args[0] is not view) for user in view.users):
@@ -127,9 +129,8 @@ def _planned_writes(graph: torch.fx.Graph) -> Optional[Dict[torch.fx.Node, _Writ
     return planned
 
 
-def _keeps_dtype(node: torch.fx.Node, out_of_place: torch._ops.OpOverload) -> bool:
-    written = node.args[0].meta.get("val")
-    result = _fake(out_of_place, node.args, node.kwargs)
+def _keeps_dtype(target: torch.fx.Node, result) -> bool:
+    written = target.meta.get("val")
     return isinstance(written, torch.Tensor) and isinstance(result, torch.Tensor) and result.dtype == written.dtype
 
 
@@ -163,7 +164,7 @@ def _rewrite(graph: torch.fx.Graph, planned: Dict[torch.fx.Node, _Write]) -> Non
         value = now.get(write.tensor, write.tensor)
         if not write.views:
             node.target = write.out_of_place
-            node.meta["val"] = _fake(node.target, node.args, node.kwargs)
+            node.meta["val"] = write.result  # its arguments' values are those it was planned with
             now[write.tensor] = node
             continue
         with graph.inserting_before(node):
@@ -183,12 +184,12 @@ def _rewrite(graph: torch.fx.Graph, planned: Dict[torch.fx.Node, _Write]) -> Non
 
 def _call(graph: torch.fx.Graph, target, args, kwargs, meta) -> torch.fx.Node:
     node = graph.call_function(target, args, dict(kwargs))
-    node.meta = {**meta, "val": _fake(target, args, kwargs)}
+    node.meta = {**meta, "val": fake_result(target, args, kwargs)}
     return node
 
 
-def _fake(target, args, kwargs):
-    """The op run on its inputs' fake values (meta["val"]): the new node's metadata."""
+def fake_result(target, args, kwargs):
+    """The op run on its inputs' fake values (meta["val"]): a new node's metadata."""
     def val(value):
         return value.meta.get("val") if isinstance(value, torch.fx.Node) else value
 

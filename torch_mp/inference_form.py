@@ -22,12 +22,13 @@ import copy
 import dataclasses
 import operator
 import warnings
+
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
 from ._compat import LazyGraphModule
-from .functional_writes import make_writes_functional, writes
+from .functional_writes import fake_result, make_writes_functional, writes
 
 BATCH_NORM = torch.ops.aten.batch_norm.default
 INFERENCE_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
@@ -60,7 +61,7 @@ def inference_form(program: ExportedProgram) -> ExportedProgram:
             with graph.inserting_before(node):
                 computed = graph.call_function(INFERENCE_BATCH_NORM, (x, weight, bias, mean, var, momentum, eps))
                 result = graph.call_function(operator.getitem, (computed, 0))
-            computed.meta = {**node.meta, "val": INFERENCE_BATCH_NORM(*[_val(a) for a in computed.args])}
+            computed.meta = {**node.meta, "val": fake_result(INFERENCE_BATCH_NORM, computed.args, {})}
             result.meta = {**node.meta, "val": computed.meta["val"][0]}
             node.replace_all_uses_with(result)
             graph.erase_node(node)
@@ -99,10 +100,6 @@ def renamed_outputs(signature, graph: torch.fx.Graph):
              if isinstance(spec.arg, TensorArgument) and isinstance(node, torch.fx.Node) else spec
              for spec, node in zip(signature.output_specs, returned)]
     return dataclasses.replace(signature, output_specs=specs)
-
-
-def _val(value):
-    return value.meta.get("val") if isinstance(value, torch.fx.Node) else value
 
 
 def _eval_identity(node: torch.fx.Node) -> bool:
