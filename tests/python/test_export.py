@@ -145,8 +145,7 @@ def test_an_eval_mode_in_place_dropout_is_removed_without_a_retrace(monkeypatch)
     x = torch.randn(2, 3, 4, 4)
     exported = torch.export.export(model, (x,))
     assert torch.ops.aten.dropout_.default in [n.target for n in exported.graph.nodes]
-    retraced = []
-    monkeypatch.setattr(ExportedProgram, "run_decompositions", lambda *args, **kwargs: retraced.append(args))
+    retraced = retraces(monkeypatch)
     form = inference_form(exported)
     assert retraced == [] and torch.ops.aten.dropout_.default not in [n.target for n in form.graph.nodes]
     [linear] = [n for n in form.graph.nodes if n.target is torch.ops.aten.linear.default]
