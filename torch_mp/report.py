@@ -126,6 +126,8 @@ class Report:
                          f"{', '.join(sorted(set(weight['readers'])))}): {weight['rule'] or 'no planned reader'}")
         if len(self.weights_kept_fp32) > 3:
             lines.append(f"    ... {len(self.weights_kept_fp32) - 3} more fp32 weights over 64 KB (weights_kept_fp32)")
+        if d.get("column_major_matmul_weights"):
+            lines.append(f"  CPU matmul weights stored column-major: {d['column_major_matmul_weights']}")
         if d.get("channels_last_convolutions") or d.get("fused_convolutions"):
             lines.append(f"  CUDA convolutions: {d['channels_last_convolutions']} channels_last, "
                          f"{d['fused_convolutions']} fused with their relu (and residual add) into cuDNN calls")

@@ -19,6 +19,7 @@
 #include "jit/rewrite/apply_precision_plan.h"
 #include "jit/rewrite/cancel_casts.h"
 #include "jit/rewrite/channels_last_convolutions.h"
+#include "jit/rewrite/column_major_matmul_weights.h"
 #include "jit/rewrite/fold_constant_casts.h"
 #include "jit/rewrite/fuse_casts.h"
 #include "jit/rewrite/fuse_cudnn_convolutions.h"
@@ -126,9 +127,9 @@ void removeMutationAndDeadCode(std::shared_ptr<Graph>& graph) {
   eliminateDeadCode(graph);
 }
 
-// 6. CUDA layout and kernels: channels_last before the convolution fusion (which keeps the re-laid weights), both
-//    before fused pointwise kernels, which would otherwise take the relus and adds cuDNN can fuse. Returns whether
-//    any of them rewrote the graph (which leaves dead code).
+// 6. Layouts and kernels: CPU matmul weights column-major; on CUDA channels_last before the convolution fusion (which
+//    keeps the re-laid weights), both before fused pointwise kernels, which would otherwise take the relus and adds
+//    cuDNN can fuse. Returns whether any of them rewrote the graph (which leaves dead code).
 bool layOutAndFuseKernels(
     std::shared_ptr<Graph>& graph,
     const PreparedGraph& prepared,
@@ -136,6 +137,7 @@ bool layOutAndFuseKernels(
     CastLedger& casts,
     ConversionReport& report) {
   // Both rewrite only convolutions the example inputs ran on a CUDA device: where nothing did, neither walks the graph.
+  report.columnMajorMatmulWeights = StoreMatmulWeightsColumnMajor(graph);
   const bool ranOnCuda = std::any_of(prepared.observed.begin(), prepared.observed.end(), [](const auto& entry) {
     return entry.second.isTensor && entry.second.device.is_cuda();
   });
@@ -149,7 +151,8 @@ bool layOutAndFuseKernels(
   if (options.kernels == Kernels::kFused) {
     report.fusedPointwise = FusePointwise(graph, prepared.observed, casts);
   }
-  return report.channelsLastConvolutions + report.fusedConvolutions + report.fusedPointwise > 0;
+  return report.columnMajorMatmulWeights + report.channelsLastConvolutions + report.fusedConvolutions +
+             report.fusedPointwise > 0;
 }
 
 // 7. The report, from the bookkeeping taken off the graph before constant pooling and common-subexpression

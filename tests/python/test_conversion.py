@@ -398,3 +398,42 @@ def test_cuda_layout_passes_leave_cpu_models_alone():
 def test_cuda_graphs_without_a_gpu_says_so():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         torch_mp.cuda_graphs(torch.jit.script(nn.ReLU()))
+
+
+class ConvOneD(nn.Module):
+    """Hugging Face's Conv1D (GPT-2): `addmm(bias, x, weight)` with a row-major [in, out] weight."""
+
+    def __init__(self, inputs: int, outputs: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(inputs, outputs) / inputs ** 0.5)
+        self.bias = nn.Parameter(torch.randn(outputs))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.view(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_cpu_matmul_weights_are_stored_column_major_and_stay_so_when_saved(dtype, tmp_path):
+    """A low weight that a CPU GEMM multiplies as its right-hand matrix is stored column-major (nn.Linear's layout;
+    row-major is 25-30x slower without oneDNN's kernels); the table of the embedding and fp32 weights keep theirs."""
+    model = nn.Sequential(ConvOneD(64, 96), nn.GELU(), ConvOneD(96, 32)).eval()
+    embedded = nn.Sequential(nn.Embedding(50, 64), model).eval()
+    ids = torch.randint(0, 50, (2, 16))
+    converted, report = torch_mp.convert(embedded, (ids,), dtype, return_report=True)
+    assert report.data["column_major_matmul_weights"] == 2
+
+    def weights(module):
+        return {tuple(t.shape): (t.dtype, t.stride()) for node in module.graph.nodes()
+                if node.kind() == "prim::Constant" and isinstance(t := node.output().toIValue(), torch.Tensor)
+                and t.dim() == 2}
+
+    expected = {(64, 96): (dtype, (1, 64)), (96, 32): (dtype, (1, 96)), (50, 64): (dtype, (64, 1))}
+    assert weights(converted) == expected
+    path = tmp_path / "model.pt"
+    torch.jit.save(converted, str(path))
+    loaded = torch.jit.load(str(path))
+    assert weights(loaded) == expected
+    with torch.no_grad():
+        reference = embedded(ids)
+        assert torch.equal(loaded(ids), converted(ids))
+        torch.testing.assert_close(converted(ids), reference, rtol=0, atol=0.05 * reference.abs().max().item())

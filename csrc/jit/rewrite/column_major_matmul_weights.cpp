@@ -1,0 +1,81 @@
+#include "jit/rewrite/column_major_matmul_weights.h"
+
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/jit_log.h>
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+namespace torch_mp::jit {
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Use;
+using torch::jit::Value;
+
+// The argument a CPU GEMM multiplies as its right-hand matrix, per op.
+struct MatrixOperand {
+  c10::Symbol op;
+  size_t input;
+  const char* reason;
+};
+const std::array<MatrixOperand, 3> kMatrixOperands = {{
+    {c10::aten::mm, 1, "mat2"},
+    {c10::aten::addmm, 2, "mat2: traced nn.Linear, Hugging Face's Conv1D (GPT-2)"},
+    {c10::aten::matmul, 1, "a 2-d `other` is mm's mat2 whatever the left operand's rank"},
+}};
+
+bool readAsRightHandMatrix(const Use& use) {
+  return std::any_of(kMatrixOperands.begin(), kMatrixOperands.end(), [&](const MatrixOperand& operand) {
+    return use.user->kind() == operand.op && use.offset == operand.input;
+  });
+}
+
+// A low-precision CPU matrix, row-major and the only view of its storage, that only matmuls read as their right-hand
+// matrix.
+bool worthColumnMajor(const Value* constant) {
+  if (constant->type()->kind() != c10::TypeKind::TensorType || constant->uses().empty() ||
+      !std::all_of(constant->uses().begin(), constant->uses().end(), readAsRightHandMatrix)) {
+    return false;
+  }
+  const at::Tensor tensor = torch::jit::toIValue(constant)->toTensor();
+  const c10::ScalarType dtype = tensor.scalar_type();
+  return (dtype == c10::ScalarType::Half || dtype == c10::ScalarType::BFloat16) && tensor.device().is_cpu() &&
+         tensor.dim() == 2 && tensor.size(0) > 1 && tensor.size(1) > 1 && tensor.is_contiguous() &&
+         tensor.storage_offset() == 0 && tensor.storage().nbytes() == tensor.nbytes();
+}
+
+void collectWeights(torch::jit::Block* block, std::vector<Value*>& weights) {
+  for (Node* node : block->nodes()) {
+    for (torch::jit::Block* inner : node->blocks()) {
+      collectWeights(inner, weights);
+    }
+    if (node->kind() == c10::prim::Constant && worthColumnMajor(node->output())) {
+      weights.push_back(node->output());
+    }
+  }
+}
+
+} // namespace
+
+int StoreMatmulWeightsColumnMajor(const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::vector<Value*> weights;
+  collectWeights(graph->block(), weights);
+  for (Value* weight : weights) {
+    const at::Tensor rowMajor = torch::jit::toIValue(weight)->toTensor();
+    torch::jit::WithInsertPoint guard(weight->node());
+    Value* columnMajor = graph->insertConstant(rowMajor.t().contiguous().t());
+    columnMajor->setType(c10::TensorType::create(torch::jit::toIValue(columnMajor)->toTensor()));
+    const std::string name = weight->hasDebugName() ? weight->debugName() : "";
+    weight->replaceAllUsesWith(columnMajor);
+    weight->node()->destroy();
+    if (!name.empty()) {
+      columnMajor->setDebugName(name);  // after the row-major one has gone, so that the name stays as it was
+    }
+    GRAPH_UPDATE("Stored ", name, " column-major");
+  }
+  return static_cast<int>(weights.size());
+}
+
+} // namespace torch_mp::jit
