@@ -13,6 +13,8 @@
 //   layout          what it does with a channels_last tensor (channels_last_convolutions); the reason
 //   zeroSensitive   an input whose value turning 0 makes the result inf or NaN (a divisor, log's argument): no value
 //                   that underflows the low dtype reaches it low (numeric_guards); the reason
+//   rightHandMatrix the input a GEMM multiplies as its right-hand matrix: a low CPU weight there is stored
+//                   column-major (column_major_matmul_weights); the reason
 #pragma once
 
 #include <array>
@@ -73,6 +75,8 @@ struct OpFacts {
   ZeroSensitivity zeroSensitivity = ZeroSensitivity::kNone;
   int8_t zeroSensitiveInput = -1;
   const char* zeroReason = nullptr;
+  int8_t rightHandMatrix = -1;
+  const char* rightHandMatrixReason = nullptr;
 };
 
 // The facts of a qualified op name; an op in no row has none (every field its default).

@@ -183,3 +183,15 @@ class CancellationNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.offset(self.body(x)) - 1000.0)
+
+
+class ConvOneD(nn.Module):
+    """Hugging Face's Conv1D (GPT-2): `addmm(bias, x, weight)` with a row-major [in, out] weight."""
+
+    def __init__(self, inputs: int, outputs: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(inputs, outputs) / inputs ** 0.5)
+        self.bias = nn.Parameter(torch.randn(outputs))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.view(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)

@@ -7,7 +7,7 @@ from torch import nn
 from torch.testing import FileCheck
 
 import torch_mp
-from small_models import ControlFlowNet, NestedOutputNet
+from small_models import ControlFlowNet, ConvOneD, NestedOutputNet
 
 LOW = [torch.float16, torch.bfloat16]
 CODE = {torch.float16: 5, torch.bfloat16: 15, torch.float32: 6}  # c10::ScalarType values in aten::to
@@ -398,18 +398,6 @@ def test_cuda_layout_passes_leave_cpu_models_alone():
 def test_cuda_graphs_without_a_gpu_says_so():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
         torch_mp.cuda_graphs(torch.jit.script(nn.ReLU()))
-
-
-class ConvOneD(nn.Module):
-    """Hugging Face's Conv1D (GPT-2): `addmm(bias, x, weight)` with a row-major [in, out] weight."""
-
-    def __init__(self, inputs: int, outputs: int):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(inputs, outputs) / inputs ** 0.5)
-        self.bias = nn.Parameter(torch.randn(outputs))
-
-    def forward(self, x):
-        return torch.addmm(self.bias, x.view(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])

@@ -4,8 +4,9 @@
 #include <torch/csrc/jit/jit_log.h>
 
 #include <algorithm>
-#include <array>
 #include <vector>
+
+#include "core/op_facts.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -14,22 +15,8 @@ using torch::jit::Node;
 using torch::jit::Use;
 using torch::jit::Value;
 
-// The argument a CPU GEMM multiplies as its right-hand matrix, per op.
-struct MatrixOperand {
-  c10::Symbol op;
-  size_t input;
-  const char* reason;
-};
-const std::array<MatrixOperand, 3> kMatrixOperands = {{
-    {c10::aten::mm, 1, "mat2"},
-    {c10::aten::addmm, 2, "mat2: traced nn.Linear, Hugging Face's Conv1D (GPT-2)"},
-    {c10::aten::matmul, 1, "a 2-d `other` is mm's mat2 whatever the left operand's rank"},
-}};
-
 bool readAsRightHandMatrix(const Use& use) {
-  return std::any_of(kMatrixOperands.begin(), kMatrixOperands.end(), [&](const MatrixOperand& operand) {
-    return use.user->kind() == operand.op && use.offset == operand.input;
-  });
+  return core::factsOf(use.user->kind().toQualString()).rightHandMatrix == static_cast<int>(use.offset);
 }
 
 // A low-precision CPU matrix, row-major and the only view of its storage, that only matmuls read as their right-hand

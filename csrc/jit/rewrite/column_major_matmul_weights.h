@@ -1,7 +1,7 @@
 // Stores the low-precision CPU weights that matrix multiplications read as their right-hand matrix column-major.
 //
 //   %y = aten::addmm(%bias, %x, %w, ...)   %w: a constant 2-d fp16/bf16 CPU tensor, row-major [K, N], every reader
-//                                          reading it as such an operand (kMatrixOperands)
+//                                          reading it as such an operand (core/op_facts: rightHandMatrix)
 //     =>  %w becomes w.t().contiguous().t(): the same values and sizes, strides [1, K] (nn.Linear's weight.t())
 //
 // CPU GEMMs in fp16/bf16 without oneDNN's kernels (a CPU without AVX512-BF16/AMX or AVX512-FP16) multiply a row-major
