@@ -136,8 +136,8 @@ bool layOutAndFuseKernels(
     const ConvertOptions& options,
     CastLedger& casts,
     ConversionReport& report) {
-  // Both rewrite only convolutions the example inputs ran on a CUDA device: where nothing did, neither walks the graph.
   report.columnMajorMatmulWeights = StoreMatmulWeightsColumnMajor(graph);
+  // Both rewrite only convolutions the example inputs ran on a CUDA device: where nothing did, neither walks the graph.
   const bool ranOnCuda = std::any_of(prepared.observed.begin(), prepared.observed.end(), [](const auto& entry) {
     return entry.second.isTensor && entry.second.device.is_cuda();
   });
