@@ -19,17 +19,27 @@ constexpr FlopFormula kTransformerEncoderLayer = FlopFormula::kTransformerEncode
 constexpr FlopFormula kRecurrent = FlopFormula::kRecurrent;
 constexpr LayoutRole kKeeps = LayoutRole::kKeepsChannelsLast;
 constexpr LayoutRole kMetadata = LayoutRole::kReadsMetadataOnly;
+constexpr LayoutRole kCopiesContiguous = LayoutRole::kCopiesContiguous;
+constexpr LayoutRole kNormalizesSpatially = LayoutRole::kNormalizesSpatially;
 constexpr ZeroSensitivity kZeroAlways = ZeroSensitivity::kAlways;
 
 // TensorIterator gives an elementwise op's output the layout of its inputs (the first input's when they differ).
 constexpr const char* kElementwiseLayout = "elementwise (TensorIterator): the output takes the inputs' layout";
 constexpr const char* kPerChannelLayout = "per-channel kernel with an NHWC path in cuDNN / ATen";
 constexpr const char* kMetadataOnly = "reads sizes, dtype or device only";
+// A view of an NHWC tensor is a strided tensor with its channels still innermost (a channel slice of [N, C, H, W] has
+// strides [HWC, 1, WC, C]), which elementwise kernels and cuDNN read as NHWC: suggest_memory_format orders strides,
+// it does not ask for density. No copy back to NCHW first.
+constexpr const char* kNhwcView = "views without a copy; the strided NHWC result is read as it is";
+constexpr const char* kListElement = "passes a list's tensor on as it is";
+constexpr const char* kSpatialStatistics =
+    "ATen reshapes to NCHW (instance_norm: batch_norm on a (1, N*C, H, W) view; group_norm: contiguous input)";
 constexpr const char* kDivisor = "a divisor of 0 gives inf or NaN";
 constexpr const char* kLogOfZero = "the log of 0 is -inf";
 
 // clang-format off
 const OpFacts kOpFacts[] = {
+    {.op = "aten::__getitem__", .layout = kKeeps, .layoutReason = kListElement},
     {.op = "aten::__is__", .layout = kMetadata, .layoutReason = "compares identity, reads no element"},
     {.op = "aten::__isnot__", .layout = kMetadata, .layoutReason = "compares identity, reads no element"},
     {.op = "aten::_convolution", .flops = kGenericConvolution, .layout = kKeeps,
@@ -51,13 +61,15 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::bmm", .flops = kContraction},
     {.op = "aten::cat", .layout = kKeeps,
      .layoutReason = "concatenating inputs of one layout writes that layout (the list is read here)"},
+    {.op = "aten::chunk", .layout = kKeeps, .layoutReason = kNhwcView},
     {.op = "aten::clamp", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::clamp_max", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::clamp_min", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::_unsafe_view", .preservesDtype = true},
     {.op = "aten::alias", .preservesDtype = true},
     {.op = "aten::clone", .preservesDtype = true},
-    {.op = "aten::contiguous", .preservesDtype = true},
+    {.op = "aten::contiguous", .preservesDtype = true, .layout = kCopiesContiguous,
+     .layoutReason = "a copy the model makes for NCHW kernels; NHWC readers need none"},
     {.op = "aten::conv1d", .flops = kConvolution},
     {.op = "aten::conv2d", .flops = kConvolution, .layout = kKeeps,
      .layoutReason = "cuDNN convolves NHWC natively and writes NHWC when its weight is channels_last"},
@@ -87,14 +99,16 @@ const OpFacts kOpFacts[] = {
      .zeroReason = "the remainder of a division by 0 is NaN"},
     {.op = "aten::gather", .tableLookup = "reads a table at an index tensor"},
     {.op = "aten::gelu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
-    {.op = "aten::group_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {2, 3}},
+    {.op = "aten::group_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {2, 3},
+     .layout = kNormalizesSpatially, .layoutReason = kSpatialStatistics},
     {.op = "aten::gru", .flops = kRecurrent},
     {.op = "aten::hardsigmoid", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::hardswish", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::hardtanh", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::index", .tableLookup = "reads a table at index tensors (positional and relative-position tables)"},
     {.op = "aten::index_select", .tableLookup = "selects rows of a table along one dim"},
-    {.op = "aten::instance_norm", .castFusion = kMixedTypeNorm, .normParameters = {1, 2, 3, 4}},
+    {.op = "aten::instance_norm", .castFusion = kMixedTypeNorm, .normParameters = {1, 2, 3, 4},
+     .layout = kNormalizesSpatially, .layoutReason = kSpatialStatistics},
     {.op = "aten::layer_norm", .castFusion = kMixedTypeNormOnCpu, .normParameters = {2, 3}},
     {.op = "aten::leaky_relu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::len", .layout = kMetadata, .layoutReason = kMetadataOnly},
@@ -112,7 +126,7 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::mish", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::mm", .flops = kContraction, .rightHandMatrix = 1, .rightHandMatrixReason = "mat2"},
     {.op = "aten::mul", .layout = kKeeps, .layoutReason = kElementwiseLayout},
-    {.op = "aten::narrow", .preservesDtype = true},
+    {.op = "aten::narrow", .preservesDtype = true, .layout = kKeeps, .layoutReason = kNhwcView},
     {.op = "aten::neg", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::numel", .layout = kMetadata, .layoutReason = kMetadataOnly},
     {.op = "aten::permute", .preservesDtype = true},
@@ -140,9 +154,11 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::sigmoid", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::silu", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::size", .layout = kMetadata, .layoutReason = kMetadataOnly},
-    {.op = "aten::slice", .preservesDtype = true},
+    {.op = "aten::slice", .preservesDtype = true, .layout = kKeeps, .layoutReason = kNhwcView},
     {.op = "aten::softmax", .castFusion = kDtypeArgument},
     {.op = "aten::squeeze", .preservesDtype = true},
+    {.op = "aten::split", .layout = kKeeps, .layoutReason = kNhwcView},
+    {.op = "aten::split_with_sizes", .layout = kKeeps, .layoutReason = kNhwcView},
     {.op = "aten::sub", .layout = kKeeps, .layoutReason = kElementwiseLayout},
     {.op = "aten::sum", .castFusion = kDtypeArgument},
     {.op = "aten::t", .preservesDtype = true},
@@ -153,6 +169,7 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::true_divide", .zeroSensitivity = kZeroAlways, .zeroSensitiveInput = 1, .zeroReason = kDivisor},
     {.op = "aten::type_as", .layout = kKeeps,
      .layoutReason = "a dtype cast keeps the memory format (preserve_format)"},
+    {.op = "aten::unbind", .layout = kKeeps, .layoutReason = kNhwcView},
     {.op = "aten::unflatten", .preservesDtype = true},
     {.op = "aten::unsqueeze", .preservesDtype = true},
     {.op = "aten::upsample_bilinear2d", .layout = kKeeps,
@@ -163,6 +180,7 @@ const OpFacts kOpFacts[] = {
     {.op = "aten::view_as", .preservesDtype = true},
     {.op = "prim::ListConstruct", .layout = kKeeps,
      .layoutReason = "a list of tensors is only passed on; its readers decide (cat keeps NHWC)"},
+    {.op = "prim::ListUnpack", .layout = kKeeps, .layoutReason = kListElement},
     {.op = "prim::device", .layout = kMetadata, .layoutReason = kMetadataOnly},
     {.op = "prim::dtype", .layout = kMetadata, .layoutReason = kMetadataOnly},
     {.op = "prim::is_cuda", .layout = kMetadata, .layoutReason = kMetadataOnly},

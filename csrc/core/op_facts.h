@@ -52,8 +52,12 @@ enum class FlopFormula : uint8_t {
 // fails on a channels_last tensor, a custom op may read data_ptr as NCHW).
 enum class LayoutRole : uint8_t {
   kNeedsContiguous,    // everything not listed otherwise: reads a contiguous copy
-  kKeepsChannelsLast,  // computes per element or per channel and writes the layout it reads: the chain stays NHWC
+  kKeepsChannelsLast,  // computes per element or per channel, or views without moving channels, and writes the
+                       // layout it reads: the chain stays NHWC
   kReadsMetadataOnly,  // reads sizes, dtype or device, never elements: any layout will do, nothing to convert
+  kCopiesContiguous,   // the model's own contiguous copy: reads any layout; dropped where its readers all keep NHWC
+  kNormalizesSpatially,  // statistics over each sample's spatial dims (instance / group norm) in an NCHW-only ATen
+                         // kernel: written in stock ops that keep NHWC (channels_last_norms)
 };
 
 // When an op's zeroSensitiveInput matters.

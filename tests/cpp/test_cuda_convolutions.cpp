@@ -276,6 +276,44 @@ NamedGraph tracedConvolutionRelu(const std::string& transposed) {
   return named;
 }
 
+TEST(FuseCudnnConvolutionsTest, ResidualConvolutionsBiasIsAddedInsideTheFusedCall) {
+  for (const bool residualReadElsewhere : {false, true}) {
+    NamedGraph named = parseNamed(std::string(R"IR(
+      graph(%x : Half(2, 8, 8, 8), %y : Half(2, 8, 8, 8), %w : Tensor, %b : Tensor, %wd : Tensor, %bd : Tensor):
+        %one : int = prim::Constant[value=1]()
+        %ones : int[] = prim::ListConstruct(%one, %one)
+        %c : Half(2, 8, 8, 8) = aten::conv2d(%x, %w, %b, %ones, %ones, %ones, %one)
+        %z : Half(2, 8, 8, 8) = aten::conv2d(%y, %wd, %bd, %ones, %ones, %ones, %one)
+        %s : Half(2, 8, 8, 8) = aten::add(%c, %z, %one)
+        %r : Half(2, 8, 8, 8) = aten::relu(%s)
+)IR") + (residualReadElsewhere ? "        return (%r, %z)" : "        return (%r)"));
+    const at::Tensor b = at::randn({8}).to(at::kHalf);
+    const at::Tensor bd = at::randn({8}).to(at::kHalf);
+    inlineInputAsConstant(*named.graph, 5, bd);
+    inlineInputAsConstant(*named.graph, 4, at::randn({8, 8, 3, 3}).to(at::kHalf));
+    inlineInputAsConstant(*named.graph, 3, b);
+    inlineInputAsConstant(*named.graph, 2, at::randn({8, 8, 3, 3}).to(at::kHalf));
+    const FusedConvolutions fused = FuseCudnnConvolutions(
+        named.graph, observeNamed(named, {{"c", {2, 8, 8, 8}}, {"z", {2, 8, 8, 8}}}));
+    named.graph->lint();
+    EXPECT_EQ(fused.convAddRelu, 1);
+    EXPECT_EQ(fused.foldedResidualBiases, residualReadElsewhere ? 0 : 1);
+    const torch::jit::Node* fusedCall = named.graph->outputs()[0]->node();
+    ASSERT_EQ(fusedCall->kind().toQualString(), std::string("aten::cudnn_convolution_add_relu"));
+    const torch::jit::Node* residual = fusedCall->input(2)->node();
+    ASSERT_EQ(residual->kind(), c10::aten::conv2d);
+    const at::Tensor fusedBias = torch::jit::toIValue(fusedCall->input(4))->toTensor();
+    const c10::IValue residualBias = *torch::jit::toIValue(residual->input(2));
+    if (residualReadElsewhere) {  // %z itself is an output: it keeps its bias
+      EXPECT_TRUE(residualBias.toTensor().equal(bd));
+      EXPECT_TRUE(fusedBias.equal(b));
+    } else {  // summed in fp32, rounded once
+      EXPECT_TRUE(residualBias.isNone());
+      EXPECT_TRUE(fusedBias.equal((b.to(at::kFloat) + bd.to(at::kFloat)).to(at::kHalf)));
+    }
+  }
+}
+
 TEST(FuseCudnnConvolutionsTest, TracedConvolutionFusesUnlessTransposed) {
   const NamedGraph traced = tracedConvolutionRelu("0");
   EXPECT_EQ(FuseCudnnConvolutions(traced.graph, observeNamed(traced, {{"c", {2, 8, 8, 8}}})).convRelu, 1);
@@ -293,6 +331,178 @@ TEST(ChannelsLastConvolutionsTest, TracedConvolutionIsReLaidUnlessTransposed) {
         ConvertConvolutionsToChannelsLast(named.graph, observeNamed(named, {{"c", {2, 8, 8, 8}}}));
     named.graph->lint();
     EXPECT_EQ(convolutions, std::string(transposed) == "0" ? 1 : 0) << "transposed=" << transposed;
+  }
+}
+
+
+// An IBN unit as a scripted model converted to fp16 has it: conv -> split in two halves -> one half's contiguous copy
+// instance-normalised in fp32 inside nn.InstanceNorm2d's If (for an unbatched input), the other's batch-normalised ->
+// cat -> relu -> conv. `norm` is the batched branch's norm of %f (the half cast to fp32), `copy` the copies' memory
+// format. Weights: %w1 [4, 3, 3, 3], %w2 [4, 4, 3, 3], the norms' parameters of 2 channels, all Half but the
+// instance norm's.
+std::string ibnUnit(const std::string& norm, const std::string& copy = "%zero", const std::string& beforeReturn = "") {
+  return R"IR(
+    graph(%x : Half(2, 3, 8, 8, strides=[192, 64, 8, 1], device=cpu), %w1 : Tensor, %w2 : Tensor, %gamma : Tensor,
+          %beta : Tensor, %bnw : Tensor, %bnb : Tensor, %mean : Tensor, %var : Tensor):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %zero : int = prim::Constant[value=0]()
+      %two : int = prim::Constant[value=2]()
+      %three : int = prim::Constant[value=3]()
+      %float : int = prim::Constant[value=6]()
+      %half : int = prim::Constant[value=5]()
+      %true : bool = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %momentum : float = prim::Constant[value=0.1]()
+      %eps : float = prim::Constant[value=1e-05]()
+      %ones : int[] = prim::ListConstruct(%one, %one)
+      %c1 : Half(2, 4, 8, 8) = aten::conv2d(%x, %w1, %none, %ones, %ones, %ones, %one)
+      %halves : Tensor[] = aten::split(%c1, %two, %one)
+      %h1 : Half(2, 2, 8, 8) = aten::__getitem__(%halves, %zero)
+      %h1c : Half(2, 2, 8, 8) = aten::contiguous(%h1, )IR" + copy + R"IR()
+      %d : int = aten::dim(%h1c)
+      %unbatched : bool = aten::eq(%d, %three)
+      %inorm : Float(2, 2, 8, 8) = prim::If(%unbatched)
+        block0():
+          %f0 : Float(2, 8, 8) = aten::to(%h1c, %float, %false, %false, %none)
+          %u : Float(1, 2, 8, 8) = aten::unsqueeze(%f0, %zero)
+          %un : Float(1, 2, 8, 8) = aten::instance_norm(%u, %gamma, %beta, %none, %none, %true, %momentum, %eps, %true)
+          %s : Float(2, 8, 8) = aten::squeeze(%un, %zero)
+          -> (%s)
+        block1():
+          %f : Float(2, 2, 8, 8) = aten::to(%h1c, %float, %false, %false, %none)
+          )IR" + norm + R"IR(
+          -> (%n)
+      %inh : Half(2, 2, 8, 8) = aten::to(%inorm, %half, %false, %false, %none)
+      %h2 : Half(2, 2, 8, 8) = aten::__getitem__(%halves, %one)
+      %h2c : Half(2, 2, 8, 8) = aten::contiguous(%h2, )IR" + copy + R"IR()
+      %bn : Half(2, 2, 8, 8) = aten::batch_norm(%h2c, %bnw, %bnb, %mean, %var, %false, %momentum, %eps, %true)
+      %parts : Tensor[] = prim::ListConstruct(%inh, %bn)
+      %cat : Half(2, 4, 8, 8) = aten::cat(%parts, %one)
+      %r : Half(2, 4, 8, 8) = aten::relu(%cat)
+      %c2 : Half(2, 4, 8, 8) = aten::conv2d(%r, %w2, %none, %ones, %ones, %ones, %one)
+)IR" + beforeReturn + R"IR(
+      return (%c2))IR";
+}
+
+constexpr const char* kInstanceNorm =
+    "%n : Float(2, 2, 8, 8) = aten::instance_norm(%f, %gamma, %beta, %none, %none, %true, %momentum, %eps, %true)";
+
+struct IbnCase {
+  std::shared_ptr<torch::jit::Graph> graph;
+  std::vector<c10::IValue> inputs;
+};
+
+// ibnUnit(...) with its weights inlined, %c1, %c2 and %n observed on `device`, through the pass; lint, and the
+// outputs within fp16 rounding of the graph's before (NHWC fp16 convolutions accumulate in another order on a CPU).
+IbnCase relayIbnUnit(const std::string& ir, const at::Tensor& gamma, const at::Tensor& beta) {
+  const NamedGraph named = parseNamed(ir);
+  IbnCase result{named.graph, {at::randn({2, 3, 8, 8}).to(at::kHalf)}};
+  const std::vector<at::Tensor> weights = {
+      at::randn({4, 3, 3, 3}).to(at::kHalf), at::randn({4, 4, 3, 3}).to(at::kHalf), gamma, beta,
+      at::rand({2}).to(at::kHalf) + 0.5, at::randn({2}).to(at::kHalf), at::randn({2}).to(at::kHalf),
+      at::rand({2}).to(at::kHalf) + 0.5};
+  for (size_t i = weights.size(); i > 0; --i) {
+    inlineInputAsConstant(*result.graph, i, weights[i - 1]);
+  }
+  const auto before = runGraph(result.graph, result.inputs);
+  const int convolutions = ConvertConvolutionsToChannelsLast(
+      result.graph, observeNamed(named, {{"c1", {2, 4, 8, 8}}, {"c2", {2, 4, 8, 8}}, {"n", {2, 2, 8, 8}}}));
+  EXPECT_EQ(convolutions, 2);
+  result.graph->lint();
+  expectCloseOutputs(before, runGraph(result.graph, result.inputs), 2e-3);
+  return result;
+}
+
+TEST(ChannelsLastConvolutionsTest, IbnUnitStaysNhwcThroughSplitCopiesBranchesAndInstanceNorm) {
+  const IbnCase converted = relayIbnUnit(ibnUnit(kInstanceNorm), at::randn({2}), at::randn({2}));
+  // No copy to NCHW in the chain: the halves are read as strided NHWC views (both model copies dropped), the instance
+  // norm is fp32 statistics and one scale-and-shift pass, only the unbatched branch's unsqueeze (a view) and the
+  // graph's return read contiguous copies.
+  FileCheck().check("aten::split")->check("prim::If")->check("aten::contiguous")->check("aten::unsqueeze")
+      ->check("aten::instance_norm")->check("block1")->check_not("aten::contiguous")->check("aten::var_mean")
+      ->check("aten::rsqrt")->check("aten::addcmul")->check("aten::addcmul")->check_not("aten::instance_norm")
+      ->check_not("aten::contiguous")->check("aten::batch_norm")->check("aten::cat")->check("aten::conv2d")
+      ->check("aten::contiguous")->check("return")->run(*converted.graph);
+  EXPECT_EQ(countNodes(*converted.graph, c10::aten::contiguous), 2);
+  torch::jit::Stack stack = runGraph(converted.graph, converted.inputs);
+  EXPECT_TRUE(stack[0].toTensor().is_contiguous());
+}
+
+TEST(ChannelsLastConvolutionsTest, NormWithoutAffineAndGroupNormAreWrittenForNhwc) {
+  relayIbnUnit(ibnUnit(
+      "%n : Float(2, 2, 8, 8) = aten::instance_norm(%f, %none, %none, %none, %none, %true, %momentum, %eps, %true)"),
+      at::randn({2}), at::randn({2}));
+  for (const char* groups : {"1", "2"}) {
+    const IbnCase converted = relayIbnUnit(ibnUnit(std::string(R"IR(%g : int = prim::Constant[value=)IR") + groups +
+        R"IR(]()
+          %n : Float(2, 2, 8, 8) = aten::group_norm(%f, %g, %gamma, %beta, %eps, %true))IR"), at::randn({2}),
+        at::randn({2}));
+    if (std::string(groups) == "1") {  // two channels a group: statistics over a [N, 1, 2, H, W] view
+      FileCheck().check("block1")->check_not("aten::contiguous")->check("aten::unflatten")->check("aten::var_mean")
+          ->check("aten::flatten")->check("aten::addcmul")->check_not("aten::group_norm")->run(*converted.graph);
+    } else {  // a channel a group: an instance norm
+      FileCheck().check("block1")->check_not("aten::contiguous")->check_not("aten::unflatten")
+          ->check("aten::var_mean")->check_not("aten::flatten")->check("aten::addcmul")->check_not("aten::group_norm")
+          ->run(*converted.graph);
+    }
+  }
+}
+
+TEST(ChannelsLastConvolutionsTest, NormsItCannotWriteForNhwcReadContiguousCopies) {
+  // running statistics in use, a group count that is not a constant, a weight that is not a constant
+  for (const std::string& norm : {
+           std::string("%n : Float(2, 2, 8, 8) = aten::instance_norm(%f, %gamma, %beta, %gamma, %beta, %false, "
+                       "%momentum, %eps, %true)"),
+           std::string("%g : int = aten::size(%f, %one)\n          "
+                       "%n : Float(2, 2, 8, 8) = aten::group_norm(%f, %g, %gamma, %beta, %eps, %true)"),
+           std::string("%w : Tensor = aten::abs(%gamma)\n          "
+                       "%n : Float(2, 2, 8, 8) = aten::instance_norm(%f, %w, %beta, %none, %none, %true, %momentum, "
+                       "%eps, %true)")}) {
+    const IbnCase converted = relayIbnUnit(ibnUnit(norm), at::randn({2}), at::rand({2}) + 0.5);
+    FileCheck().check("block1")->check("aten::to")->check("aten::contiguous")->check("_norm(%")->check("->")
+        ->run(*converted.graph);
+    FileCheck().check_not("aten::var_mean")->run(*converted.graph);
+  }
+}
+
+TEST(ChannelsLastConvolutionsTest, ModelCopiesStayWhereTheGraphWritesOrAReaderNeedsNchw) {
+  // a write anywhere in the graph: the copies may be what keeps it from the original
+  const IbnCase writes = relayIbnUnit(ibnUnit(kInstanceNorm, "%zero", "      %w2c : Tensor = aten::relu_(%c2)"),
+                                      at::randn({2}), at::randn({2}));
+  FileCheck().check("aten::split")->check("aten::contiguous")->check("prim::If")->run(*writes.graph);
+  // a copy in channels_last (not the model's NCHW one) is not for this pass to drop
+  const IbnCase channelsLast = relayIbnUnit(ibnUnit(kInstanceNorm, "%two"), at::randn({2}), at::randn({2}));
+  FileCheck().check("aten::split")->check("aten::contiguous")->check("prim::If")->run(*channelsLast.graph);
+}
+
+TEST(ChannelsLastConvolutionsTest, InputCastIntoConvolutionsWritesNhwcAtOnce) {
+  for (const bool otherReader : {false, true}) {
+    const NamedGraph named = parseNamed(std::string(R"IR(
+      graph(%x : Float(2, 3, 8, 8), %w : Tensor):
+        %none : NoneType = prim::Constant()
+        %one : int = prim::Constant[value=1]()
+        %half : int = prim::Constant[value=5]()
+        %false : bool = prim::Constant[value=0]()
+        %ones : int[] = prim::ListConstruct(%one, %one)
+        %xh : Half(2, 3, 8, 8) = aten::to(%x, %half, %false, %false, %none)
+        %c : Half(2, 4, 8, 8) = aten::conv2d(%xh, %w, %none, %ones, %ones, %ones, %one)
+)IR") + (otherReader ? "        %o : Half(2, 3, 8, 8) = aten::relu(%xh)\n        return (%c, %o)"
+                     : "        return (%c)"));
+    inlineInputAsConstant(*named.graph, 1, at::randn({4, 3, 3, 3}).to(at::kHalf));
+    const std::vector<c10::IValue> inputs = {at::randn({2, 3, 8, 8})};
+    const auto before = runGraph(named.graph, inputs);
+    ConvertConvolutionsToChannelsLast(named.graph, observeNamed(named, {{"xh", {2, 3, 8, 8}}, {"c", {2, 4, 8, 8}}}));
+    named.graph->lint();
+    expectCloseOutputs(before, runGraph(named.graph, inputs), 2e-3);
+    const torch::jit::Node* cast = named.graph->outputs()[0]->node()->input(0)->node()->input(0)->node();
+    ASSERT_EQ(cast->kind(), c10::aten::to);
+    const c10::IValue memoryFormat = *torch::jit::toIValue(cast->input(4));
+    if (otherReader) {  // the relu reads NCHW as before
+      EXPECT_TRUE(memoryFormat.isNone());
+    } else {
+      EXPECT_EQ(memoryFormat.toInt(), static_cast<int64_t>(c10::MemoryFormat::ChannelsLast));
+    }
   }
 }
 

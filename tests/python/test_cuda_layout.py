@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import torch_mp
-from torch_mp.models import ResNetIBN
+from torch_mp.models import IBN, ResNetIBN
 
 pytestmark = pytest.mark.cuda
 
@@ -47,6 +47,35 @@ def test_channels_last_and_fused_convolutions_match_plain_conversion(dtype):
         assert result.dtype == torch.float32 and result.shape == expected.shape
         assert result.is_contiguous()
         assert close(expected, result, dtype)
+
+
+def nodes_in(block):
+    for node in block.nodes():
+        yield node
+        for sub in node.blocks():
+            yield from nodes_in(sub)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_ibn_units_stay_nhwc_through_split_copies_and_instance_norm(dtype):
+    """No NCHW copy inside an IBN unit's conv chain: the split halves are read as NHWC views, the model's contiguous
+    copies go, the instance norm is fp32 statistics and one scale-and-shift pass in stock ops, and the input cast
+    writes NHWC for the first convolution; the only copy left at the top level is the pooled [N, C, 1, 1] features'
+    before torch.flatten (a view), which is no copy at all (size-1 dims)."""
+    model, x = small_resnet(), torch.randn(4, 3, 64, 64, device="cuda")
+    plain = torch_mp.convert(model, (x,), dtype, channels_last=False, fuse_convolutions=False)
+    converted = torch_mp.convert(model, (x,), dtype)
+    units = sum(isinstance(module, IBN) for module in model.modules())
+    kinds = [node.kind() for node in nodes_in(converted.graph)]
+    assert units > 0 and kinds.count("aten::var_mean") == units
+    assert ops_of(converted).count("aten::contiguous") == 1
+    first_cast = next(node for node in converted.graph.nodes() if node.kind() == "aten::to")
+    assert first_cast.inputsAt(4).toIValue() == 2  # torch.channels_last's MemoryFormat value
+    fresh = torch.randn_like(x)
+    with torch.no_grad():
+        expected, result = plain(fresh), converted(fresh)
+    assert result.dtype == torch.float32 and result.is_contiguous()
+    assert close(expected, result, dtype)
 
 
 def test_channels_last_output_keeps_the_fp32_layout():

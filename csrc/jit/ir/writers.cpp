@@ -31,14 +31,25 @@ bool isNonWritingSpecialCase(c10::Symbol kind) {
   }
 }
 
-// batch_norm and instance_norm update their running statistics unless their mode input is a constant false.
+bool isConstantNone(const torch::jit::Value* value) {
+  const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
+  return constant && constant->isNone();
+}
+
+// batch_norm and instance_norm update their running statistics unless their mode input is a constant false or they
+// have none (InstanceNorm2d without track_running_stats normalises with its input's statistics and keeps nothing).
 bool mayUpdateRunningStats(const Node* node) {
   if (node->kind() != c10::aten::batch_norm && node->kind() != c10::aten::instance_norm) {
     return false;
   }
   constexpr size_t kModeInput = 5;  // batch_norm's `training`, instance_norm's `use_input_stats`
+  constexpr size_t kRunningMean = 3;
+  constexpr size_t kRunningVar = 4;
   if (node->inputs().size() <= kModeInput) {
     return true;
+  }
+  if (isConstantNone(node->input(kRunningMean)) && isConstantNone(node->input(kRunningVar))) {
+    return false;
   }
   const std::optional<c10::IValue> mode = torch::jit::toIValue(node->input(kModeInput));
   return !mode || !mode->isBool() || mode->toBool();

@@ -171,9 +171,47 @@ class ConvolutionFuser {
     if (!relu || !isFusibleResidual(z, c, *dtype)) {
       return;
     }
+    Value* bias = conv->input(2);
+    if (Node* residualConvolution = biasedConvolutionOnlyAdded(z, add)) {
+      bias = foldedBias(bias, residualConvolution);
+    }
     replace({relu, add, conv}, c10::Symbol::fromQualString("aten::cudnn_convolution_add_relu"),
-            {conv->input(0), conv->input(1), z, add->input(2), conv->input(2), stride, padding, dilation, groups});
+            {conv->input(0), conv->input(1), z, add->input(2), bias, stride, padding, dilation, groups});
     fused_.convAddRelu += 1;
+  }
+
+  // The CUDA convolution that computes the residual %z with a constant bias of %z's dtype, when the add is its only
+  // reader: that bias can be added inside the fused call instead of in a kernel of its own (a ResNet downsampling
+  // branch).
+  Node* biasedConvolutionOnlyAdded(Value* z, const Node* add) const {
+    Node* producer = z->node();
+    if (z->uses().size() != 1 || z->uses()[0].user != add || !convolution2dArguments(producer)) {
+      return nullptr;
+    }
+    auto seen = observed_.find(z);
+    const std::optional<c10::IValue> bias = torch::jit::toIValue(producer->input(2));
+    if (seen == observed_.end() || !seen->second.device.is_cuda() || !bias || !bias->isTensor() ||
+        bias->toTensor().dim() != 1 || bias->toTensor().scalar_type() != recordedDtype(z)) {
+      return nullptr;
+    }
+    return producer;
+  }
+
+  // `bias` (None or a constant of the fused dtype) plus the residual convolution's bias, summed in fp32 and rounded
+  // once (alpha is 1); the residual convolution runs without its bias.
+  Value* foldedBias(Value* bias, Node* residualConvolution) {
+    const at::Tensor residualBias = torch::jit::toIValue(residualConvolution->input(2))->toTensor();
+    const std::optional<c10::IValue> own = torch::jit::toIValue(bias);
+    at::Tensor sum = residualBias.to(at::kFloat);
+    if (own->isTensor()) {
+      sum = sum + own->toTensor().to(at::kFloat);
+    }
+    torch::jit::WithInsertPoint point(graph_->block()->nodes().front());
+    Value* folded = graph_->insertConstant(sum.to(residualBias.scalar_type()));
+    residualConvolution->replaceInput(2, graph_->insertConstant(c10::IValue()));
+    GRAPH_UPDATE("Folded the bias of ", residualConvolution->output()->debugName(), " into a fused convolution");
+    fused_.foldedResidualBiases += 1;
+    return folded;
   }
 
   // Puts the fused node where the relu (`chain[0]`) was, where every input is defined, and drops the chain, last

@@ -8,6 +8,9 @@
 //   %s = aten::add(%c, %z, %alpha)               (or add(%z, %c, %alpha))
 //   %r = aten::relu(%s)                          =>  %r = aten::cudnn_convolution_add_relu(%x, %w, %z, %alpha, %b, ...)
 //
+// Where %z is computed by a CUDA convolution with a constant bias that only this add reads, that bias joins %b
+// (summed in fp32, rounded once) and the residual convolution runs without one: a bias-add kernel fewer.
+//
 // aten::_convolution (traced models) fuses the same way when it is not transposed. Fires when %c was observed on a
 // CUDA device, %w is a constant 4-d fp32 / fp16 / bf16 tensor, %b is None or a constant vector of its dtype, groups
 // is 1, dilation is 1, %x (and %z) have %w's dtype, %z has the convolution's observed sizes (cuDNN adds without
@@ -31,6 +34,7 @@ namespace torch_mp::jit {
 struct FusedConvolutions {
   int convRelu = 0;
   int convAddRelu = 0;
+  int foldedResidualBiases = 0;
 };
 
 FusedConvolutions FuseCudnnConvolutions(const std::shared_ptr<torch::jit::Graph>& graph,
