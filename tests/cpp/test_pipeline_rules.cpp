@@ -945,5 +945,79 @@ TEST(PipelineRulesTest, KernelsStageRewritesOnlyConvolutionsThatRanOnCuda) {
   }
 }
 
+// An IBN unit (conv -> split -> the first half's contiguous copy instance-normalised inside nn.InstanceNorm2d's If,
+// the second's batch-normalised -> cat -> relu -> conv) typed as run on cuda:0 goes through every stage: the plan
+// keeps the instance norm fp32 and the convolutions low, and the kernels stage keeps the unit NHWC with no copy (the
+// casts at either end change the layout as they change the dtype). The weights are CPU constants (the passes read their sizes and dtypes), so the
+// converted graph runs here on CPU inputs, within fp16 rounding of the fp32 graph.
+TEST(PipelineRulesTest, IbnUnitTypedOnCudaStaysNhwcThroughEveryStage) {
+  auto type = [](const std::string& sizes, const std::string& strides) {
+    return "Float(" + sizes + ", strides=[" + strides + "], requires_grad=0, device=cuda:0)";
+  };
+  const std::string half = type("2, 2, 8, 8", "256, 64, 8, 1");
+  auto graph = parseGraph(R"IR(
+    graph(%x : )IR" + type("2, 3, 8, 8", "192, 64, 8, 1") + R"IR(, %w1 : Tensor, %w2 : Tensor, %gamma : Tensor,
+          %beta : Tensor, %mean : Tensor, %var : Tensor):
+      %none : NoneType = prim::Constant()
+      %one : int = prim::Constant[value=1]()
+      %zero : int = prim::Constant[value=0]()
+      %two : int = prim::Constant[value=2]()
+      %three : int = prim::Constant[value=3]()
+      %true : bool = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %momentum : float = prim::Constant[value=0.1]()
+      %eps : float = prim::Constant[value=1e-05]()
+      %ones : int[] = prim::ListConstruct(%one, %one)
+      %c1 : )IR" + type("2, 4, 8, 8", "256, 64, 8, 1") + R"IR( = aten::conv2d(%x, %w1, %none, %ones, %ones, %ones, %one)
+      %halves : Tensor[] = aten::split(%c1, %two, %one)
+      %h1 : )IR" + half + R"IR( = aten::__getitem__(%halves, %zero)
+      %h1c : )IR" + type("2, 2, 8, 8", "128, 64, 8, 1") + R"IR( = aten::contiguous(%h1, %zero)
+      %d : int = aten::dim(%h1c)
+      %unbatched : bool = aten::eq(%d, %three)
+      %inorm : )IR" + type("2, 2, 8, 8", "128, 64, 8, 1") + R"IR( = prim::If(%unbatched)
+        block0():
+          %u : Tensor = aten::unsqueeze(%h1c, %zero)
+          %un : Tensor = aten::instance_norm(%u, %gamma, %beta, %none, %none, %true, %momentum, %eps, %true)
+          %s : Tensor = aten::squeeze(%un, %zero)
+          -> (%s)
+        block1():
+          %n : )IR" + type("2, 2, 8, 8", "128, 64, 8, 1") + R"IR( = aten::instance_norm(%h1c, %gamma, %beta, %none, %none, %true, %momentum, %eps, %true)
+          -> (%n)
+      %h2 : )IR" + half + R"IR( = aten::__getitem__(%halves, %one)
+      %h2c : )IR" + type("2, 2, 8, 8", "128, 64, 8, 1") + R"IR( = aten::contiguous(%h2, %zero)
+      %bn : )IR" + type("2, 2, 8, 8", "128, 64, 8, 1") + R"IR( = aten::batch_norm(%h2c, %gamma, %beta, %mean, %var, %false, %momentum, %eps, %true)
+      %parts : Tensor[] = prim::ListConstruct(%inorm, %bn)
+      %cat : )IR" + type("2, 4, 8, 8", "256, 64, 8, 1") + R"IR( = aten::cat(%parts, %one)
+      %r : )IR" + type("2, 4, 8, 8", "256, 64, 8, 1") + R"IR( = aten::relu(%cat)
+      %c2 : )IR" + type("2, 4, 8, 8", "256, 64, 8, 1") + R"IR( = aten::conv2d(%r, %w2, %none, %ones, %ones, %ones, %one)
+      return (%c2))IR");
+  const std::vector<at::Tensor> weights = {torch::randn({4, 3, 3, 3}), torch::randn({4, 4, 3, 3}), torch::randn({2}),
+                                           torch::randn({2}), torch::randn({2}), torch::rand({2}) + 0.5};
+  for (size_t i = weights.size(); i > 0; --i) {
+    inlineInputAsConstant(*graph, i, weights[i - 1]);
+  }
+  const std::vector<c10::IValue> inputs = {torch::randn({2, 3, 8, 8})};
+  const auto before = runGraph(graph, inputs);
+  PreparedGraph prepared = prepareTypedGraph(graph);
+  const ConversionReport report = convertPrepared(
+      prepared, defaultOptions(c10::kCUDA, at::kHalf, core::CpuFeatures::all(), core::CudaCapability{9, 0}));
+  prepared.graph->lint();
+  EXPECT_EQ(report.channelsLastConvolutions, 2);
+  EXPECT_EQ(decisionFor(report, "aten::conv2d").precision, core::Precision::kLow);
+  FileCheck().check("aten::conv2d")->check("aten::split")->check("block1")->check_not("aten::contiguous")
+      ->check("aten::var_mean")->check("aten::addcmul")->check_not("aten::contiguous")->check("aten::batch_norm")
+      ->check("aten::cat")->check("aten::conv2d")->check_not("aten::contiguous")->run(*prepared.graph);
+  // the input cast writes NHWC for the first convolution, the output cast NCHW for the graph's return
+  const torch::jit::Node* outputCast = prepared.graph->outputs()[0]->node();
+  ASSERT_EQ(outputCast->kind(), c10::aten::to);
+  EXPECT_EQ(torch::jit::toIValue(outputCast->input(4))->toInt(), static_cast<int64_t>(c10::MemoryFormat::Contiguous));
+  const torch::jit::Node* inputCast = prepared.graph->inputs()[0]->uses()[0].user;
+  ASSERT_EQ(inputCast->kind(), c10::aten::to);
+  EXPECT_EQ(torch::jit::toIValue(inputCast->input(4))->toInt(), static_cast<int64_t>(c10::MemoryFormat::ChannelsLast));
+  const auto after = runGraph(prepared.graph, inputs);
+  expectCloseOutputs(before, after, 5e-3);
+  EXPECT_TRUE(after[0].toTensor().is_contiguous());
+}
+
 } // namespace
 } // namespace torch_mp::jit

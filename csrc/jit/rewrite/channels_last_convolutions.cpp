@@ -287,6 +287,14 @@ class ChannelsLastConverter {
     if (others.empty()) {
       return;
     }
+    // A cast none of whose readers takes NHWC (the model's output cast back to fp32) writes NCHW itself: one copy
+    // where the cast and a contiguous copy after it made two.
+    if (others.size() == value->uses().size() && plainCastTarget(value->node())) {
+      torch::jit::WithInsertPoint guard(value->node());
+      value->node()->replaceInput(4, graph_->insertConstant(c10::MemoryFormat::Contiguous));
+      GRAPH_UPDATE("The cast ", value->debugName(), " writes NCHW for its readers outside NHWC");
+      return;
+    }
     torch::jit::WithInsertPoint guard(value->node()->next());
     Value* contiguousFormat = graph_->insertConstant(static_cast<int64_t>(c10::MemoryFormat::Contiguous));
     Node* contiguous = graph_->create(c10::aten::contiguous, {value, contiguousFormat});

@@ -18,7 +18,8 @@
 //   - aten::instance_norm / aten::group_norm on an NHWC value of observed rank 4 is written in stock ops that keep
 //     NHWC (channels_last_norms) instead of reading a contiguous copy;
 //   - a plain cast of an NCHW value (the model's input cast to the low dtype) that only re-laid convolutions read
-//     writes channels_last itself (`memory_format`): one copy where the cast and cuDNN's own conversion made two.
+//     writes channels_last itself (`memory_format`): one copy where the cast and cuDNN's own conversion made two;
+//     a cast of an NHWC value that no reader takes NHWC (the output cast back to fp32) writes contiguous itself.
 // CPU graphs are left alone: oneDNN picks its own blocked layouts.
 #pragma once
 
