@@ -17,6 +17,7 @@ Smoke test of the whole logic on a CPU machine (tiny batches, few repeats, perf_
 on the small ConvBnNet):
 
     python benchmarks/cuda_speed.py --device cpu --smoke --out /tmp/smoke.json
+    python -m pytest tests/python/test_cuda_speed_method.py   # GPU-time samples on a simulated GPU, trace reading
 
 Models (random weights, eval, built by tests/zoo/registry.py where it has them): resnet50 (torchvision, 224x224),
 resnet50_ibn_a (torch_mp.models, 384x128 as its author ran it), vit_b_16 (torchvision, 224x224), bert_base
@@ -38,6 +39,24 @@ is timed in windows alternating with it, and its speed-ups come from those windo
                    since 2026-11-27: then it converts as torch_mp does, and their difference is timing noise)
   torch_mp_fused   convert(..., kernels="fused")
   torch_mp_graphs  torch_mp.cuda_graphs(<the torch_mp_fused module>, inputs) where torch_mp has it
+  torch_mp_load    the torch_mp module saved (torch.jit.save) and read back by torch_mp.load(path, device), which
+                   replays CUDA graphs by default, where torch_mp has load
+Each column's time above is its call time. Beside it, per cell (--gpu-samples, --no-profile):
+  host enqueue     perf_counter around one call after a synchronize, none after it: the host's time to launch a
+                   forward (on a CPU, the whole call)
+  GPU time         the queue pre-filled: synchronize, torch.cuda._sleep (3x the host enqueue time), start event,
+                   the call, end event; the GPU reaches the start event only after the host has enqueued the whole
+                   forward, so start-to-end is the GPU's time alone. Each sample checks that the host finished
+                   before the sleep did (else the sleep doubles and the sample is taken again) and the cell records
+                   it. A TorchScript call's call time is max(host enqueue, GPU time) and drifts with the host
+  kernels          one torch.profiler run of one forward after the timing: CUDA kernels, memcpy and memset events,
+                   their summed durations (busy) and the union of their intervals; host ops (outermost aten/prim/
+                   torch_mp ops) and graph launches. A replayed CUDA graph (torch_mp_graphs, torch_mp_load,
+                   compile_ro) shows one cudaGraphLaunch on the host and its kernels on the device: kineto reports
+                   graph kernels with the launch's correlation id, so they are counted like any others (graphs
+                   recorded before the first profiler session could crash it: a CUDA run opens an empty session
+                   first, torch.profiler._utils._init_for_cuda_graphs). TEARDOWN_CUPTI=1 unless set: else
+                   CUPTI stays attached after the first profile and slows every later launch. On a CPU: host ops
 Per row also: FLOPs of one forward (torch.utils.flop_counter on the fp32 eager model), achieved TFLOP/s per column,
 the device's peak (an 8192^3 fp16/bf16 torch.mm, once per run), ratios vs fp32_ts / compile_default / compile_ro,
 and accuracy against fp32 eager (TF32 off; --reference-precision) on a fresh input: cosine and max relative error
@@ -69,6 +88,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -80,17 +100,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(os.cpu_count() or 1))
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", "/tmp/torch_mp_inductor_cache")
 os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.environ["TORCHINDUCTOR_CACHE_DIR"], "triton"))
+# kineto leaves CUPTI attached after a profiler session unless TEARDOWN_CUPTI is "1", and an attached CUPTI slows
+# every later launch (pytorch #144455: 10-20%): each cell's profile would slow the cells timed after it. Teardown
+# with CUDA graphs crashed before CUDA 12.6 (torch.compile's cudagraphs set "0" there themselves)
+os.environ.setdefault("TEARDOWN_CUPTI", "1")
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers  # registry.py and torchvision_shim.py
 sys.path.append(ROOT)  # torch_mp from the checkout where it is not installed (an in-place build)
 
 PAIRED_WINDOWS = 5  # windows per cell, alternating with fp32_ts (time_paired)
+SLEEP_FACTOR = 3.0  # GPU-time samples: the sleep before the start event, in host enqueue times
+SLEEP_DOUBLINGS = 4  # a sample whose host outlasted the sleep is taken again with twice the sleep, this often
 CHEAP_COLUMNS = ["fp32_ts", "autocast", "lowp_ts", "torch_mp", "torch_mp_plain", "torch_mp_cudnn", "torch_mp_fused",
-                 "torch_mp_graphs"]
+                 "torch_mp_graphs", "torch_mp_load"]
 COMPILE_COLUMNS = ["compile_default", "compile_ro"]
 ALL_COLUMNS = ["fp32_ts", "autocast", "lowp_ts", "compile_default", "compile_ro", "torch_mp", "torch_mp_plain",
-               "torch_mp_cudnn", "torch_mp_fused", "torch_mp_graphs"]
-TORCH_MP_COLUMNS = ["torch_mp", "torch_mp_plain", "torch_mp_cudnn", "torch_mp_fused", "torch_mp_graphs"]
+               "torch_mp_cudnn", "torch_mp_fused", "torch_mp_graphs", "torch_mp_load"]
+TORCH_MP_COLUMNS = ["torch_mp", "torch_mp_plain", "torch_mp_cudnn", "torch_mp_fused", "torch_mp_graphs",
+                    "torch_mp_load"]
 DTYPE_NAMES = ("fp16", "bf16")
 
 
@@ -112,18 +139,27 @@ MODELS: Dict[str, ModelSpec] = {
 }
 BERT_VOCAB = 30522  # BertConfig's default vocabulary
 
-# The targets the render evaluates: (description, dtype, model, batch, column, baseline column, minimum ratio)
+# The targets the render evaluates: (description, dtype, model, batch, column, baseline column, minimum ratio,
+# measure). measure "call": the call times' ratio (paired with fp32_ts where both were, see derive); "gpu": the GPU
+# times' (queue pre-filled), base / column, so ">= 1.0x" reads "GPU time <= the baseline's"
 TARGETS = [
-    ("ResNet-50 b32 fp16: torch_mp >= 2.5x fp32_ts", "fp16", "resnet50", 32, "torch_mp", "fp32_ts", 2.5),
-    ("ResNet-50 b32 fp16: torch_mp >= 1.0x compile_default", "fp16", "resnet50", 32, "torch_mp", "compile_default",
-     1.0),
-    ("ResNet-50 IBN-a b32 fp16: torch_mp >= 2.0x fp32_ts", "fp16", "resnet50_ibn_a", 32, "torch_mp", "fp32_ts", 2.0),
-    ("BERT-base b32 fp16: torch_mp >= 1.0x compile_default", "fp16", "bert_base", 32, "torch_mp", "compile_default",
-     1.0),
-    ("ResNet-50 b1 fp16: torch_mp_graphs >= 1.0x compile_ro", "fp16", "resnet50", 1, "torch_mp_graphs", "compile_ro",
-     1.0),
-    ("BERT-base b1 fp16: torch_mp_graphs >= 1.0x compile_ro", "fp16", "bert_base", 1, "torch_mp_graphs", "compile_ro",
-     1.0),
+    ("ResNet-50 b32 fp16: torch_mp call >= 2.5x fp32_ts", "fp16", "resnet50", 32, "torch_mp", "fp32_ts", 2.5, "call"),
+    ("ResNet-50 b32 fp16: torch_mp call >= 1.0x compile_default", "fp16", "resnet50", 32, "torch_mp",
+     "compile_default", 1.0, "call"),
+    ("ResNet-50 IBN-a b32 fp16: torch_mp call >= 2.0x fp32_ts", "fp16", "resnet50_ibn_a", 32, "torch_mp", "fp32_ts",
+     2.0, "call"),
+    ("ResNet-50 IBN-a b32 fp16: torch_mp GPU time <= compile_default's", "fp16", "resnet50_ibn_a", 32, "torch_mp",
+     "compile_default", 1.0, "gpu"),
+    ("ResNet-50 IBN-a b32 fp16: torch_mp GPU time <= compile_ro's", "fp16", "resnet50_ibn_a", 32, "torch_mp",
+     "compile_ro", 1.0, "gpu"),
+    ("BERT-base b32 fp16: torch_mp GPU time <= compile_default's", "fp16", "bert_base", 32, "torch_mp",
+     "compile_default", 1.0, "gpu"),
+    ("BERT-base b32 fp16: torch_mp call >= 1.0x compile_default", "fp16", "bert_base", 32, "torch_mp",
+     "compile_default", 1.0, "call"),
+    ("ResNet-50 b1 fp16: torch_mp_graphs call >= 1.0x compile_ro", "fp16", "resnet50", 1, "torch_mp_graphs",
+     "compile_ro", 1.0, "call"),
+    ("BERT-base b1 fp16: torch_mp_graphs call >= 1.0x compile_ro", "fp16", "bert_base", 1, "torch_mp_graphs",
+     "compile_ro", 1.0, "call"),
 ]
 
 
@@ -188,11 +224,17 @@ class Bench:
                 merge_into(self.data, load_json(path))
             except Exception as error:  # noqa: BLE001 - a bad resume file is reported, the run goes on
                 print(f"cannot resume from {path}: {short_error(error)}", flush=True)
+        self.profiler_sessions = 0  # torch.profiler runs so far in this process (see kernels_per_forward)
+        self.profiler_crashed = False  # a --resume file holds a profiler run the process died in
         for key, row in self.data["rows"].items():
             for column, cell in row.get("columns", {}).items():
                 status = cell.get("status")
                 if status == "ok" or (status == "error" and not args.retry_errors):
                     self.done.add((key, column))
+                if (cell.get("profile") or {}).get("status") == "running":
+                    cell["profile"] = {"status": "crashed", "reason": "the process died in this profiler run"}
+                    self.profiler_crashed = True
+        self._cycles_per_ms: Optional[float] = None  # torch.cuda._sleep's rate, measured at the first GPU time
         self.models: Dict[str, Any] = {}
         self.shared: Dict[Tuple[str, int], Dict[str, Any]] = {}  # (model, batch): flops, reference, fp32_ts cell
         self.torch_mp = None
@@ -241,7 +283,10 @@ class Bench:
             "grad_mode": self.args.grad_mode,
             "inductor_freezing": not self.args.no_inductor_freezing,
             "env": {k: os.environ.get(k) for k in ("TORCHINDUCTOR_COMPILE_THREADS", "TORCHINDUCTOR_CACHE_DIR",
-                                                   "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES")},
+                                                   "TRITON_CACHE_DIR", "CUDA_VISIBLE_DEVICES", "TEARDOWN_CUPTI",
+                                                   "DISABLE_CUPTI_LAZY_REINIT")},
+            "gpu_samples": self.args.gpu_samples,
+            "profile": not self.args.no_profile,
             "inductor_cache_warm": dir_nonempty(os.environ["TORCHINDUCTOR_CACHE_DIR"]),
             "reference_precision": self.args.reference_precision,
             "torch_mp_import": self.torch_mp_error or "ok",
@@ -261,9 +306,9 @@ class Bench:
                 meta[library] = "not installed"
         if self.torch_mp is not None:
             meta["torch_mp"] = getattr(self.torch_mp, "__version__", "?")
-            params = inspect.signature(self.torch_mp.convert).parameters
-            meta["torch_mp_convert_kwargs"] = sorted(params)
+            meta["torch_mp_convert_kwargs"] = sorted(convert_fields(self.torch_mp))
             meta["torch_mp_has_cuda_graphs"] = hasattr(self.torch_mp, "cuda_graphs")
+            meta["torch_mp_has_load"] = hasattr(self.torch_mp, "load")
         if self.cuda:
             props = torch.cuda.get_device_properties(0)
             meta["device_name"] = torch.cuda.get_device_name(0)
@@ -308,6 +353,11 @@ class Bench:
                 if name in cell:
                     extra += f"  {name} {cell[name]:.1f}"
                     break
+            for name, tag in (("gpu_ms", "gpu"), ("host_ms", "host")):
+                if cell.get(name) is not None:
+                    extra += f"  {tag} {cell[name]:.3f} ms"
+            if (cell.get("profile") or {}).get("status") == "ok":
+                extra += "  " + kernel_text(cell["profile"])
             self.log(f"{model} {dtype} b{batch} {column}: {cell['ms']:.3f} ms{extra}")
         else:
             self.log(f"{model} {dtype} b{batch} {column}: {status.upper()} {cell.get('reason') or cell.get('error')}")
@@ -379,6 +429,135 @@ class Bench:
                     fn(*args)
                     times.append(1e3 * (time.perf_counter() - t0))
         return times
+
+    # -- host time and GPU time apart, kernels per forward -----------------------------------------------------
+    def host_and_gpu_time(self, fn: Callable, sets: List[Tuple[Any, ...]], n: int, cell: Dict[str, Any]) -> None:
+        """The cell's host enqueue times and (CUDA) GPU times, n of each; a failure is the cell's gpu_time_error."""
+        if n <= 0:
+            return
+        try:
+            with self.grad_ctx():
+                host = self.enqueue_times(fn, sets, n)
+                cell.update(host_ms=statistics.median(host), host_times_ms=[round(t, 4) for t in host])
+                if self.cuda:
+                    cell.update(self.gpu_times(fn, sets, n, cell["host_ms"]))
+        except Exception as error:  # noqa: BLE001 - the call time stands
+            cell["gpu_time_error"] = short_error(error)
+
+    def enqueue_times(self, fn: Callable, sets: List[Tuple[Any, ...]], n: int) -> List[float]:
+        """ms from the call to its return, a synchronize before each call and none inside: the host's time to
+        enqueue one forward (on a CPU, the whole call)."""
+        times = []
+        for i in range(n):
+            self.sync()
+            t0 = time.perf_counter()
+            fn(*sets[i % len(sets)])
+            times.append(1e3 * (time.perf_counter() - t0))
+        self.sync()
+        return times
+
+    def cycles_per_ms(self) -> float:
+        """torch.cuda._sleep's spin cycles per ms on this GPU: the median of 5 sleeps of 10^6 cycles, once."""
+        if self._cycles_per_ms is None:
+            torch = self.torch
+            rates = []
+            for _ in range(5):
+                start, end = timing_event(torch), timing_event(torch)
+                start.record()
+                torch.cuda._sleep(1_000_000)
+                end.record()
+                end.synchronize()
+                rates.append(1_000_000 / start.elapsed_time(end))
+            self._cycles_per_ms = statistics.median(rates)
+            self.meta["sleep_cycles_per_ms"] = round(self._cycles_per_ms)
+        return self._cycles_per_ms
+
+    def prefilled_sample(self, fn: Callable, args: Tuple[Any, ...], sleep_ms: float) -> Tuple[float, float, float]:
+        """(GPU ms, slept ms, host ms) of one call queued behind a GPU sleep of about sleep_ms. Events: `before`
+        the sleep, `start` after it, `end` after the call. host ms runs from before `before` is enqueued to after
+        `end` is: the GPU reaches `start` at least slept ms after that host start, so host ms < slept ms means the
+        whole forward was enqueued before the GPU began it, and start-to-end is the GPU's time alone."""
+        torch = self.torch
+        cycles = int(sleep_ms * self.cycles_per_ms())
+        before, start, end = timing_event(torch), timing_event(torch), timing_event(torch)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        before.record()
+        torch.cuda._sleep(cycles)
+        start.record()
+        fn(*args)
+        end.record()
+        host_ms = 1e3 * (time.perf_counter() - t0)
+        end.synchronize()
+        return start.elapsed_time(end), before.elapsed_time(start), host_ms
+
+    def gpu_times(self, fn: Callable, sets: List[Tuple[Any, ...]], n: int, host_ms: float) -> Dict[str, Any]:
+        """n prefilled samples, inputs rotated, the sleep SLEEP_FACTOR host enqueue times; a sample whose host
+        outlasted its sleep is taken again with the sleep doubled (kept for the rest), SLEEP_DOUBLINGS times per
+        cell at most; after 3 such samples and none prefilled the cell stops trying (a forward that waits for the
+        GPU, or one that fills the launch queue, is never prefilled). GPU time: the median of the prefilled ones."""
+        sleep_ms = max(0.05, SLEEP_FACTOR * host_ms)
+        prefilled, margins, redone, unfilled = [], [], 0, 0
+        for i in range(n):
+            while True:
+                gpu_ms, slept_ms, sample_host_ms = self.prefilled_sample(fn, sets[i % len(sets)], sleep_ms)
+                if sample_host_ms < slept_ms or redone == SLEEP_DOUBLINGS:
+                    break
+                sleep_ms *= 2
+                redone += 1
+            if sample_host_ms < slept_ms:
+                prefilled.append(gpu_ms)
+                margins.append(slept_ms - sample_host_ms)
+            else:
+                unfilled += 1
+                if unfilled >= 3 and not prefilled:
+                    break
+        check = {"samples": len(prefilled) + unfilled, "prefilled": len(prefilled), "redone": redone,
+                 "not_prefilled": unfilled, "sleep_factor": SLEEP_FACTOR, "final_sleep_ms": round(sleep_ms, 3),
+                 "min_margin_ms": round(min(margins), 3) if margins else None}
+        if not prefilled:
+            return {"gpu_prefill": check, "gpu_time_error": f"the host outlasted every sleep (up to {sleep_ms:.1f} "
+                                                             "ms): does the forward wait for the GPU?"}
+        return {"gpu_ms": statistics.median(prefilled), "gpu_min_ms": min(prefilled),
+                "gpu_times_ms": [round(t, 4) for t in prefilled], "gpu_prefill": check}
+
+    def kernels_per_forward(self, fn: Callable, args: Tuple[Any, ...], row: Dict[str, Any], column: str,
+                            cell: Dict[str, Any]) -> None:
+        """cell["profile"]: one profiled forward (profile_forward). The cell goes to disk first, marked: a process
+        that dies in the profiler keeps the cell's times, and a --resume run profiles nothing more."""
+        if self.args.no_profile:
+            return
+        if self.profiler_crashed:
+            cell["profile"] = {"status": "skipped", "reason": "a profiler run crashed an earlier process"}
+            return
+        row["columns"][column] = dict(cell, run_id=self.run_id, date=now_iso(), profile={"status": "running"})
+        self.save()
+        try:
+            cell["profile"] = dict(self.profile_forward(fn, args), status="ok")
+        except Exception as error:  # noqa: BLE001 - the times stand
+            cell["profile"] = {"status": "error", "error": short_error(error)}
+
+    def profile_forward(self, fn: Callable, args: Tuple[Any, ...]) -> Dict[str, Any]:
+        """One torch.profiler run (CPU activity, and CUDA on a GPU) around one warm call, read from its chrome
+        trace by summarize_trace. sessions_before: profiler runs earlier in this process (were CUPTI to stay
+        attached after one, TEARDOWN_CUPTI not "1", it would slow the launches of every cell timed after it)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        sessions_before = self.profiler_sessions
+        self.profiler_sessions += 1
+        t0 = time.perf_counter()
+        with self.grad_ctx():
+            self.sync()
+            with profile(activities=activities) as prof:
+                fn(*args)
+                self.sync()
+        with tempfile.TemporaryDirectory() as directory:
+            path = os.path.join(directory, "trace.json")
+            prof.export_chrome_trace(path)
+            events = load_json(path).get("traceEvents", [])
+        return dict(summarize_trace(events), profile_s=round(time.perf_counter() - t0, 3),
+                    sessions_before=sessions_before, activities=[str(a).split(".")[-1] for a in activities])
 
     def peak(self, dtype_name: str) -> None:
         torch = self.torch
@@ -536,18 +715,27 @@ class Bench:
                 cell["accuracy"] = compare(shared["reference"], out)
             except Exception as error:  # noqa: BLE001 - the timing stands
                 cell["accuracy_error"] = short_error(error)
+            phase = "host and GPU time"
+            self.host_and_gpu_time(fn, shared["sets"], min(self.args.gpu_samples, repeats), cell)
+            phase = "profile"  # last: the profiler may leave CUPTI attached (profile_forward)
+            self.kernels_per_forward(fn, shared["example"], row, column, cell)
         except Exception as error:  # noqa: BLE001 - each column fails alone
             cell.update(status="error", phase=phase, error=short_error(error),
                         traceback=traceback.format_exc()[-1500:])
             if column.startswith("compile"):
                 shutdown_compile_workers()
         except KeyboardInterrupt:
-            self.record(name, dtype_name, batch, column,
-                        {"status": "skipped", "reason": f"interrupted (timeout or signal) at {phase}"})
+            if cell.get("status") == "ok":  # timed already: the call time stands
+                self.record(name, dtype_name, batch, column, dict(cell, interrupted=f"at {phase}"))
+            else:
+                self.record(name, dtype_name, batch, column,
+                            {"status": "skipped", "reason": f"interrupted (timeout or signal) at {phase}"})
             raise
         finally:
             if column == "torch_mp_fused" and fn is not None:
                 self.shared[(name, batch)]["fused_" + dtype_name] = fn
+            if column == "torch_mp" and fn is not None and "torch_mp_load" in self.args.columns:
+                self.shared[(name, batch)]["torch_mp_" + dtype_name] = fn
             fp32_ts_fn = fn if column == "fp32_ts" else None  # every other column of the row is timed beside it
             del fn
         if column == "fp32_ts" and cell["status"] == "ok":
@@ -565,7 +753,7 @@ class Bench:
         """Why the column cannot run in this process, or None (checked before anything is built)."""
         if column not in TORCH_MP_COLUMNS or self.torch_mp is None:
             return None  # an import failure is an error of each torch_mp cell, not 'unsupported'
-        params = inspect.signature(self.torch_mp.convert).parameters
+        params = convert_fields(self.torch_mp)
         if column in ("torch_mp_plain", "torch_mp_cudnn"):
             missing = [k for k in ("channels_last", "fuse_convolutions") if k not in params]
             if missing:
@@ -575,6 +763,8 @@ class Bench:
                 return "torch_mp has no cuda_graphs"
             if not self.cuda:
                 return "CUDA graphs need --device cuda"
+        if column == "torch_mp_load" and not hasattr(self.torch_mp, "load"):
+            return "torch_mp has no load"
         return None
 
     def resumed_fp32_ts(self, name: str, batch: int) -> Optional[Dict[str, Any]]:
@@ -628,7 +818,7 @@ class Bench:
         if self.torch_mp is None:
             raise RuntimeError(self.torch_mp_error)
         torch_mp = self.torch_mp
-        params = inspect.signature(torch_mp.convert).parameters
+        params = convert_fields(torch_mp)
         kwargs: Dict[str, Any] = {"progress": False} if "progress" in params else {}
         if column == "torch_mp_plain":
             kwargs.update(channels_last=False, fuse_convolutions=False)
@@ -648,6 +838,20 @@ class Bench:
                 graphed = torch_mp.cuda_graphs(fused, example)
             setup["capture_s"] = round(time.perf_counter() - t0, 2)
             return graphed, setup
+        if column == "torch_mp_load":
+            module = self.shared.get((name, batch), {}).pop("torch_mp_" + dtype_name, None)
+            setup = {}
+            t0 = time.perf_counter()
+            if module is None:  # the torch_mp column did not run in this process (or failed): convert here
+                module = torch_mp.convert(model, example, dtype, **kwargs)
+                setup["convert_s"] = round(time.perf_counter() - t0, 2)
+            with tempfile.TemporaryDirectory() as directory:
+                path = os.path.join(directory, "torch_mp.pt")
+                torch.jit.save(module, path)
+                t0 = time.perf_counter()
+                loaded = torch_mp.load(path, self.device)
+            setup["load_s"] = round(time.perf_counter() - t0, 2)
+            return loaded, setup
         t0 = time.perf_counter()
         module = torch_mp.convert(model, example, dtype, **kwargs)
         setup = {"convert_s": round(time.perf_counter() - t0, 2),
@@ -660,6 +864,15 @@ class Bench:
         torch = self.torch
         if self.cuda and not torch.cuda.is_available():
             raise SystemExit("--device cuda but torch.cuda.is_available() is False (use --device cpu --smoke)")
+        if self.cuda and not args.no_profile:
+            # a CUDA graph recorded before the process's first profiler session can crash a later one (pytorch
+            # #75504, PR #100441): an empty session first, before torch_mp_graphs or compile_ro record any
+            try:
+                from torch.profiler._utils import _init_for_cuda_graphs
+
+                _init_for_cuda_graphs()
+            except Exception as error:  # noqa: BLE001 - recorded; the graph columns' profiles may then fail
+                self.meta["profiler_init_error"] = short_error(error)
         if not args.no_peak:
             for dtype_name in args.dtypes:
                 self.peak(dtype_name)
@@ -699,6 +912,81 @@ class Bench:
 
 def dtype_map(torch):
     return {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def convert_fields(torch_mp) -> set:
+    """The keyword arguments torch_mp.convert takes: its own, and ConversionOptions' fields where it passes
+    **option_fields on to them (since its one options type: inspecting convert alone misses them)."""
+    fields = set(inspect.signature(torch_mp.convert).parameters)
+    options = getattr(torch_mp, "ConversionOptions", None)
+    if options is not None and "option_fields" in fields:
+        fields |= set(inspect.signature(options).parameters)
+    return fields
+
+
+def timing_event(torch):
+    return torch.cuda.Event(enable_timing=True)
+
+
+# chrome-trace categories (lower-cased; kineto's older names too) of device events and of CUDA API calls
+DEVICE_EVENT_KINDS = {"kernel": "kernels", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset",
+                      "memset": "memset"}
+CUDA_API_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime", "driver")
+
+
+def summarize_trace(events: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One profiled forward from its chrome-trace events (ts and dur in us): how many device kernels, memcpy and
+    memset events ran, their summed durations (busy_ms), the union of their intervals (union_ms: below busy_ms
+    where streams overlapped), first start to last end (span_ms: busy plus the GPU's idle gaps), the streams; on
+    the host the outermost ops (host_ops) and the kernel and graph launches of the CUDA runtime and driver;
+    categories: how many events of each category the trace held (to read a trace these rules miss)."""
+    counts = {kind: 0 for kind in set(DEVICE_EVENT_KINDS.values())}
+    categories: Dict[str, int] = {}
+    intervals, streams = [], set()
+    launches = graph_launches = 0
+    for e in events:
+        category = str(e.get("cat", "")).lower()
+        categories[category] = categories.get(category, 0) + 1
+        kind = DEVICE_EVENT_KINDS.get(category)
+        if kind is not None and e.get("ph") == "X":
+            counts[kind] += 1
+            intervals.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
+            streams.add(str((e.get("args") or {}).get("stream")))
+        elif category in CUDA_API_CATEGORIES:
+            name = e.get("name", "")
+            graph_launches += "GraphLaunch" in name
+            launches += "LaunchKernel" in name
+    summary: Dict[str, Any] = dict(counts, host_ops=outermost_ops(events), kernel_launches=launches,
+                                   graph_launches=graph_launches, streams=len(streams), categories=categories)
+    if intervals:
+        summary.update(busy_ms=sum(end - start for start, end in intervals) / 1e3,
+                       union_ms=union_length(intervals) / 1e3,
+                       span_ms=(max(end for _, end in intervals) - min(start for start, _ in intervals)) / 1e3)
+    return summary
+
+
+def outermost_ops(events: List[Dict[str, Any]]) -> int:
+    """Host ops with a namespaced name (aten::, prim::, torch_mp::) not inside another such op of their thread:
+    the ops a forward dispatches (a module's own record_function ranges, "forward", do not count)."""
+    ops = sorted(((float(e["ts"]), float(e.get("dur", 0)), e.get("tid")) for e in events
+                  if str(e.get("cat", "")).lower() == "cpu_op" and "::" in e.get("name", "")),
+                 key=lambda op: (op[0], -op[1]))
+    ends: Dict[Any, float] = {}  # per thread: where its current outermost op ends
+    count = 0
+    for start, duration, thread in ops:
+        if start >= ends.get(thread, float("-inf")):
+            count += 1
+            ends[thread] = start + duration
+    return count
+
+
+def union_length(intervals: List[Tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def import_torchvision():
@@ -1027,36 +1315,108 @@ def cell_text(row: Dict[str, Any], column: str, with_ratio: bool = True) -> str:
     return status or "?"
 
 
+def gpu_ratio(row: Dict[str, Any], column: str, base: str) -> Optional[float]:
+    """base's GPU time / column's (> 1: the column's GPU time is shorter), where both cells have one."""
+    cells = row.get("columns", {})
+    times = [(cells.get(c) or {}).get("gpu_ms") for c in (column, base)]
+    return times[1] / times[0] if all(times) else None
+
+
+def target_value(row: Dict[str, Any], column: str, base: str, measure: str) -> Tuple[Optional[float], str, str]:
+    """(ratio, how it was had, the other measure's ratio) of one target's cells: call times through derive's
+    ratios, or GPU times."""
+    cells = row["columns"]
+    if measure == "gpu":
+        value = gpu_ratio(row, column, base)
+        if value is None:
+            missing = [c for c in (column, base) if not cells[c].get("gpu_ms")]
+            why = "; ".join(f"{c}: {cells[c].get('gpu_time_error') or 'not measured (older run or CPU)'}"
+                            for c in missing)
+            return None, f"no GPU time for {why}", ""
+        return value, f"GPU time {column} {cells[column]['gpu_ms']:.3f} ms vs {base} {cells[base]['gpu_ms']:.3f} ms", \
+            f"call time ratio {ratio(row, column, base) or float('nan'):.2f}x"
+    value = ratio(row, column, base)
+    how = ", both timed beside fp32_ts" if all(cells[c].get("paired_speedup") or c == "fp32_ts"
+                                                for c in (column, base)) else ""
+    gpu = gpu_ratio(row, column, base)
+    return value, f"call {column} {cells[column]['ms']:.3f} ms vs {base} {cells[base]['ms']:.3f} ms{how}", \
+        (f"GPU time ratio {gpu:.2f}x" if gpu is not None else "")
+
+
 def evaluate_targets(data: Dict[str, Any]) -> List[Dict[str, Any]]:
     results = []
-    for text, dtype, model, batch, column, base, minimum in TARGETS:
+    for text, dtype, model, batch, column, base, minimum, measure in TARGETS:
         row = data["rows"].get(row_key(model, dtype, batch))
-        entry = {"target": text, "status": "not measured", "detail": ""}
+        entry = {"target": text, "status": "not measured", "detail": "", "measure": measure}
         if row is None:
             entry["detail"] = "row not in the results"
+            results.append(entry)
+            continue
+        cells = row.get("columns", {})
+        missing = [(c, cells.get(c)) for c in (column, base) if (cells.get(c) or {}).get("status") != "ok"]
+        if missing:
+            entry["detail"] = "; ".join(
+                f"{c}: {(cell or {}).get('status', 'absent')}"
+                + (f" ({(cell or {}).get('reason') or (cell or {}).get('error')})"
+                   if cell and cell.get('status') != 'ok' else "") for c, cell in missing)
+            results.append(entry)
+            continue
+        value, how, other = target_value(row, column, base, measure)  # rows come derived (merge_files)
+        if value is None:
+            entry["detail"] = how
         else:
-            cells = row.get("columns", {})
-            missing = [(c, cells.get(c)) for c in (column, base) if (cells.get(c) or {}).get("status") != "ok"]
-            if missing:
-                entry["detail"] = "; ".join(
-                    f"{c}: {(cell or {}).get('status', 'absent')}"
-                    + (f" ({(cell or {}).get('reason') or (cell or {}).get('error')})"
-                       if cell and cell.get('status') != 'ok' else "") for c, cell in missing)
-            else:  # rows come derived (merge_files)
-                value = ratio(row, column, base)
-                how = ", both timed beside fp32_ts" if all(cells[c].get("paired_speedup") or c == "fp32_ts"
-                                                           for c in (column, base)) else ""
-                entry["status"] = "met" if value >= minimum else "missed"
-                entry["value"] = value
-                entry["detail"] = (f"{column} {cells[column]['ms']:.3f} ms vs {base} {cells[base]['ms']:.3f} ms: "
-                                   f"{value:.2f}x{how} (needs {minimum:.1f}x)")
-                others = [(c, ratio(row, c, base)) for c in TORCH_MP_COLUMNS
-                          if c != column and (cells.get(c) or {}).get("status") == "ok"]
-                if others and column == "torch_mp":
-                    best = max(others, key=lambda item: item[1])
-                    entry["detail"] += f"; best other torch_mp column: {best[0]} {best[1]:.2f}x"
+            entry.update(status="met" if value >= minimum else "missed", value=value,
+                         detail=f"{how}: {value:.2f}x (needs {minimum:.1f}x)" + (f"; {other}" if other else ""))
+            ratio_of = gpu_ratio if measure == "gpu" else ratio
+            # the other torch_mp columns for torch_mp; torch_mp.load's replay for the graphs targets
+            rivals = {"torch_mp": TORCH_MP_COLUMNS, "torch_mp_graphs": ["torch_mp_load"]}.get(column, [])
+            others = [(c, ratio_of(row, c, base)) for c in rivals
+                      if c != column and (cells.get(c) or {}).get("status") == "ok"]
+            others = [(c, r) for c, r in others if r is not None]
+            if others:
+                best = max(others, key=lambda item: item[1])
+                entry["detail"] += f"; best other torch_mp column: {best[0]} {best[1]:.2f}x"
         results.append(entry)
     return results
+
+
+def kernel_text(profile: Dict[str, Any]) -> str:
+    """A profiled forward in a few words: "312 kernels (+2 memcpy), busy 3.21 ms, 1 graph launch", or on a CPU
+    "57 host ops"."""
+    if profile.get("status") != "ok":
+        return f"profile {profile.get('status')}"
+    device = profile.get("kernels", 0) + profile.get("memcpy", 0) + profile.get("memset", 0)
+    if not device:
+        traced_cuda = "CUDA" in profile.get("activities", [])
+        return ("no kernels traced, " if traced_cuda else "") + f"{profile.get('host_ops')} host ops"
+    text = f"{profile['kernels']} kernels"
+    extra = [f"+{profile[k]} {k}" for k in ("memcpy", "memset") if profile.get(k)]
+    if extra:
+        text += f" ({', '.join(extra)})"
+    text += f", busy {profile['busy_ms']:.2f} ms"
+    if profile.get("union_ms") is not None and profile["union_ms"] < 0.99 * profile["busy_ms"]:
+        text += f" (union {profile['union_ms']:.2f}: streams overlapped)"
+    if profile.get("graph_launches"):
+        text += f", {profile['graph_launches']} graph launch" + ("es" if profile["graph_launches"] > 1 else "")
+    return text
+
+
+def split_text(cell: Dict[str, Any]) -> str:
+    """Call time, GPU time and host enqueue time of a measured cell, and its kernels per forward."""
+    if cell.get("status") != "ok":
+        return cell.get("status") or ""
+    parts = [f"call {cell['ms']:.2f}"]
+    if cell.get("gpu_ms") is not None:
+        check = cell.get("gpu_prefill") or {}
+        parts.append(f"GPU {cell['gpu_ms']:.2f}" + ("*" if check.get("not_prefilled") else ""))
+    elif cell.get("gpu_time_error"):
+        parts.append("GPU error")
+    if cell.get("host_ms") is not None:
+        parts.append(f"host {cell['host_ms']:.2f}")
+    text = " / ".join(parts)
+    if cell.get("profile"):
+        text += "; " + kernel_text(cell["profile"])
+    return text
 
 
 def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]) -> str:
@@ -1098,7 +1458,8 @@ def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]
         "torch.compile (inductor, dynamic=False, mode default / reduce-overhead) under torch.autocast; torch_mp = "
         "torch_mp.convert defaults; torch_mp_plain = channels_last=False, fuse_convolutions=False; torch_mp_cudnn = "
         "fuse_convolutions=True (the default since 2026-11-27); torch_mp_fused = "
-        "kernels=\"fused\"; torch_mp_graphs = torch_mp.cuda_graphs of the fused module. FLOPs: "
+        "kernels=\"fused\"; torch_mp_graphs = torch_mp.cuda_graphs of the fused module; torch_mp_load = the "
+        "torch_mp module saved and read back by torch_mp.load (CUDA graphs by default). FLOPs: "
         "torch.utils.flop_counter on the fp32 eager model (matmul/conv/attention FLOPs only).",
         "",
     ]
@@ -1112,6 +1473,7 @@ def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]
         for row in rows:
             lines.append(f"| {row.get('label', row.get('model'))} | {row.get('batch')} | {row.get('input', '')} | "
                          + " | ".join(cell_text(row, c) for c in columns) + " |")
+        lines += split_table(rows, columns, dtype)
         lines += ["", f"### {dtype}: vs compile_default and compile_ro, achieved TFLOP/s", "",
                   "cd: speed-up over compile_default, ro: over compile_ro (> 1 is faster); TF/s: FLOPs / median "
                   "time, in parentheses the share of the measured peak.", ""]
@@ -1183,6 +1545,31 @@ def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]
     return "\n".join(lines)
 
 
+def split_table(rows: List[Dict[str, Any]], columns: List[str], dtype: str) -> List[str]:
+    """Markdown lines: per cell its call, GPU and host enqueue times and kernels per forward (none for rows from
+    runs before 2026-11-29, which measured call times only)."""
+    def measured(cell):
+        return any(k in cell for k in ("host_ms", "gpu_ms", "gpu_time_error", "profile"))
+
+    if not any(measured(cell) for row in rows for cell in row.get("columns", {}).values()):
+        return []
+    lines = ["", f"### {dtype}: call time / GPU time / host enqueue time (ms); kernels per forward", "",
+             "call: CUDA events around a call, synchronised after it (the table above); GPU: the same call queued "
+             "behind a GPU sleep, so the GPU starts it only once the host has enqueued all of it (* some samples "
+             "were not so queued and are left out); host: the call's return after a synchronize, none after it. "
+             "Kernels: one torch.profiler run of one forward (memcpy/memset apart; busy: their summed durations). "
+             "A CPU run has no GPU time and counts host ops. The CUDA-graph columns (torch_mp_graphs, "
+             "torch_mp_load, compile_ro) launch one graph per forward: kineto reports the kernels the replay ran "
+             "under that launch, and they are counted like the others (kineto #1165: CUPTI's records of graph "
+             "replays were wrong before CUDA 13.1; their busy time should stay under their GPU time).", ""]
+    lines.append("| model | batch | " + " | ".join(columns) + " |")
+    lines.append("| --- | --- | " + " | ".join("---" for _ in columns) + " |")
+    for row in rows:
+        cells = [split_text(row.get("columns", {}).get(c) or {}) for c in columns]
+        lines.append(f"| {row.get('label', row.get('model'))} | {row.get('batch')} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def render_png(data: Dict[str, Any], path: str) -> None:
     import matplotlib
 
@@ -1234,13 +1621,35 @@ def render_png(data: Dict[str, Any], path: str) -> None:
     plt.close(fig)
 
 
+def split_summary(rows: List[Dict[str, Any]], columns: List[str], abbrev: Dict[str, str], dtype: str) -> List[str]:
+    """summary_text's second table: GPU ms / host enqueue ms / kernels (or host ops) per forward."""
+    if not any("host_ms" in cell or "profile" in cell for row in rows for cell in row.get("columns", {}).values()):
+        return []
+    out = [f"-- {dtype}: GPU ms (* some samples not prefilled) / host enqueue ms / kernels (h: host ops)",
+           f"{'model':<15}{'b':>3}" + "".join(f" {abbrev.get(c, c)[:15]:>15}" for c in columns)]
+    for row in rows:
+        cells = []
+        for c in columns:
+            cell = row.get("columns", {}).get(c) or {}
+            gpu = "-" if cell.get("gpu_ms") is None else f"{cell['gpu_ms']:.2f}"
+            if (cell.get("gpu_prefill") or {}).get("not_prefilled"):
+                gpu += "*"
+            host = "-" if cell.get("host_ms") is None else f"{cell['host_ms']:.2f}"
+            profile = cell.get("profile") or {}
+            kernels = "-"
+            if profile.get("status") == "ok":
+                kernels = str(profile["kernels"]) if profile.get("kernels") else f"h{profile.get('host_ops')}"
+            cells.append(f" {gpu + '/' + host + '/' + kernels:>15}" if cell.get("status") == "ok" else f" {'-':>15}")
+        out.append(f"{str(row.get('model'))[:15]:<15}{row.get('batch'):>3}" + "".join(cells))
+    return out
+
+
 def summary_text(data: Dict[str, Any]) -> str:
     """A compact plain-text table (ms and speed-up vs fp32_ts) and the targets, for a terminal tail."""
     columns = present_columns(data)
     abbrev = {"fp32_ts": "fp32ts", "autocast": "autocast", "lowp_ts": "lowp_ts", "compile_default": "comp",
               "compile_ro": "comp_ro", "torch_mp": "mp", "torch_mp_plain": "mp_plain", "torch_mp_cudnn": "mp_cudnn",
-              "torch_mp_fused": "mp_fused",
-              "torch_mp_graphs": "mp_graphs"}
+              "torch_mp_fused": "mp_fused", "torch_mp_graphs": "mp_graphs", "torch_mp_load": "mp_load"}
     out = []
     for run in data.get("runs", []):
         out.append(f"run {run.get('run_id')}: {run.get('device_name')}, driver {run.get('driver')}, torch "
@@ -1267,6 +1676,7 @@ def summary_text(data: Dict[str, Any]) -> str:
                     text = {"error": "ERR", "skipped": "skip", "unsupported": "n/a"}.get(cell.get("status"), "-")
                 cells.append(f" {text:>13}")
             out.append(f"{str(row.get('model'))[:15]:<15}{row.get('batch'):>3}" + "".join(cells))
+        out += split_summary(rows, columns, abbrev, dtype)
     errors = [f"{r.get('model')} {r.get('dtype')} b{r.get('batch')} {c}: {cell.get('error')}"
               for r in data["rows"].values() for c, cell in r.get("columns", {}).items()
               if cell.get("status") == "error"]
@@ -1292,8 +1702,8 @@ def parse_args(argv=None):
     parser.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES, default=["fp16", "bf16"])
     parser.add_argument("--batches", nargs="+", type=int)
     parser.add_argument("--columns", nargs="+", choices=ALL_COLUMNS, default=ALL_COLUMNS)
-    parser.add_argument("--ro-batches", nargs="*", type=int, default=[1],
-                        help="batches at which compile_ro runs (default: 1)")
+    parser.add_argument("--ro-batches", nargs="*", type=int, default=[1, 32],
+                        help="batches at which compile_ro runs (default: 1 32)")
     parser.add_argument("--compile-models", nargs="*", choices=list(MODELS),
                         help="models torch.compile runs on (default: all --models)")
     parser.add_argument("--compile-dtypes", nargs="*", choices=DTYPE_NAMES, help="default: all --dtypes")
@@ -1309,6 +1719,9 @@ def parse_args(argv=None):
     parser.add_argument("--warmup-large", type=int, default=5)
     parser.add_argument("--warmup-s", type=float, default=1.0, help="warm-up calls go on at least this long")
     parser.add_argument("--input-sets", type=int, default=3, help="input sets the timed calls rotate among")
+    parser.add_argument("--gpu-samples", type=int, default=10,
+                        help="host enqueue and GPU-time samples per cell (at most the timed calls; 0: none)")
+    parser.add_argument("--no-profile", action="store_true", help="no torch.profiler run (kernels per forward)")
     parser.add_argument("--grad-mode", choices=("no_grad", "inference_mode"), default="no_grad")
     parser.add_argument("--reference-precision", choices=("strict", "default"), default="strict",
                         help="accuracy reference: fp32 eager with TF32 off (strict) or PyTorch's default flags")

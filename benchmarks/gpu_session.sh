@@ -6,6 +6,7 @@
 #   (b) the CUDA tests: python3 -m pytest -q -m cuda tests/python               -> $OUT/tests.log
 #   (b2) benchmarks/cuda_timing_probe.py: per-module or drifting TorchScript timings -> $OUT/probe.log
 #   (c) benchmarks/cuda_speed.py, JSON written after every cell                 -> $OUT/cuda_speed.json, bench.log
+#       per cell: call time, GPU time (queue pre-filled), host enqueue time, kernels per forward (one profiled call)
 #   (c2) with --export-bench: benchmarks/export_speed.py on CUDA instead of (c)  -> $OUT/export_speed.log
 #   (d) markdown preview and bar chart                                          -> $OUT/CUDA_SPEED.md, cuda_speed.png
 #   (e) a short summary, printed last (the caller sees only the output's tail)
@@ -23,7 +24,10 @@
 # --budget-s: the wall-clock seconds this call may use in all (the device tool kills a command at 600 s). The
 # benchmark gets what the build and tests left: its torch.compile columns stop 150 s before the end
 # (--deadline-s), everything else 40 s before (--hard-deadline-s), and `timeout` ends it 20 s before, so the
-# render and the summary always run. A --deadline-s / --hard-deadline-s in the bench arguments wins.
+# render and the summary always run. A --deadline-s / --hard-deadline-s in the bench arguments wins. Each cell also
+# takes 10 host enqueue samples, 10 GPU-time samples (each behind a sleep of 3 enqueue times) and one profiled call
+# (on a CPU: 1-1.6 calls' time plus ~5 ms; on a GPU each cell's profile.profile_s records it);
+# --bench-args "--no-profile --gpu-samples 0" leaves call times only.
 set -u
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
@@ -58,7 +62,7 @@ finish() {
   echo
   echo "================ summary (${SECONDS} s of ${BUDGET} s) ================"
   if [ -s "$OUT/cuda_speed.json" ]; then
-    "$PY" benchmarks/cuda_speed.py --summary "$OUT/cuda_speed.json" 2>&1 | tail -n 80
+    "$PY" benchmarks/cuda_speed.py --summary "$OUT/cuda_speed.json" 2>&1 | tail -n 120
   fi
   for line in "${SUMMARY[@]}"; do echo "$line"; done
   echo "files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
