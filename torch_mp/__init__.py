@@ -2,6 +2,7 @@
 
     mp = torch_mp.convert(model, example_inputs=(x,), dtype=torch.float16)
     torch.jit.save(mp, "model_fp16.pt")   # loads with torch.jit.load / torch::jit::load, no torch_mp needed
+    fast = torch_mp.load("model_fp16.pt", "cuda")   # the same, replaying CUDA graphs where it can
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
 
@@ -13,7 +14,8 @@ from ._convert import ConversionError, InputSpec, ModelRunError, PreparedModel, 
 from ._export import export
 from .aoti import aoti_compile
 from ._torchscript import TorchScriptDeprecationWarning
-from .cuda_graphs import CudaGraphCaptureError, CudaGraphModule, cuda_graphs
+from .cuda_graphs import CudaGraphCaptureError, CudaGraphFallbackWarning, CudaGraphModule, cuda_graphs
+from ._load import load
 from .jit_pass import jit_pass
 from .options import ConversionOptions
 from .policy import (CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, SlowKernelsWarning, cpu_features, device_dtype,
@@ -26,6 +28,7 @@ __all__ = [
     "ConversionError",
     "ConversionOptions",
     "CudaGraphCaptureError",
+    "CudaGraphFallbackWarning",
     "CudaGraphModule",
     "InputSpec",
     "ModelRunError",
@@ -43,6 +46,7 @@ __all__ = [
     "device_dtype",
     "export",
     "jit_pass",
+    "load",
     "prepare",
     "target_for",
 ]

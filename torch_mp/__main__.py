@@ -27,7 +27,7 @@ import torch
 
 import torch_mp
 from torch_mp._export import _scope as scope_of
-from torch_mp._torchscript import jit_call
+from torch_mp._torchscript import jit_call, load_file
 from torch_mp.aoti import check_package_path, write_package
 from torch_mp.models import resnet50_ibn_a
 
@@ -67,15 +67,10 @@ def print_report(report: torch_mp.Report, casts: bool) -> None:
 
 
 def load_torchscript(path: str, extra_files=None, device: torch.device = torch.device("cpu")) -> torch.jit.ScriptModule:
-    if not os.path.isfile(path):
-        raise CliError(f"{path} does not exist")
     try:
-        return jit_call(torch.jit.load, path, map_location=device, _extra_files=extra_files or {})
-    except torch_mp.TorchScriptDeprecationWarning:
-        raise  # torch_mp's warning turned into an error by a filter: the file is fine
-    except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CliError(f"{path} is not a loadable TorchScript file (corrupt, truncated or another format): {first}")
+        return load_file(path, map_location=device, extra_files=extra_files)
+    except (FileNotFoundError, ValueError) as error:
+        raise CliError(str(error))
 
 
 def parse_shape(text: str):

@@ -6,10 +6,13 @@ cannot tell torch_mp's calls from the user's; a warnings filter whose message te
 jit_call can. It is thread-local, so it needs no lock around the calls, and a user's own torch.jit calls, in any
 thread, still warn as torch does. torch_mp emits one warning of its own instead, once per process.
 """
+import os
 import re
 import sys
 import threading
 import warnings
+
+import torch
 
 from ._compat import JIT_CALLS_WARN
 
@@ -63,6 +66,21 @@ def jit_call(function, *args, **kwargs):
         return function(*args, **kwargs)
     finally:
         _thread.depth -= 1
+
+
+def load_file(path, map_location=None, extra_files=None) -> torch.jit.ScriptModule:
+    """torch.jit.load(path) through jit_call. FileNotFoundError where there is no file, ValueError naming the file
+    (and torch's first line) where torch cannot load it."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        return jit_call(torch.jit.load, path, map_location=map_location, _extra_files=extra_files or {})
+    except TorchScriptDeprecationWarning:
+        raise  # torch_mp's warning turned into an error by a filter: the file is fine
+    except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path} is not a loadable TorchScript file (corrupt, truncated or another format): "
+                         f"{first}") from error
 
 
 def _warn_once() -> None:
