@@ -5,21 +5,39 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/StringUtil.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace torch_mp::cuda {
 namespace {
 
-std::vector<at::Tensor> cudaTensorInputs(const std::vector<c10::IValue>& inputs) {
-  std::vector<at::Tensor> tensors;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    TORCH_CHECK_VALUE(inputs[i].isTensor() && inputs[i].toTensor().is_cuda(),
-                      "torch_mp::cuda::CudaGraphRunner: input ", i, " is not a CUDA tensor; a CUDA graph replays "
-                      "one recording, so every input must be a CUDA tensor copied into a static buffer");
-    tensors.push_back(inputs[i].toTensor());
+// Why a graph cannot take these inputs, or "" where it can: a graph replays one recording, so every input is a tensor
+// copied into a static buffer on the device of the capture.
+std::string whyNotRecordable(const std::vector<c10::IValue>& inputs) {
+  if (inputs.empty()) {
+    return "forward needs at least one CUDA tensor";
   }
-  TORCH_CHECK_VALUE(!tensors.empty(), "torch_mp::cuda::CudaGraphRunner: forward needs at least one CUDA tensor");
-  return tensors;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].isTensor() || !inputs[i].toTensor().is_cuda()) {
+      return c10::str("input ", i, " is not a CUDA tensor; a CUDA graph replays one recording, so every input must "
+                      "be a CUDA tensor copied into a static buffer");
+    }
+    const at::Tensor& tensor = inputs[i].toTensor();
+    if (tensor.device() != inputs[0].toTensor().device()) {
+      return c10::str("input ", i, " is on ", tensor.device(), ", input 0 on ", inputs[0].toTensor().device(),
+                      "; a CUDA graph runs on one device");
+    }
+  }
+  return "";
 }
+
+// Thrown by record where the forward cannot be captured (not where the model itself fails).
+struct CaptureRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Host synchronisation made an error while it lives; the previous mode comes back however the scope ends.
 class HostSynchronisationRefused {
@@ -44,21 +62,24 @@ void runRefusingHostSynchronisation(torch::jit::Module& module, std::vector<c10:
     HostSynchronisationRefused refused;
     module.forward(std::move(stack));
   } catch (const c10::Error& error) {
-    TORCH_CHECK(false, "torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA graph because it "
-                "synchronises with the host (item(), nonzero, shapes that depend on values). Call the module directly "
-                "instead. CUDA said: ", error.what_without_backtrace());
+    throw CaptureRefused(c10::str(
+        "torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA graph because it synchronises "
+        "with the host (item(), nonzero, shapes that depend on values). Call the module directly instead. CUDA said: ",
+        error.what_without_backtrace()));
   }
 }
 
 } // namespace
 
-CudaGraphRunner::CudaGraphRunner(torch::jit::Module module, int warmup)
-    : module_(std::move(module)), warmup_(warmup), pool_(at::cuda::graph_pool_handle()) {
-  TORCH_CHECK_VALUE(warmup_ >= 1, "torch_mp::cuda::CudaGraphRunner: warmup must be at least 1, got ", warmup_);
+CudaGraphRunner::CudaGraphRunner(torch::jit::Module module, CudaGraphOptions options)
+    : module_(std::move(module)), options_(options), pool_(at::cuda::graph_pool_handle()) {
+  TORCH_CHECK_VALUE(options_.warmup >= 1, "torch_mp::cuda::CudaGraphRunner: warmup must be at least 1, got ",
+                    options_.warmup);
   module_.eval();
 }
 
 CudaGraphRunner::Recording CudaGraphRunner::record(const std::vector<at::Tensor>& inputs) {
+  c10::NoGradGuard noGrad;
   Recording recording;
   std::vector<c10::IValue> stack;
   for (const at::Tensor& input : inputs) {
@@ -70,12 +91,14 @@ CudaGraphRunner::Recording CudaGraphRunner::record(const std::vector<at::Tensor>
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
   c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device.index());
   {
-    // the first runs let the executor optimise the graph and cuBLAS / cuDNN pick their kernels, off the capture
+    // the first runs let the executor optimise the graph and cuBLAS / cuDNN pick their kernels, off the capture. At
+    // least one plain run: an error there is the model's own (thrown as it is), an error of the next one is its
+    // synchronisation.
     c10::cuda::CUDAStreamGuard onSide(side);
     at::cuda::CUDAEvent inputsReady;
     inputsReady.record(caller);
     inputsReady.block(side);
-    for (int i = 0; i + 1 < warmup_; ++i) {
+    for (int i = 0; i < std::max(options_.warmup - 1, 1); ++i) {
       module_.forward(stack);
     }
     runRefusingHostSynchronisation(module_, stack);
@@ -89,8 +112,8 @@ CudaGraphRunner::Recording CudaGraphRunner::record(const std::vector<at::Tensor>
         recording.graph->capture_end();  // leave the stream out of capture mode; the recording is unusable anyway
       } catch (const c10::Error&) {
       }
-      TORCH_CHECK(false, "torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA graph. CUDA "
-                  "said: ", error.what_without_backtrace());
+      throw CaptureRefused(c10::str("torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA "
+                                    "graph. CUDA said: ", error.what_without_backtrace()));
     }
   }
   caller.synchronize();
@@ -99,10 +122,22 @@ CudaGraphRunner::Recording CudaGraphRunner::record(const std::vector<at::Tensor>
 }
 
 c10::IValue CudaGraphRunner::forward(const std::vector<c10::IValue>& inputs) {
-  c10::NoGradGuard noGrad;
-  const std::vector<at::Tensor> tensors = cudaTensorInputs(inputs);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto requiresGrad = [](const c10::IValue& input) {
+    return input.isTensor() && input.toTensor().requires_grad();
+  };
+  if (c10::GradMode::is_enabled() && std::any_of(inputs.begin(), inputs.end(), requiresGrad)) {
+    return module_.forward(inputs);  // a replay's outputs carry no autograd history
+  }
+  const std::string unrecordable = whyNotRecordable(inputs);
+  if (!unrecordable.empty()) {
+    TORCH_CHECK_VALUE(options_.fallBack, "torch_mp::cuda::CudaGraphRunner: ", unrecordable);
+    return module_.forward(inputs);
+  }
+  std::vector<at::Tensor> tensors;
   Signature signature;
-  for (const at::Tensor& tensor : tensors) {
+  for (const c10::IValue& input : inputs) {
+    const at::Tensor& tensor = tensors.emplace_back(input.toTensor());
     std::vector<int64_t> key{static_cast<int64_t>(tensor.scalar_type()), tensor.device().index()};
     key.insert(key.end(), tensor.sizes().begin(), tensor.sizes().end());
     key.push_back(-1);
@@ -111,8 +146,31 @@ c10::IValue CudaGraphRunner::forward(const std::vector<c10::IValue>& inputs) {
   }
   auto it = recordings_.find(signature);
   if (it == recordings_.end()) {
-    it = recordings_.emplace(signature, record(tensors)).first;
+    if (refused_.count(signature) > 0) {
+      return module_.forward(inputs);
+    }
+    if (options_.maxSignatures > 0 && recordings_.size() >= options_.maxSignatures) {
+      if (!warnedBound_) {
+        warnedBound_ = true;
+        TORCH_WARN("torch_mp::cuda::CudaGraphRunner: ", options_.maxSignatures, " input signatures have CUDA graphs "
+                   "(maxSignatures); calls with other signatures run the module without one");
+      }
+      return module_.forward(inputs);
+    }
+    try {
+      it = recordings_.emplace(signature, record(tensors)).first;
+    } catch (const CaptureRefused& refusal) {
+      TORCH_CHECK(options_.fallBack, refusal.what());
+      refused_.insert(signature);
+      if (!warnedRefusal_) {
+        warnedRefusal_ = true;
+        TORCH_WARN(refusal.what(), " The module runs without a CUDA graph for these inputs.");
+      }
+      return module_.forward(inputs);
+    }
   }
+  c10::NoGradGuard noGrad;
+  c10::cuda::CUDAGuard deviceGuard(tensors[0].device());
   Recording& recording = it->second;
   for (size_t i = 0; i < tensors.size(); ++i) {
     recording.staticInputs[i].copy_(tensors[i]);

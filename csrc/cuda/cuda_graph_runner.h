@@ -1,14 +1,20 @@
 // CUDA-graph replay of a TorchScript module's forward, for C++ servers: one launch per call instead of one per op,
-// which is most of the time at batch 1. The C++ twin of torch_mp.cuda_graphs (Python).
+// which is most of the time at batch 1. The C++ twin of the wrapper torch_mp.load returns on a GPU (Python:
+// torch_mp/cuda_graphs.py, GraphsBySignature).
 //
-//   torch_mp::cuda::CudaGraphRunner runner(torch::jit::load("model_fp16.pt"));
+//   torch_mp::cuda::CudaGraphRunner runner(torch::jit::load("model_fp16.pt", torch::kCUDA));
 //   at::Tensor y = runner.forward({x}).toTensor();   // records a graph for x's signature once, then replays it
 //
-// Inputs are CUDA tensors (other values are not supported: a graph records one set of them). Each input signature
-// (sizes, strides, dtype, device per tensor) gets its own graph with static input buffers; all graphs share one
-// memory pool. forward copies the inputs in, replays, and returns deep copies of the outputs. A forward that
-// synchronises with the host cannot be recorded: forward then throws a c10::Error saying so. Not thread-safe: one
-// runner per thread, or a lock around forward. Built only with CUDA (TORCH_MP_WITH_CUDA).
+// Each input signature (sizes, strides, dtype, device per tensor) gets its own graph with static input buffers; all
+// graphs share one memory pool. forward copies the inputs in, replays, and returns deep copies of the outputs. At most
+// maxSignatures signatures get a graph; with fallBack (the default) forward calls the module itself for the others,
+// for inputs a graph cannot take (a value that is not a tensor, a tensor off the GPU or on another GPU than the
+// first) and for signatures whose capture failed (the forward synchronises with the host), which it remembers and
+// warns about once; without fallBack those throw a c10::Error. Inputs that require grad, with grad mode on, always
+// get a plain call (a replay's outputs carry no autograd history). An error of the model itself (a wrong input
+// shape) is thrown as the module threw it: the first run of a new signature is a plain one. A mutex serialises
+// forward, so one runner may serve several threads (its calls do not overlap). Built only with CUDA
+// (TORCH_MP_WITH_CUDA).
 #pragma once
 
 #include <ATen/cuda/CUDAGraph.h>
@@ -16,19 +22,33 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <vector>
 
 namespace torch_mp::cuda {
 
+struct CudaGraphOptions {
+  int warmup = 3;  // plain runs before a capture (the executor optimises, cuBLAS / cuDNN pick kernels); at least 1
+  // Input signatures recorded at most; 0: no bound. 8 holds the batch sizes a server pads to (1, 2, 4, ..., 128)
+  // while bounding the memory and recording time spent when shapes vary freely (torch_mp.load's default too).
+  size_t maxSignatures = 8;
+  bool fallBack = true;  // call the module where a graph cannot be recorded, instead of throwing
+};
+
 class CudaGraphRunner {
  public:
-  explicit CudaGraphRunner(torch::jit::Module module, int warmup = 3);
+  explicit CudaGraphRunner(torch::jit::Module module, CudaGraphOptions options = {});
 
   c10::IValue forward(const std::vector<c10::IValue>& inputs);
 
   // How many input signatures have a graph.
   size_t recordedSignatures() const {
     return recordings_.size();
+  }
+  // How many input signatures could not be recorded (with fallBack, they run the module itself).
+  size_t refusedSignatures() const {
+    return refused_.size();
   }
 
  private:
@@ -42,9 +62,13 @@ class CudaGraphRunner {
   Recording record(const std::vector<at::Tensor>& inputs);
 
   torch::jit::Module module_;
-  int warmup_;
+  CudaGraphOptions options_;
   at::cuda::MempoolId_t pool_;
   std::map<Signature, Recording> recordings_;
+  std::set<Signature> refused_;
+  bool warnedRefusal_ = false;
+  bool warnedBound_ = false;
+  std::mutex mutex_;
 };
 
 } // namespace torch_mp::cuda

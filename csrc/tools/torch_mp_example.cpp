@@ -13,8 +13,10 @@
 //                                                   with and without it; prints the output dtype, the low-precision
 //                                                   nodes of the converted graph and the largest difference
 //   torch_mp_example graphs MODEL.pt SHAPE...       (CUDA builds) runs the model on a CUDA input plainly and through
-//                                                   torch_mp::cuda::CudaGraphRunner; prints the median time of each
-//                                                   and the largest difference between their outputs
+//                                                   torch_mp::cuda::CudaGraphRunner (default options: a model it
+//                                                   cannot record runs plainly, with a warning); prints the median
+//                                                   time of each, the largest difference between their outputs and
+//                                                   the runner's recorded and refused signatures
 #include <torch/script.h>
 
 #include <algorithm>
@@ -146,7 +148,9 @@ int graphs(const std::string& path, const std::vector<int64_t>& shape) {
   const double difference =
       (plain.toTensor().to(at::kDouble) - replayed.toTensor().to(at::kDouble)).abs().max().item<double>();
   std::cout << "plain " << medianMilliseconds([&] { module.forward({input}); }) << " ms, cuda graph "
-            << medianMilliseconds([&] { runner.forward({input}); }) << " ms, max difference " << difference << "\n";
+            << medianMilliseconds([&] { runner.forward({input}); }) << " ms, max difference " << difference
+            << ", signatures recorded " << runner.recordedSignatures() << " refused " << runner.refusedSignatures()
+            << "\n";
   return 0;
 }
 #endif

@@ -325,6 +325,7 @@ def test_load_on_cuda_raises_the_models_own_errors(saved_cuda):
         with pytest.raises(RuntimeError) as wrong_channels:
             loaded(torch.randn(2, 5, 16, 16, device="cuda"))
         assert not isinstance(wrong_channels.value, CudaGraphCaptureError)
-        with pytest.raises(RuntimeError, match="same device|same type|device"):
-            loaded(torch.randn(2, 3, 16, 16))  # a CPU input: the module's call, and its error
+        with pytest.raises(RuntimeError) as cpu_input:
+            loaded(torch.randn(2, 3, 16, 16))  # not for a graph: the module's call, and its error
+        assert "torch_mp" not in str(cpu_input.value)
     assert (loaded.recorded_signatures, loaded.refused_signatures) == (0, 0)
