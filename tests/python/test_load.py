@@ -52,6 +52,15 @@ def test_load_with_cuda_graphs_off_is_the_plain_module(saved):
     assert isinstance(torch_mp.load(path, cuda_graphs=False), torch.jit.ScriptModule)
 
 
+def test_load_lets_no_torch_jit_warning_through(saved):
+    """torch.jit.load warns (torch 2.13: DeprecationWarning, 2.14: FutureWarning); torch_mp.load calls it for the user
+    through _torchscript.jit_call, as the rest of torch_mp does."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch_mp.load(saved[0], "cpu")
+    assert [str(w.message) for w in caught if "torch.jit.load" in str(w.message)] == []
+
+
 def test_load_of_a_missing_or_unreadable_file_says_which(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.pt does not exist"):
         torch_mp.load(tmp_path / "missing.pt")
