@@ -314,6 +314,31 @@ TEST(FuseCudnnConvolutionsTest, ResidualConvolutionsBiasIsAddedInsideTheFusedCal
   }
 }
 
+TEST(FuseCudnnConvolutionsTest, ResidualMadeByAFusedCallFusesIntoTheNextBlock) {
+  // two ResNet blocks with identity shortcuts: the second adds the first's fused result, which nobody observed
+  NamedGraph named = parseNamed(R"IR(
+    graph(%x : Half(2, 8, 8, 8), %w1 : Tensor, %w2 : Tensor, %b : Tensor):
+      %one : int = prim::Constant[value=1]()
+      %ones : int[] = prim::ListConstruct(%one, %one)
+      %c1 : Half(2, 8, 8, 8) = aten::conv2d(%x, %w1, %b, %ones, %ones, %ones, %one)
+      %s1 : Half(2, 8, 8, 8) = aten::add(%c1, %x, %one)
+      %r1 : Half(2, 8, 8, 8) = aten::relu(%s1)
+      %c2 : Half(2, 8, 8, 8) = aten::conv2d(%r1, %w2, %b, %ones, %ones, %ones, %one)
+      %s2 : Half(2, 8, 8, 8) = aten::add(%c2, %r1, %one)
+      %r2 : Half(2, 8, 8, 8) = aten::relu(%s2)
+      return (%r2))IR");
+  inlineInputAsConstant(*named.graph, 3, at::randn({8}).to(at::kHalf));
+  inlineInputAsConstant(*named.graph, 2, at::randn({8, 8, 3, 3}).to(at::kHalf));
+  inlineInputAsConstant(*named.graph, 1, at::randn({8, 8, 3, 3}).to(at::kHalf));
+  const FusedConvolutions fused = FuseCudnnConvolutions(
+      named.graph,
+      observeNamed(named, {{"x", {2, 8, 8, 8}}, {"c1", {2, 8, 8, 8}}, {"r1", {2, 8, 8, 8}}, {"c2", {2, 8, 8, 8}}}));
+  named.graph->lint();
+  EXPECT_EQ(fused.convAddRelu, 2);
+  FileCheck().check_count("aten::cudnn_convolution_add_relu", 2, /*exactly=*/true)->check_not("aten::add")
+      ->run(*named.graph);
+}
+
 TEST(FuseCudnnConvolutionsTest, TracedConvolutionFusesUnlessTransposed) {
   const NamedGraph traced = tracedConvolutionRelu("0");
   EXPECT_EQ(FuseCudnnConvolutions(traced.graph, observeNamed(traced, {{"c", {2, 8, 8, 8}}})).convRelu, 1);

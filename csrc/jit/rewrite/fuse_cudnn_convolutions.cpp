@@ -4,6 +4,7 @@
 #include <torch/csrc/jit/jit_log.h>
 
 #include <optional>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -129,6 +130,10 @@ class ConvolutionFuser {
   }
 
   std::optional<std::vector<int64_t>> observedSizes(const Value* value) const {
+    auto fused = fusedSizes_.find(value);
+    if (fused != fusedSizes_.end()) {
+      return fused->second;
+    }
     if (inputDependentRank_.count(value) || definedInLoopBody(value)) {
       return std::nullopt;
     }
@@ -223,6 +228,11 @@ class ConvolutionFuser {
     fused->copyMetadata(chain.back());
     copyNodeId(chain.back(), fused);
     fused->output()->copyMetadata(relu->output());
+    // The next block's residual add reads this result: its sizes are the relu's, which nobody observed under the new
+    // value (a ResNet's identity shortcut would otherwise fuse only in every other block).
+    if (std::optional<std::vector<int64_t>> sizes = observedSizes(relu->output())) {
+      fusedSizes_.emplace(fused->output(), std::move(*sizes));
+    }
     relu->output()->replaceAllUsesWith(fused->output());
     GRAPH_UPDATE("Fused ", chain.back()->output()->debugName(), " into ", fusedKind.toQualString());
     for (Node* node : chain) {
@@ -234,6 +244,7 @@ class ConvolutionFuser {
   const ObservedValues& observed_;
   std::optional<WriterQuery> writers_;
   std::unordered_set<const Value*> inputDependentRank_;
+  std::unordered_map<const Value*, std::vector<int64_t>> fusedSizes_;  // a fused call's output: its relu's sizes
   FusedConvolutions fused_;
 };
 
