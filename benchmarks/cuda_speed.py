@@ -932,6 +932,10 @@ def timing_event(torch):
 DEVICE_EVENT_KINDS = {"kernel": "kernels", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset",
                       "memset": "memset"}
 CUDA_API_CATEGORIES = ("cuda_runtime", "cuda_driver", "runtime", "driver")
+# cuDNN's own layout conversions (an NCHW tensor into an NHWC convolution, or back): inside a chain that
+# channels_last keeps NHWC there should be none; ATen's contiguous copies show as copy kernels (elementwise "copy")
+LAYOUT_KERNEL_MARKS = ("nchwtonhwc", "nhwctonchw")
+TOP_KERNELS = 12
 
 
 def summarize_trace(events: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -939,9 +943,11 @@ def summarize_trace(events: List[Dict[str, Any]]) -> Dict[str, Any]:
     memset events ran, their summed durations (busy_ms), the union of their intervals (union_ms: below busy_ms
     where streams overlapped), first start to last end (span_ms: busy plus the GPU's idle gaps), the streams; on
     the host the outermost ops (host_ops) and the kernel and graph launches of the CUDA runtime and driver;
-    categories: how many events of each category the trace held (to read a trace these rules miss)."""
+    categories: how many events of each category the trace held (to read a trace these rules miss); layout_kernels:
+    cuDNN's NCHW <-> NHWC conversion kernels; top_kernels: [name, count, ms] of the kernels that took longest."""
     counts = {kind: 0 for kind in set(DEVICE_EVENT_KINDS.values())}
     categories: Dict[str, int] = {}
+    by_name: Dict[str, List[float]] = {}  # kernel name -> [count, summed us]
     intervals, streams = [], set()
     launches = graph_launches = 0
     for e in events:
@@ -952,12 +958,20 @@ def summarize_trace(events: List[Dict[str, Any]]) -> Dict[str, Any]:
             counts[kind] += 1
             intervals.append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))))
             streams.add(str((e.get("args") or {}).get("stream")))
+            if kind == "kernels":
+                tally = by_name.setdefault(str(e.get("name", "")), [0, 0.0])
+                tally[0] += 1
+                tally[1] += float(e.get("dur", 0))
         elif category in CUDA_API_CATEGORIES:
             name = e.get("name", "")
             graph_launches += "GraphLaunch" in name
             launches += "LaunchKernel" in name
+    top = sorted(by_name.items(), key=lambda item: -item[1][1])[:TOP_KERNELS]
     summary: Dict[str, Any] = dict(counts, host_ops=outermost_ops(events), kernel_launches=launches,
-                                   graph_launches=graph_launches, streams=len(streams), categories=categories)
+                                   graph_launches=graph_launches, streams=len(streams), categories=categories,
+                                   layout_kernels=sum(count for name, (count, _) in by_name.items()
+                                                      if any(mark in name.lower() for mark in LAYOUT_KERNEL_MARKS)),
+                                   top_kernels=[[name[:120], count, round(us / 1e3, 4)] for name, (count, us) in top])
     if intervals:
         summary.update(busy_ms=sum(end - start for start, end in intervals) / 1e3,
                        union_ms=union_length(intervals) / 1e3,
@@ -1393,6 +1407,8 @@ def kernel_text(profile: Dict[str, Any]) -> str:
     extra = [f"+{profile[k]} {k}" for k in ("memcpy", "memset") if profile.get(k)]
     if extra:
         text += f" ({', '.join(extra)})"
+    if profile.get("layout_kernels"):
+        text += f", {profile['layout_kernels']} cuDNN layout conversions"
     text += f", busy {profile['busy_ms']:.2f} ms"
     if profile.get("union_ms") is not None and profile["union_ms"] < 0.99 * profile["busy_ms"]:
         text += f" (union {profile['union_ms']:.2f}: streams overlapped)"

@@ -142,7 +142,8 @@ def test_trace_summary_counts_kernels_copies_streams_and_busy_time(cuda_speed):
         {"cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 1, "ph": "X"},
         {"cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 20, "dur": 1, "ph": "X"},
         {"cat": "kernel", "name": "k1", "ts": 100, "dur": 10, "ph": "X", "args": {"stream": 7}},
-        {"cat": "kernel", "name": "k2", "ts": 105, "dur": 10, "ph": "X", "args": {"stream": 8}},
+        {"cat": "kernel", "name": "void cudnn::nchwToNhwcKernel<__half>", "ts": 105, "dur": 10, "ph": "X",
+         "args": {"stream": 8}},
         {"cat": "gpu_memcpy", "name": "Memcpy DtoD", "ts": 130, "dur": 2, "ph": "X", "args": {"stream": 7}},
         {"cat": "ac2g", "name": "ac2g", "ts": 2, "ph": "s"},
     ]
@@ -154,3 +155,5 @@ def test_trace_summary_counts_kernels_copies_streams_and_busy_time(cuda_speed):
     assert summary["busy_ms"] == pytest.approx(0.022, abs=1e-9)
     assert summary["union_ms"] == pytest.approx(0.017, abs=1e-9)
     assert summary["span_ms"] == pytest.approx(0.032, abs=1e-9)
+    assert summary["layout_kernels"] == 1  # cuDNN's NCHW -> NHWC conversion
+    assert [name for name, _, _ in summary["top_kernels"]] == ["k1", "void cudnn::nchwToNhwcKernel<__half>"]
