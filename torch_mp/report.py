@@ -116,7 +116,8 @@ class Report:
             f" ({d.get('fused_casts', 0)} more fused into their readers, saving"
             f" {d.get('fused_cast_bytes', 0) / 1e6:.3f} MB)"
             + (f"; {skipped} on paths the example inputs did not take" if skipped else "")
-            + (f"; {d['fused_pointwise']} fused pointwise kernels" if d.get("fused_pointwise") else ""),
+            + (f"; {d['fused_pointwise']} fused pointwise kernels" if d.get("fused_pointwise") else "")
+            + (f"; {d['fused_normalizations']} fused norms" if d.get("fused_normalizations") else ""),
             f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
             f"({self.weight_ratio:.2f}x)"
             + (f"; {d['weight_bytes_kept_fp32'] / 1e6:.2f} MB of them fp32" if "weight_bytes_kept_fp32" in d else ""),

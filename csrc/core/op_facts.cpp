@@ -186,6 +186,8 @@ const OpFacts kOpFacts[] = {
     {.op = "prim::is_cuda", .layout = kMetadata, .layoutReason = kMetadataOnly},
     {.op = "prim::shape", .layout = kMetadata, .layoutReason = kMetadataOnly},
     {.op = "prim::unchecked_cast", .preservesDtype = true},
+    {.op = "torch_mp::fused_channel_norm", .layout = kKeeps,
+     .layoutReason = "writes channels fastest where its first part has them fastest (NHWC in, NHWC out)"},
     {.op = "torch_mp::fused_pointwise", .layout = kKeeps,
      .layoutReason = "inputs of one dense layout are read in memory order; out is empty_like"},
 };

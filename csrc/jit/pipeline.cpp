@@ -23,6 +23,7 @@
 #include "jit/rewrite/fold_constant_casts.h"
 #include "jit/rewrite/fuse_casts.h"
 #include "jit/rewrite/fuse_cudnn_convolutions.h"
+#include "jit/rewrite/fuse_normalization.h"
 #include "jit/rewrite/fuse_pointwise.h"
 #include "jit/rewrite/low_precision_io.h"
 #include "jit/upstream/fold_frozen_patterns.h"
@@ -137,6 +138,10 @@ bool layOutAndFuseKernels(
     CastLedger& casts,
     ConversionReport& report) {
   report.columnMajorMatmulWeights = StoreMatmulWeightsColumnMajor(graph);
+  // before the CUDA layout pass, which keeps chains NHWC through the fused norms (layout kKeeps)
+  if (options.kernels == Kernels::kFused) {
+    report.fusedNormalizations = FuseNormalization(graph, prepared.observed, casts);
+  }
   // Both rewrite only convolutions the example inputs ran on a CUDA device: where nothing did, neither walks the graph.
   const bool ranOnCuda = std::any_of(prepared.observed.begin(), prepared.observed.end(), [](const auto& entry) {
     return entry.second.isTensor && entry.second.device.is_cuda();
@@ -151,8 +156,8 @@ bool layOutAndFuseKernels(
   if (options.kernels == Kernels::kFused) {
     report.fusedPointwise = FusePointwise(graph, prepared.observed, casts);
   }
-  return report.columnMajorMatmulWeights + report.channelsLastConvolutions + report.fusedConvolutions +
-             report.fusedPointwise > 0;
+  return report.columnMajorMatmulWeights + report.fusedNormalizations + report.channelsLastConvolutions +
+             report.fusedConvolutions + report.fusedPointwise > 0;
 }
 
 // 7. The report, from the bookkeeping taken off the graph before constant pooling and common-subexpression

@@ -21,7 +21,9 @@
 //                        fused into the ops that read them (fuse_casts: dtype= arguments, mixed-dtype arithmetic,
 //                        cast chains, out-dtype matmuls); then (phase `tidy`, PyTorch's passes) mutation removal
 //                        and dead code
-//   6. CUDA layout       CUDA convolutions channels_last (channels_last_convolutions); conv (+add) +relu as one cuDNN
+//   6. CUDA layout       with fused kernels, instance / group norms (with a channel cat of them and eval batch norms,
+//                        and a relu) into torch_mp::fused_channel_norm calls (fuse_normalization); CUDA
+//                        convolutions channels_last (channels_last_convolutions); conv (+add) +relu as one cuDNN
 //      and kernels       call (fuse_cudnn_convolutions); with fused kernels, elementwise chains into
 //                        torch_mp::fused_pointwise calls (fuse_pointwise)
 //   7. report and check  node ids and the cast ledger's marks taken off the graph, then (`tidy`) constant pooling

@@ -63,7 +63,11 @@ std::vector<int> checkProgram(c10::IntArrayRef program, size_t inputs, size_t sc
 } // namespace
 
 bool hasFusedPointwiseKernel(c10::DeviceType device) {
-  const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema({kFusedPointwiseOp, ""});
+  return hasKernelFor(kFusedPointwiseOp, device);
+}
+
+bool hasKernelFor(const char* name, c10::DeviceType device) {
+  const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema({name, ""});
   if (!op) {
     return false;
   }

@@ -402,6 +402,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
   data["fused_casts"] = report.fusedCasts;
   data["fused_cast_bytes"] = report.fusedCastBytes;
   data["fused_pointwise"] = report.fusedPointwise;
+  data["fused_normalizations"] = report.fusedNormalizations;
   data["column_major_matmul_weights"] = report.columnMajorMatmulWeights;
   data["channels_last_convolutions"] = report.channelsLastConvolutions;
   data["fused_convolutions"] = report.fusedConvolutions;

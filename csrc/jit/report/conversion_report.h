@@ -85,6 +85,7 @@ struct ConversionReport {
   int fusedCasts = 0;          // casts the plan needed that fuse_casts folded into their readers (not in `casts`)
   int64_t fusedCastBytes = 0;  // the bytes those would have moved per inference
   int fusedPointwise = 0;      // torch_mp::fused_pointwise calls (fused kernels only)
+  int fusedNormalizations = 0;  // torch_mp::fused_channel_norm calls (fused kernels only)
   int columnMajorMatmulWeights = 0;  // low-precision CPU matmul weights stored column-major
   int channelsLastConvolutions = 0;  // CUDA convolutions whose weights are stored channels_last
   int fusedConvolutions = 0;         // cuDNN fused convolutions (conv +relu, conv +add +relu)
