@@ -378,8 +378,9 @@ def main(argv=None) -> int:
     add_conversion_options(convert_parser)
     convert_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")
     convert_parser.add_argument("--kernels", choices=("portable", "fused"), default="portable",
-                                help="fused: elementwise chains become torch_mp::fused_pointwise calls; loading the "
-                                     "output then needs the torch_mp library (default: portable, aten ops only)")
+                                help="fused: elementwise chains and instance / group norms become torch_mp::"
+                                     "fused_pointwise and fused_channel_norm calls; loading the output then needs "
+                                     "the torch_mp library (default: portable, aten ops only)")
     export_parser = commands.add_parser("export", help="convert a program saved by torch.export.save")
     export_parser.add_argument("input", help="a program saved by torch.export.save (.pt2)")
     export_parser.add_argument("-o", "--output", required=True, help="where to save the converted program (.pt2)")

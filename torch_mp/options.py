@@ -32,7 +32,8 @@ class ConversionOptions:
     verify: run the result on the example and calibration inputs: outputs keep their dtypes, nothing turns NaN or
         inf where fp32 is finite.
     fuse_casts: fold casts into the ops that read them (TorchScript).
-    kernels: "portable" (aten ops only) or "fused" (torch_mp::fused_pointwise calls; TorchScript).
+    kernels: "portable" (aten ops only) or "fused" (torch_mp::fused_pointwise and fused_channel_norm calls;
+        TorchScript).
     channels_last, fuse_convolutions: CUDA convolution layout and cuDNN fusions (TorchScript).
     keep_io_dtypes: inputs and outputs keep their dtypes; False: fp32 ones take the low dtype.
     tolerance, metric: the accuracy fallback (metric(reference, converted) <= tolerance on every calibration input).

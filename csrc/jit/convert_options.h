@@ -17,7 +17,8 @@ namespace torch_mp::jit {
 // Which kernels a conversion may call (kernels=).
 enum class Kernels {
   kPortable,  // only aten ops: the converted model loads in any libtorch
-  kFused,     // also torch_mp::fused_pointwise (fuse_pointwise): loading the model needs the torch_mp library
+  kFused,     // also torch_mp::fused_pointwise (fuse_pointwise) and torch_mp::fused_channel_norm (fuse_normalization):
+              // loading the model needs the torch_mp library
 };
 
 struct ConvertOptions {

@@ -23,6 +23,16 @@ using torch::jit::Value;
 
 constexpr int64_t kInstanceGroups = -1;  // the op's groups for an instance norm: one group per channel
 
+constexpr const char* kInstanceNorm =
+    "aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
+    "bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor";
+constexpr const char* kGroupNorm =
+    "aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
+    "float eps=1.0000000000000001e-05, bool cudnn_enabled=True) -> Tensor";
+constexpr const char* kBatchNorm =
+    "aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
+    "bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor";
+
 // One part of a fused call: the tensor it reads, how it is normalised, the nodes it replaces.
 struct Part {
   Value* input = nullptr;
@@ -62,16 +72,13 @@ Node* onlyReader(const Node* node) {
 // The normalising part an instance / group norm node is, its input not yet resolved; nothing for other nodes.
 std::optional<Part> normPart(Node* node) {
   std::optional<Part> part;
-  if (node->matches("aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
-                    "Tensor? running_var, bool use_input_stats, float momentum, float eps, bool cudnn_enabled) "
-                    "-> Tensor")) {
+  if (node->kind() == c10::aten::instance_norm && node->matches(kInstanceNorm)) {
     const std::optional<c10::IValue> inputStats = constantOf(node->namedInput("use_input_stats"));
     if (!inputStats || !inputStats->isBool() || !inputStats->toBool()) {
       return std::nullopt;  // normalises with the running statistics
     }
     part = Part{.groups = kInstanceGroups};
-  } else if (node->matches("aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
-                           "float eps=1e-05, bool cudnn_enable=True) -> Tensor")) {
+  } else if (node->kind() == c10::aten::group_norm && node->matches(kGroupNorm)) {
     const std::optional<c10::IValue> groups = constantOf(node->namedInput("num_groups"));
     if (!groups || !groups->isInt() || groups->toInt() <= 0) {
       return std::nullopt;
@@ -97,9 +104,7 @@ std::optional<Part> normPart(Node* node) {
 // The groups-0 part an eval batch norm with constant parameters is: its per-channel scale and shift in fp32, as
 // ATen's CPU kernel forms them (alpha = 1 / sqrt(var + eps) * w, beta = b - mean * alpha).
 std::optional<Part> batchNormPart(Node* node) {
-  if (!node->matches("aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, "
-                     "Tensor? running_var, bool training, float momentum, float eps, bool cudnn_enabled) "
-                     "-> Tensor")) {
+  if (node->kind() != c10::aten::batch_norm || !node->matches(kBatchNorm)) {
     return std::nullopt;
   }
   const std::optional<c10::IValue> training = constantOf(node->namedInput("training"));
