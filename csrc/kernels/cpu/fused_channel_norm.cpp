@@ -12,6 +12,10 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -44,15 +48,51 @@ TORCH_MP_VECTOR_LOOP void loadRow(const float* source, int64_t stride, int64_t n
   }
 }
 
-TORCH_MP_VECTOR_LOOP void loadRow(const c10::Half* source, int64_t stride, int64_t n, float* row) {
-  if (stride == 1) {
-    for (int64_t k = 0; k < n; ++k) {
-      row[k] = static_cast<float>(source[k]);
-    }
-    return;
-  }
+TORCH_MP_VECTOR_LOOP void loadHalfRow(const c10::Half* source, int64_t stride, int64_t n, float* row) {
   for (int64_t k = 0; k < n; ++k) {
     row[k] = static_cast<float>(source[k * stride]);
+  }
+}
+
+TORCH_MP_VECTOR_LOOP void storeHalfRow(const float* row, int64_t n, c10::Half* target) {
+  for (int64_t k = 0; k < n; ++k) {
+    target[k] = static_cast<c10::Half>(row[k]);
+  }
+}
+
+// fp16 <-> fp32 with the F16C instructions where the CPU has them (every x86-64 CPU with AVX2): c10::Half's portable
+// conversion, compiled without -mf16c, made a copy of 800k fp16 values take 2.7 ms against ATen's 0.1 ms (an AMD
+// EPYC, one thread; 0.14 ms with F16C). Both round to nearest even; only NaN payloads may differ.
+#if defined(__GNUC__) && defined(__x86_64__)
+const bool kHasF16c = __builtin_cpu_supports("f16c");
+
+__attribute__((target("avx,f16c"))) void loadHalfF16c(const c10::Half* source, int64_t n, float* row) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    _mm256_storeu_ps(row + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(source + k))));
+  }
+  loadHalfRow(source + k, 1, n - k, row + k);
+}
+
+__attribute__((target("avx,f16c"))) void storeHalfF16c(const float* row, int64_t n, c10::Half* target) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(target + k),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(row + k), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  storeHalfRow(row + k, n - k, target + k);
+}
+#else
+constexpr bool kHasF16c = false;
+void loadHalfF16c(const c10::Half*, int64_t, float*) {}
+void storeHalfF16c(const float*, int64_t, c10::Half*) {}
+#endif
+
+void loadRow(const c10::Half* source, int64_t stride, int64_t n, float* row) {
+  if (stride == 1 && kHasF16c) {
+    loadHalfF16c(source, n, row);
+  } else {
+    loadHalfRow(source, stride, n, row);
   }
 }
 
@@ -69,9 +109,11 @@ TORCH_MP_VECTOR_LOOP void storeRow(const float* row, int64_t n, float* target) {
   std::memcpy(target, row, n * sizeof(float));
 }
 
-TORCH_MP_VECTOR_LOOP void storeRow(const float* row, int64_t n, c10::Half* target) {
-  for (int64_t k = 0; k < n; ++k) {
-    target[k] = static_cast<c10::Half>(row[k]);
+void storeRow(const float* row, int64_t n, c10::Half* target) {
+  if (kHasF16c) {
+    storeHalfF16c(row, n, target);
+  } else {
+    storeHalfRow(row, n, target);
   }
 }
 
