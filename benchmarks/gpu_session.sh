@@ -8,18 +8,23 @@
 #   (c) benchmarks/cuda_speed.py, JSON written after every cell                 -> $OUT/cuda_speed.json, bench.log
 #       per cell: call time, GPU time (queue pre-filled), host enqueue time, kernels per forward (one profiled call)
 #   (c2) with --export-bench: benchmarks/export_speed.py on CUDA instead of (c)  -> $OUT/export_speed.log
+#   (c3) with --zoo-table: benchmarks/zoo_table.py --device cuda instead of (c)  -> $OUT/ZOO_cuda.md, zoo.log
 #   (d) markdown preview and bar chart                                          -> $OUT/CUDA_SPEED.md, cuda_speed.png
 #   (e) a short summary, printed last (the caller sees only the output's tail)
 # At most 7 files in $OUT (the device tool returns 8).
 #
 #   bash benchmarks/gpu_session.sh [--skip-build] [--skip-tests] [--skip-probe] [--skip-bench] [--budget-s 570]
 #        [--tests-timeout-s 180] [--tests-args "-k graphs"] [--bench-args "--models resnet50 --dtypes fp16"]
-#        [--export-bench "--models resnet50_ibn_a --dtype fp16 --batches 1 32"] [-- more benchmark arguments]
+#        [--export-bench "--models resnet50_ibn_a --dtype fp16 --batches 1 32"] [--zoo-table "--models tv.resnet50"]
+#        [-- more benchmark arguments]
 #
 # --export-bench ARGS: issue 35's CUDA rows (AOTInductor of torch_mp.export beside torch.compile, ...) in place of
 # cuda_speed.py: export_speed.py --device cuda ARGS, its table printed after every row (export_speed.log keeps the
 # last complete one when `timeout` ends it). Each row compiles two AOTInductor packages and two torch.compile
 # modules: give it one or two models per call.
+#
+# --zoo-table ARGS: issue 37's "every zoo model's fp16 cosine on CUDA >= 0.9995" in place of cuda_speed.py:
+# zoo_table.py --device cuda ARGS (every zoo model in fp16 and bf16 without --models), its table in ZOO_cuda.md.
 #
 # --budget-s: the wall-clock seconds this call may use in all (the device tool kills a command at 600 s). The
 # benchmark gets what the build and tests left: its torch.compile columns stop 150 s before the end
@@ -36,7 +41,7 @@ mkdir -p "$OUT"
 
 SKIP_BUILD=0 SKIP_TESTS=0 SKIP_PROBE=0 SKIP_BENCH=0
 BUDGET=570 TESTS_TIMEOUT=180
-TESTS_ARGS="" BENCH_ARGS=() EXPORT_BENCH=""
+TESTS_ARGS="" BENCH_ARGS=() EXPORT_BENCH="" ZOO_TABLE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) SKIP_BUILD=1 ;;
@@ -48,6 +53,7 @@ while [ $# -gt 0 ]; do
     --tests-args) TESTS_ARGS=$2; shift ;;
     --bench-args) read -r -a more <<< "$2"; BENCH_ARGS+=("${more[@]}"); shift ;;
     --export-bench) EXPORT_BENCH=$2; SKIP_BENCH=1; shift ;;
+    --zoo-table) ZOO_TABLE=$2; SKIP_BENCH=1; shift ;;
     --) shift; BENCH_ARGS+=("$@"); break ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -189,6 +195,19 @@ if [ -n "$EXPORT_BENCH" ]; then
   note "export bench (rc $?, $((SECONDS - start)) s); its last table:"
   while read -r line; do SUMMARY+=("   $line"); echo "   $line"; done \
     < <(awk '/^\| model \| batch \| fp32 ms/ {table = ""} /^\|/ {table = table $0 "\n"} END {printf "%s", table}' "$OUT/export_speed.log")
+fi
+
+# (c3) the zoo's accuracy on CUDA
+if [ -n "$ZOO_TABLE" ]; then
+  left=$(remaining)
+  start=$SECONDS
+  read -r -a zargs <<< "$ZOO_TABLE"
+  [ "$ZOO_TABLE" = "all" ] && zargs=()
+  timeout -k 5 $((left - 20)) "$PY" benchmarks/zoo_table.py --device cuda "${zargs[@]}" > "$OUT/zoo.log" 2>&1
+  note "zoo table (rc $?, $((SECONDS - start)) s); rows below cosine 0.9995:"
+  cp benchmarks/ZOO_cuda.md "$OUT/ZOO_cuda.md" 2> /dev/null
+  while read -r line; do SUMMARY+=("   $line"); echo "   $line"; done \
+    < <(awk -F'|' '$4 ~ /fp16/ && $5 ~ /[0-9]/ && $5 + 0 < 0.9995' "$OUT/ZOO_cuda.md" 2> /dev/null | head -n 20)
 fi
 
 # (d) render
