@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include "kernels/dispatcher_kernels.h"
 #include "kernels/fused_pointwise.h"
 
 namespace torch_mp::kernels {
@@ -33,7 +34,7 @@ at::Tensor perChannel(const std::optional<at::Tensor>& given, const at::Tensor& 
 } // namespace
 
 bool hasFusedChannelNormKernel(c10::DeviceType device) {
-  return hasKernelFor(kFusedChannelNormOp, device);
+  return hasKernelFor(c10::OperatorName(kFusedChannelNormOp, ""), device);
 }
 
 ChannelNormProblem prepareChannelNorm(

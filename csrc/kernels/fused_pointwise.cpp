@@ -2,13 +2,12 @@
 #include "kernels/fused_pointwise.h"
 
 #include <ATen/ATen.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/DispatchKey.h>
-#include <c10/core/TensorOptions.h>
 #include <torch/library.h>
 
 #include <utility>
 #include <vector>
+
+#include "kernels/dispatcher_kernels.h"
 
 namespace torch_mp::kernels {
 namespace {
@@ -63,22 +62,7 @@ std::vector<int> checkProgram(c10::IntArrayRef program, size_t inputs, size_t sc
 } // namespace
 
 bool hasFusedPointwiseKernel(c10::DeviceType device) {
-  return hasKernelFor(kFusedPointwiseOp, device);
-}
-
-bool hasKernelFor(const char* name, c10::DeviceType device) {
-  const std::optional<c10::OperatorHandle> op = c10::Dispatcher::singleton().findSchema({name, ""});
-  if (!op) {
-    return false;
-  }
-  c10::DispatchKey key;
-  try {
-    // the dispatch key of a dense tensor on such a device (CPU -> CPU, CUDA -> CUDA)
-    key = c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(device));
-  } catch (const c10::Error&) {
-    return false;  // a device type without dense tensors
-  }
-  return op->hasKernelForDispatchKey(key);
+  return hasKernelFor(c10::OperatorName(kFusedPointwiseOp, ""), device);
 }
 
 bool isPointwiseDtype(c10::ScalarType dtype) {

@@ -59,9 +59,6 @@ constexpr int kMaxPointwiseStack = 8;
 // build with the CUDA kernel). A pass must not emit the op on a device without one: the model could not run.
 bool hasFusedPointwiseKernel(c10::DeviceType device);
 
-// Whether the torch_mp op named `op` ("torch_mp::name") has a kernel for tensors on devices of this type.
-bool hasKernelFor(const char* op, c10::DeviceType device);
-
 // fp32, fp16 or bf16: what the kernels read and write.
 bool isPointwiseDtype(c10::ScalarType dtype);
 

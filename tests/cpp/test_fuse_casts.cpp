@@ -443,7 +443,7 @@ TEST(FuseCastsTest, ProductStaysWhereNoOutDtypeKernelOrNoMatchingForm) {
     auto graph = lowMatmulUpcast(2);
     auto inputs = std::vector<c10::IValue>{halfInput({4, 8}), halfInput({8, 5})};
     auto before = runGraph(graph, inputs);
-    EXPECT_FALSE(hasKernelFor(c10::OperatorName("aten::mm", "dtype"), c10::DeviceType::CPU));
+    EXPECT_FALSE(kernels::hasKernelFor(c10::OperatorName("aten::mm", "dtype"), c10::DeviceType::CPU));
     const ObservedValues observed = observedMatmul(*graph, c10::Device(c10::kCPU), {4, 8});
     CastLedger ledger(observed);
     EXPECT_FALSE(FuseCasts(graph, ledger, observed));

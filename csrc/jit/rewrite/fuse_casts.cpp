@@ -1,6 +1,5 @@
 #include "jit/rewrite/fuse_casts.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
@@ -341,14 +340,6 @@ class CastFuser {
 };
 
 } // namespace
-
-bool hasKernelFor(const c10::OperatorName& op, c10::DeviceType device) {
-  const std::optional<c10::OperatorHandle> handle = c10::Dispatcher::singleton().findOp(op);
-  const std::optional<c10::DispatchKey> key = device == c10::DeviceType::CUDA ? std::optional(c10::DispatchKey::CUDA)
-      : device == c10::DeviceType::CPU                                        ? std::optional(c10::DispatchKey::CPU)
-                                                                              : std::nullopt;
-  return handle && key && handle->hasKernelForDispatchKey(*key);
-}
 
 bool FuseCasts(
     const std::shared_ptr<Graph>& graph,

@@ -54,17 +54,15 @@
 
 #include "jit/ir/casts.h"
 #include "jit/ir/observed_values.h"
+#include "kernels/dispatcher_kernels.h"
 
 namespace torch_mp::jit {
-
-// Whether aten has a kernel for the op (say aten::mm.dtype) on the device type: the dispatcher's answer.
-bool hasKernelFor(const c10::OperatorName& op, c10::DeviceType device);
 
 // Returns whether the graph changed. `kernelExists` answers case D's question (tests stand in for a GPU with it).
 bool FuseCasts(
     const std::shared_ptr<torch::jit::Graph>& graph,
     CastLedger& casts,
     const ObservedValues& observed,
-    const std::function<bool(const c10::OperatorName&, c10::DeviceType)>& kernelExists = hasKernelFor);
+    const std::function<bool(const c10::OperatorName&, c10::DeviceType)>& kernelExists = kernels::hasKernelFor);
 
 } // namespace torch_mp::jit
