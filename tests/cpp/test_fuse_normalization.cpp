@@ -17,29 +17,6 @@ namespace {
 
 using torch::jit::testing::FileCheck;
 
-// Observes every non-constant tensor value of the graph as a tensor of `sizes` on `device` (the pass reads ranks and
-// devices from observations, dtypes from the IR).
-ObservedValues observeAll(const torch::jit::Graph& graph, const std::vector<int64_t>& sizes,
-                          c10::Device device = c10::Device(c10::kCPU)) {
-  ObservedValues observed;
-  auto note = [&](const torch::jit::Value* value) {
-    if (value->type()->kind() == c10::TypeKind::TensorType) {
-      observed.emplace(value, observedTensor(sizes, at::kFloat, device));
-    }
-  };
-  for (const torch::jit::Value* input : graph.inputs()) {
-    note(input);
-  }
-  for (const torch::jit::Node* node : graph.nodes()) {
-    if (node->kind() != c10::prim::Constant) {
-      for (const torch::jit::Value* output : node->outputs()) {
-        note(output);
-      }
-    }
-  }
-  return observed;
-}
-
 struct Fused {
   int calls = 0;
   int castsRemoved = 0;
@@ -49,7 +26,7 @@ struct Fused {
 // expected magnitude.
 Fused fuse(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
            double tolerance, c10::Device device = c10::Device(c10::kCPU)) {
-  const ObservedValues observed = observeAll(*graph, {2, 8, 6, 5}, device);
+  const ObservedValues observed = observeAllTensors(*graph, {2, 8, 6, 5}, {}, device);
   auto before = runGraph(graph, inputs);
   Fused result;
   const int castsBefore = countNodes(*graph, c10::aten::to);
@@ -200,7 +177,7 @@ TEST(FuseNormalizationTest, NothingOnADeviceWithoutKernel) {
   }
   auto graph = parseGraph(instanceNorm("1"));
   inlineInputAsConstant(*graph, 1, at::randn({8}));
-  const ObservedValues observed = observeAll(*graph, {2, 8, 6, 5}, c10::Device(c10::kCUDA, 0));
+  const ObservedValues observed = observeAllTensors(*graph, {2, 8, 6, 5}, {}, c10::Device(c10::kCUDA, 0));
   CastLedger ledger(observed);
   EXPECT_EQ(FuseNormalization(graph, observed, ledger), 0);
 }

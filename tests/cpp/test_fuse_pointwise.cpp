@@ -19,35 +19,6 @@ namespace {
 
 using torch::jit::testing::FileCheck;
 
-// Observes every non-constant tensor value of the graph as a tensor of the given sizes on `device` (the CPU by
-// default), except those named in `otherSizes` / `otherDevices`.
-ObservedValues observeAll(const torch::jit::Graph& graph, const std::vector<int64_t>& sizes,
-                          const std::map<std::string, std::vector<int64_t>>& otherSizes = {},
-                          c10::Device device = c10::Device(c10::kCPU),
-                          const std::map<std::string, c10::Device>& otherDevices = {}) {
-  ObservedValues observed;
-  auto note = [&](const torch::jit::Value* value) {
-    if (value->type()->kind() != c10::TypeKind::TensorType) {
-      return;
-    }
-    auto other = otherSizes.find(value->debugName());
-    auto elsewhere = otherDevices.find(value->debugName());
-    observed.emplace(value, observedTensor(other == otherSizes.end() ? sizes : other->second, at::kFloat,
-                                           elsewhere == otherDevices.end() ? device : elsewhere->second));
-  };
-  for (const torch::jit::Value* input : graph.inputs()) {
-    note(input);
-  }
-  for (const torch::jit::Node* node : graph.nodes()) {
-    if (node->kind() != c10::prim::Constant) {
-      for (const torch::jit::Value* output : node->outputs()) {
-        note(output);
-      }
-    }
-  }
-  return observed;
-}
-
 struct Fused {
   int calls = 0;
   int castsRemoved = 0;
@@ -121,7 +92,7 @@ constexpr const char* kUpcastAddReluDowncast = R"IR(
 
 TEST(FusePointwiseTest, ChainWithCastsBecomesOneCallBitForBit) {
   auto graph = parseGraph(kUpcastAddReluDowncast);
-  const Fused fused = fuse(graph, {bf16({4, 300}), at::randn({4, 300})}, observeAll(*graph, {4, 300}));
+  const Fused fused = fuse(graph, {bf16({4, 300}), at::randn({4, 300})}, observeAllTensors(*graph, {4, 300}));
   EXPECT_EQ(fused.calls, 1);
   EXPECT_EQ(fused.castsRemoved, 2);
   FileCheck().check_not("aten::to")->check_not("aten::add")->check_not("aten::relu")
@@ -145,7 +116,7 @@ TEST(FusePointwiseTest, ScalarOperandsAndEveryOpBitForBit) {
       %g : Float(8, 100, strides=[100, 1], device=cpu) = aten::mul(%f, %x)
       return (%g))IR");
   const Fused fused =
-      fuse(graph, {bf16({8, 100}), (at::randn({8, 100}) + 4).to(at::kHalf)}, observeAll(*graph, {8, 100}));
+      fuse(graph, {bf16({8, 100}), (at::randn({8, 100}) + 4).to(at::kHalf)}, observeAllTensors(*graph, {8, 100}));
   EXPECT_EQ(fused.calls, 1);
   FileCheck().check_not("aten::")->check("torch_mp::fused_pointwise")->run(*graph);
 }
@@ -172,7 +143,7 @@ constexpr const char* kInexactNumbers = R"IR(
 TEST(FusePointwiseTest, NumbersAsTheCpuKernelsOfAtenTakeThemBitForBit) {
   auto graph = parseGraph(kInexactNumbers);
   const Fused fused = fuse(graph, {bf16({8, 100}), (at::randn({8, 100}) * 500).to(at::kHalf)},
-                           observeAll(*graph, {8, 100}));
+                           observeAllTensors(*graph, {8, 100}));
   EXPECT_EQ(fused.calls, 1);
   FileCheck().check_not("aten::")->check("torch_mp::fused_pointwise")->run(*graph);
 }
@@ -191,9 +162,9 @@ std::pair<std::vector<int64_t>, std::vector<double>> programOf(const torch::jit:
 TEST(FusePointwiseTest, NumbersAsTheCudaKernelsOfAtenTakeThem) {
   const StandInCudaKernel kernel;
   auto onCpu = parseGraph(kInexactNumbers);
-  ASSERT_EQ(fusePointwise(onCpu, observeAll(*onCpu, {8, 100})), 1);
+  ASSERT_EQ(fusePointwise(onCpu, observeAllTensors(*onCpu, {8, 100})), 1);
   auto onCuda = parseGraph(onDevice(kInexactNumbers, "cuda:0"));
-  ASSERT_EQ(fusePointwise(onCuda, observeAll(*onCuda, {8, 100}, {}, c10::Device(c10::kCUDA, 0))), 1);
+  ASSERT_EQ(fusePointwise(onCuda, observeAllTensors(*onCuda, {8, 100}, {}, c10::Device(c10::kCUDA, 0))), 1);
   onCuda->lint();
   const auto [cpuProgram, cpuScalars] = programOf(*onCpu);
   const auto [cudaProgram, cudaScalars] = programOf(*onCuda);
@@ -233,10 +204,10 @@ constexpr const char* kDivisionsByNumbers = R"IR(
 TEST(FusePointwiseTest, CudaDivisionByANumberWithAnAmbiguousReciprocalStaysAtenOp) {
   const StandInCudaKernel kernel;
   auto onCpu = parseGraph(kDivisionsByNumbers);
-  ASSERT_EQ(fusePointwise(onCpu, observeAll(*onCpu, {8, 100})), 1);
+  ASSERT_EQ(fusePointwise(onCpu, observeAllTensors(*onCpu, {8, 100})), 1);
   FileCheck().check_not("aten::div")->check("torch_mp::fused_pointwise")->run(*onCpu);
   auto onCuda = parseGraph(onDevice(kDivisionsByNumbers, "cuda:0"));
-  fusePointwise(onCuda, observeAll(*onCuda, {8, 100}, {}, c10::Device(c10::kCUDA, 0)));
+  fusePointwise(onCuda, observeAllTensors(*onCuda, {8, 100}, {}, c10::Device(c10::kCUDA, 0)));
   onCuda->lint();
   FileCheck()
       .check("torch_mp::fused_pointwise")
@@ -254,7 +225,7 @@ TEST(FusePointwiseTest, SingleOpOrBroadcastStaysAsItIs) {
       %y : Float(4, 300, strides=[300, 1], device=cpu) = aten::relu(%s)
       return (%y))IR");
   const Fused fused =
-      fuse(graph, {at::randn({4, 300}), at::randn({300})}, observeAll(*graph, {4, 300}, {{"bias", {300}}}));
+      fuse(graph, {at::randn({4, 300}), at::randn({300})}, observeAllTensors(*graph, {4, 300}, {{"bias", {300}}}));
   EXPECT_EQ(fused.calls, 0);  // the add broadcasts; the relu alone is one op
   FileCheck().check("aten::add")->check("aten::relu")->check_not("torch_mp::")->run(*graph);
 }
@@ -269,7 +240,7 @@ TEST(FusePointwiseTest, ValueWithAnotherReaderIsAnInputNotAMember) {
       %y : Float(4, 300, strides=[300, 1], device=cpu) = aten::relu(%t)
       %z : BFloat16(4, 300, strides=[300, 1], device=cpu) = aten::to(%y, %bf16, %false, %false, %none)
       return (%z, %t))IR");
-  const Fused fused = fuse(graph, {at::randn({4, 300})}, observeAll(*graph, {4, 300}));
+  const Fused fused = fuse(graph, {at::randn({4, 300})}, observeAllTensors(*graph, {4, 300}));
   EXPECT_EQ(fused.calls, 1);
   FileCheck().check("aten::tanh(%x)")->check("prim::ListConstruct(%")->check("torch_mp::fused_pointwise")
       ->check_not("aten::relu")->run(*graph);
@@ -278,7 +249,7 @@ TEST(FusePointwiseTest, ValueWithAnotherReaderIsAnInputNotAMember) {
 // Fuses kUpcastAddReluDowncast observed on cuda:0 and lints; returns the number of fused calls.
 int fuseOnCuda(std::shared_ptr<torch::jit::Graph>& graph) {
   graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
-  const int calls = fusePointwise(graph, observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0)));
+  const int calls = fusePointwise(graph, observeAllTensors(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0)));
   graph->lint();
   return calls;
 }
@@ -320,7 +291,7 @@ TEST(FusePointwiseTest, ChainsNeverMixDevices) {
   for (const c10::Device elsewhere : {c10::Device(c10::kCPU), c10::Device(c10::kCUDA, 1)}) {
     auto graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
     const ObservedValues observed =
-        observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0), {{"r", elsewhere}});
+        observeAllTensors(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0), {{"r", elsewhere}});
     EXPECT_EQ(fusePointwise(graph, observed), 1) << elsewhere;
     graph->lint();
     FileCheck().check("aten::to(%x")->check("aten::add(")->check(", %r,")->check("prim::ListConstruct(%")
@@ -330,7 +301,7 @@ TEST(FusePointwiseTest, ChainsNeverMixDevices) {
   {
     auto graph = parseGraph(onDevice(kUpcastAddReluDowncast, "cuda:0"));
     const ObservedValues observed =
-        observeAll(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0), {{"x", c10::Device(c10::kCPU)}});
+        observeAllTensors(*graph, {4, 300}, {}, c10::Device(c10::kCUDA, 0), {{"x", c10::Device(c10::kCPU)}});
     EXPECT_EQ(fusePointwise(graph, observed), 1);
     graph->lint();
     FileCheck().check("aten::to(%x")->check_not("aten::")->check("prim::ListConstruct(%")->check(", %r)")
@@ -341,7 +312,7 @@ TEST(FusePointwiseTest, ChainsNeverMixDevices) {
 TEST(FusePointwiseTest, NotOnDevicesWithoutAKernelNorInLoops) {
   {
     auto graph = parseGraph(kUpcastAddReluDowncast);
-    EXPECT_EQ(fusePointwise(graph, observeAll(*graph, {4, 300}, {}, c10::Device(c10::kXPU, 0))), 0);
+    EXPECT_EQ(fusePointwise(graph, observeAllTensors(*graph, {4, 300}, {}, c10::Device(c10::kXPU, 0))), 0);
   }
   {
     auto graph = parseGraph(R"IR(

@@ -7,6 +7,7 @@
 #include <c10/util/accumulate.h>
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,35 @@ inline ConversionReport convertGraphInPlace(
   ConversionReport report = convertPrepared(prepared, options);
   graph = prepared.graph;
   return report;
+}
+
+// Observes every non-constant tensor value of the graph as a tensor of the given sizes on `device` (the CPU by
+// default), except those named in `otherSizes` / `otherDevices`.
+inline ObservedValues observeAllTensors(const torch::jit::Graph& graph, const std::vector<int64_t>& sizes,
+                                        const std::map<std::string, std::vector<int64_t>>& otherSizes = {},
+                                        c10::Device device = c10::Device(c10::kCPU),
+                                        const std::map<std::string, c10::Device>& otherDevices = {}) {
+  ObservedValues observed;
+  auto note = [&](const torch::jit::Value* value) {
+    if (value->type()->kind() != c10::TypeKind::TensorType) {
+      return;
+    }
+    auto other = otherSizes.find(value->debugName());
+    auto elsewhere = otherDevices.find(value->debugName());
+    observed.emplace(value, observedTensor(other == otherSizes.end() ? sizes : other->second, at::kFloat,
+                                           elsewhere == otherDevices.end() ? device : elsewhere->second));
+  };
+  for (const torch::jit::Value* input : graph.inputs()) {
+    note(input);
+  }
+  for (const torch::jit::Node* node : graph.nodes()) {
+    if (node->kind() != c10::prim::Constant) {
+      for (const torch::jit::Value* output : node->outputs()) {
+        note(output);
+      }
+    }
+  }
+  return observed;
 }
 
 inline std::shared_ptr<torch::jit::Graph> parseGraph(const std::string& ir) {
