@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "jit/ir/ir_utils.h"
+#include "jit/ir/norm_arguments.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -17,44 +18,19 @@ using torch::jit::NamedValue;
 using torch::jit::Node;
 using torch::jit::Value;
 
-constexpr const char* kInstanceNorm =
-    "aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
-    "bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor";
-constexpr const char* kGroupNorm =
-    "aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, float eps=1e-05, "
-    "bool cudnn_enabled=True) -> Tensor";
-
-// What the rewrite needs of a norm; the affine parameters are undefined where the norm has none.
+// What the rewrite needs of a norm: its arguments with the group count resolved (instance norm: `channels`).
 struct SpatialNorm {
   Value* input = nullptr;
   int64_t groups = 0;
-  at::Tensor weight;
+  at::Tensor weight;  // undefined where the norm has none
   at::Tensor bias;
   double eps = 0.0;
 };
 
-bool isConstantNone(const Value* value) {
-  const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
-  return constant && constant->isNone();
-}
-
-// A constant 1-d floating tensor of `channels` elements, an undefined tensor for None, nothing for anything else.
-std::optional<at::Tensor> perChannelConstant(const Value* value, int64_t channels) {
-  const std::optional<c10::IValue> constant = torch::jit::toIValue(value);
-  if (!constant) {
-    return std::nullopt;
-  }
-  if (constant->isNone()) {
-    return at::Tensor();
-  }
-  if (!constant->isTensor()) {
-    return std::nullopt;
-  }
-  const at::Tensor& tensor = constant->toTensor();
-  if (tensor.dim() != 1 || tensor.size(0) != channels || !at::isFloatingType(tensor.scalar_type())) {
-    return std::nullopt;
-  }
-  return tensor;
+// An absent parameter, or a 1-d floating one of `channels` elements.
+bool isPerChannel(const at::Tensor& parameter, int64_t channels) {
+  return !parameter.defined() || (parameter.dim() == 1 && parameter.size(0) == channels &&
+                                  at::isFloatingType(parameter.scalar_type()));
 }
 
 bool isFloatingDtype(std::optional<c10::ScalarType> dtype) {
@@ -65,39 +41,15 @@ std::optional<SpatialNorm> spatialNorm(const Node* node, int64_t channels) {
   if (!isFloatingDtype(recordedDtype(node->output())) || !isFloatingDtype(recordedDtype(node->input(0)))) {
     return std::nullopt;
   }
-  SpatialNorm norm;
-  norm.input = node->input(0);
-  size_t weight = 0;
-  size_t eps = 0;
-  if (node->matches(kInstanceNorm)) {
-    if (torch::jit::constant_as<bool>(node->input(5)) != true || !isConstantNone(node->input(3)) ||
-        !isConstantNone(node->input(4))) {
-      return std::nullopt;
-    }
-    norm.groups = channels;
-    weight = 1;
-    eps = 7;
-  } else if (node->matches(kGroupNorm)) {
-    const std::optional<int64_t> groups = torch::jit::constant_as<int64_t>(node->input(1));
-    if (!groups || *groups <= 0 || channels % *groups != 0) {
-      return std::nullopt;
-    }
-    norm.groups = *groups;
-    weight = 2;
-    eps = 4;
-  } else {
+  const std::optional<SpatialNormArguments> arguments = spatialNormArguments(node);
+  if (!arguments || !isPerChannel(arguments->weight, channels) || !isPerChannel(arguments->bias, channels)) {
     return std::nullopt;
   }
-  const std::optional<at::Tensor> w = perChannelConstant(node->input(weight), channels);
-  const std::optional<at::Tensor> b = perChannelConstant(node->input(weight + 1), channels);
-  const std::optional<double> epsilon = torch::jit::constant_as<double>(node->input(eps));
-  if (!w || !b || !epsilon) {
+  const int64_t groups = arguments->groups == kGroupPerChannel ? channels : arguments->groups;
+  if (channels % groups != 0) {
     return std::nullopt;
   }
-  norm.weight = *w;
-  norm.bias = *b;
-  norm.eps = *epsilon;
-  return norm;
+  return SpatialNorm{arguments->input, groups, arguments->weight, arguments->bias, arguments->eps};
 }
 
 // The fp32 per-channel parameter in the statistics' shape: [1, C, 1, 1] for an instance norm, [1, G, C/G, 1, 1] for

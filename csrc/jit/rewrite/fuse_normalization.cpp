@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "jit/ir/ir_utils.h"
+#include "jit/ir/norm_arguments.h"
 #include "jit/ir/writers.h"
 #include "kernels/fused_channel_norm.h"
 #include "kernels/fused_pointwise.h"
@@ -21,14 +22,6 @@ using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
 
-constexpr int64_t kInstanceGroups = -1;  // the op's groups for an instance norm: one group per channel
-
-constexpr const char* kInstanceNorm =
-    "aten::instance_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
-    "bool use_input_stats, float momentum, float eps, bool cudnn_enabled) -> Tensor";
-constexpr const char* kGroupNorm =
-    "aten::group_norm(Tensor input, int num_groups, Tensor? weight=None, Tensor? bias=None, "
-    "float eps=1.0000000000000001e-05, bool cudnn_enabled=True) -> Tensor";
 constexpr const char* kBatchNorm =
     "aten::batch_norm(Tensor input, Tensor? weight, Tensor? bias, Tensor? running_mean, Tensor? running_var, "
     "bool training, float momentum, float eps, bool cudnn_enabled) -> Tensor";
@@ -47,13 +40,9 @@ std::optional<c10::IValue> constantOf(const Value* value) {
   return torch::jit::toIValue(value);
 }
 
-// A constant tensor or None (nothing when the value is neither, e.g. computed).
-std::optional<std::optional<at::Tensor>> constantTensorOrNone(const Value* value) {
-  const std::optional<c10::IValue> constant = constantOf(value);
-  if (!constant || !(constant->isNone() || constant->isTensor())) {
-    return std::nullopt;
-  }
-  return constant->isNone() ? std::optional<at::Tensor>() : std::make_optional(constant->toTensor());
+// The optional the op takes for a parameter the norm may lack (constantTensorOrNone: undefined).
+std::optional<at::Tensor> present(const at::Tensor& parameter) {
+  return parameter.defined() ? std::make_optional(parameter) : std::nullopt;
 }
 
 bool isFusibleDtype(std::optional<c10::ScalarType> dtype) {
@@ -69,35 +58,16 @@ Node* onlyReader(const Node* node) {
   return reader->owningBlock() == node->owningBlock() ? reader : nullptr;
 }
 
-// The normalising part an instance / group norm node is, its input not yet resolved; nothing for other nodes.
+// The normalising part an instance / group norm node is (kGroupPerChannel is the op's -1 too), its input not
+// yet resolved; nothing for other nodes.
 std::optional<Part> normPart(Node* node) {
-  std::optional<Part> part;
-  if (node->kind() == c10::aten::instance_norm && node->matches(kInstanceNorm)) {
-    const std::optional<c10::IValue> inputStats = constantOf(node->namedInput("use_input_stats"));
-    if (!inputStats || !inputStats->isBool() || !inputStats->toBool()) {
-      return std::nullopt;  // normalises with the running statistics
-    }
-    part = Part{.groups = kInstanceGroups};
-  } else if (node->kind() == c10::aten::group_norm && node->matches(kGroupNorm)) {
-    const std::optional<c10::IValue> groups = constantOf(node->namedInput("num_groups"));
-    if (!groups || !groups->isInt() || groups->toInt() <= 0) {
-      return std::nullopt;
-    }
-    part = Part{.groups = groups->toInt()};
-  } else {
+  const std::optional<SpatialNormArguments> arguments = spatialNormArguments(node);
+  if (!arguments) {
     return std::nullopt;
   }
-  const std::optional<c10::IValue> eps = constantOf(node->namedInput("eps"));
-  const auto weight = constantTensorOrNone(node->namedInput("weight"));
-  const auto bias = constantTensorOrNone(node->namedInput("bias"));
-  if (!eps || !eps->isDouble() || !weight || !bias) {
-    return std::nullopt;
-  }
-  part->eps = eps->toDouble();
-  part->scale = *weight;
-  part->shift = *bias;
-  part->input = node->namedInput("input");
-  part->folded.push_back(node);
+  Part part{.input = arguments->input, .groups = arguments->groups, .scale = present(arguments->weight),
+            .shift = present(arguments->bias), .eps = arguments->eps};
+  part.folded.push_back(node);
   return part;
 }
 
@@ -109,21 +79,21 @@ std::optional<Part> batchNormPart(Node* node) {
   }
   const std::optional<c10::IValue> training = constantOf(node->namedInput("training"));
   const std::optional<c10::IValue> eps = constantOf(node->namedInput("eps"));
-  const auto weight = constantTensorOrNone(node->namedInput("weight"));
-  const auto bias = constantTensorOrNone(node->namedInput("bias"));
-  const auto mean = constantTensorOrNone(node->namedInput("running_mean"));
-  const auto var = constantTensorOrNone(node->namedInput("running_var"));
+  const std::optional<at::Tensor> weight = constantTensorOrNone(node->namedInput("weight"));
+  const std::optional<at::Tensor> bias = constantTensorOrNone(node->namedInput("bias"));
+  const std::optional<at::Tensor> mean = constantTensorOrNone(node->namedInput("running_mean"));
+  const std::optional<at::Tensor> var = constantTensorOrNone(node->namedInput("running_var"));
   if (!training || !training->isBool() || training->toBool() || !eps || !eps->isDouble() || !weight || !bias ||
-      !mean || !*mean || !var || !*var) {
+      !mean || !mean->defined() || !var || !var->defined()) {
     return std::nullopt;
   }
-  at::Tensor scale = at::reciprocal(at::sqrt(var->value().to(at::kFloat) + eps->toDouble()));
-  if (*weight) {
-    scale = scale * weight->value().to(at::kFloat);
+  at::Tensor scale = at::reciprocal(at::sqrt(var->to(at::kFloat) + eps->toDouble()));
+  if (weight->defined()) {
+    scale = scale * weight->to(at::kFloat);
   }
-  at::Tensor shift = -(mean->value().to(at::kFloat) * scale);
-  if (*bias) {
-    shift = bias->value().to(at::kFloat) + shift;
+  at::Tensor shift = -(mean->to(at::kFloat) * scale);
+  if (bias->defined()) {
+    shift = bias->to(at::kFloat) + shift;
   }
   Part part{.input = node->namedInput("input"), .groups = 0, .scale = scale, .shift = shift};
   part.folded.push_back(node);
