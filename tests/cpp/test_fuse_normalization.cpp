@@ -17,25 +17,12 @@ namespace {
 
 using torch::jit::testing::FileCheck;
 
-struct Fused {
-  int calls = 0;
-  int castsRemoved = 0;
-};
-
 // Runs FuseNormalization, lints, and compares outputs with the unfused graph within `tolerance` of the largest
 // expected magnitude.
 Fused fuse(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
            double tolerance, c10::Device device = c10::Device(c10::kCPU)) {
-  const ObservedValues observed = observeAllTensors(*graph, {2, 8, 6, 5}, {}, device);
-  auto before = runGraph(graph, inputs);
-  Fused result;
-  const int castsBefore = countNodes(*graph, c10::aten::to);
-  CastLedger ledger(observed);
-  result.calls = FuseNormalization(graph, observed, ledger);
-  result.castsRemoved = castsBefore - countNodes(*graph, c10::aten::to);
-  graph->lint();
-  expectCloseOutputs(before, runGraph(graph, inputs), tolerance);
-  return result;
+  return fuseAndCompare(graph, inputs, observeAllTensors(*graph, {2, 8, 6, 5}, {}, device), tolerance,
+                        FuseNormalization);
 }
 
 // The IBN unit's norm half after conversion to fp16: an fp32 instance norm between casts, an fp16 eval batch norm,

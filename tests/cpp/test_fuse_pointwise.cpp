@@ -19,11 +19,6 @@ namespace {
 
 using torch::jit::testing::FileCheck;
 
-struct Fused {
-  int calls = 0;
-  int castsRemoved = 0;
-};
-
 // FusePointwise with a ledger of its own.
 int fusePointwise(const std::shared_ptr<torch::jit::Graph>& graph, const ObservedValues& observed) {
   CastLedger ledger(observed);
@@ -33,15 +28,7 @@ int fusePointwise(const std::shared_ptr<torch::jit::Graph>& graph, const Observe
 // Runs FusePointwise, lints, and compares outputs with the unfused graph within `tolerance` (0: bit for bit).
 Fused fuse(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
            const ObservedValues& observed, double tolerance = 0.0) {
-  auto before = runGraph(graph, inputs);
-  Fused result;
-  const int castsBefore = countNodes(*graph, c10::aten::to);
-  CastLedger ledger(observed);
-  result.calls = FusePointwise(graph, observed, ledger);
-  result.castsRemoved = castsBefore - countNodes(*graph, c10::aten::to);
-  graph->lint();
-  expectCloseOutputs(before, runGraph(graph, inputs), tolerance);
-  return result;
+  return fuseAndCompare(graph, inputs, observed, tolerance, FusePointwise);
 }
 
 at::Tensor bf16(std::vector<int64_t> sizes) {

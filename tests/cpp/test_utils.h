@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "jit/ir/casts.h"
 #include "jit/pipeline.h"
 #include "jit/prepare/value_observer.h"
 
@@ -141,6 +142,28 @@ inline int countNodes(const torch::jit::Graph& graph, c10::Symbol kind) {
 
 inline void expectSameOutputs(const std::vector<c10::IValue>& expected, const std::vector<c10::IValue>& actual) {
   expectCloseOutputs(expected, actual, 0.0);
+}
+
+// What a kernel-fusing pass (FusePointwise, FuseNormalization) did: the calls it made, the casts it took in.
+struct Fused {
+  int calls = 0;
+  int castsRemoved = 0;
+};
+
+// Runs `pass(graph, observed, ledger)` with a ledger of its own, lints, and compares the outputs with the graph's
+// before within `tolerance` of the largest expected magnitude (0: bit for bit).
+template <typename Pass>
+Fused fuseAndCompare(const std::shared_ptr<torch::jit::Graph>& graph, const std::vector<c10::IValue>& inputs,
+                     const ObservedValues& observed, double tolerance, const Pass& pass) {
+  const auto before = runGraph(graph, inputs);
+  Fused result;
+  const int castsBefore = countNodes(*graph, c10::aten::to);
+  CastLedger ledger(observed);
+  result.calls = pass(graph, observed, ledger);
+  result.castsRemoved = castsBefore - countNodes(*graph, c10::aten::to);
+  graph->lint();
+  expectCloseOutputs(before, runGraph(graph, inputs), tolerance);
+  return result;
 }
 
 } // namespace torch_mp::jit
