@@ -1,5 +1,7 @@
 #include "jit/rewrite/fuse_cudnn_convolutions.h"
 
+#include <ATen/TensorOperators.h>
+
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/jit_log.h>
 
