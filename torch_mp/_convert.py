@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 import torch
 from torch.utils import _pytree as pytree
 
-from . import _C
+from . import _C, capture_check
 from ._torchscript import TorchScriptDeprecationWarning, jit_call
 from .options import ConversionOptions
 from .report import Report
@@ -305,10 +305,10 @@ def _script_or_trace(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[t
 
 def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str) -> torch.jit.ScriptModule:
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", torch.jit.TracerWarning)
             # strict=False: dict outputs (transformers' ModelOutput, detection heads) are traced as dicts
-            return jit_call(torch.jit.trace, model, inputs, check_trace=False, strict=False)
+            traced = jit_call(torch.jit.trace, model, inputs, check_trace=False, strict=False)
     except Exception as trace_error:  # noqa: BLE001
         untraceable = _untraceable_output(model, inputs)
         if untraceable is None:
@@ -327,6 +327,59 @@ def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str)
             f"of type {name}, which TorchScript cannot hold. Make forward return tensors, or tuples, lists or dicts of "
             f"tensors{hint}"
         ) from None
+    finally:
+        tracer_warnings = _reissue_all_but_tracer_warnings(caught)
+    _check_trace(model, traced, inputs, why_not_script, tracer_warnings)
+    return traced
+
+
+def _reissue_all_but_tracer_warnings(caught) -> List[str]:
+    """The tracer's warnings, each once ("at file:line: first sentence"); the other warnings warned again, as they
+    were."""
+    tracer = []
+    for warning in caught:
+        if issubclass(warning.category, torch.jit.TracerWarning):
+            text = f"at {warning.filename}:{warning.lineno}: {str(warning.message).split('. ')[0].strip()}"
+            if text not in tracer:
+                tracer.append(text)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return tracer
+
+
+def _check_trace(model: torch.nn.Module, traced: torch.jit.ScriptModule, inputs: Tuple[Any, ...],
+                 why_not_script: str, tracer_warnings: List[str]) -> None:
+    """Refuses a trace that does not compute what the model does (capture_check): it is run, and the model, on the
+    example inputs plus a little noise, and the outputs compared; a trace that ignores its inputs while the tracer
+    warned is refused too (with only integer inputs, say token ids, there is no noise to add). A model that gives
+    other outputs on the same inputs twice (random ops) cannot be compared: its trace is taken as it is."""
+    near = capture_check.perturbed(inputs)
+    with torch.no_grad():
+        try:
+            expected = model(*capture_check.copies(near))
+        except Exception:  # noqa: BLE001 - the model fails near its example inputs: nothing to compare with
+            return
+        try:
+            found = capture_check.non_finite_or_different(expected, traced(*capture_check.copies(near)))
+        except Exception as error:  # noqa: BLE001
+            found = f"the trace fails on them ({_first_line(error)})"
+        if found is not None and capture_check.non_finite_or_different(expected, model(*capture_check.copies(near))):
+            return  # random: the model itself differs from its last run
+    constant = capture_check.graph_ignores_inputs(traced.inlined_graph) if found or tracer_warnings else False
+    if found is None and not (constant and tracer_warnings):
+        return
+    name = type(model).__name__
+    what = [f"on the example inputs plus a little noise, {found}"] if found else []
+    if constant:
+        what.append("the traced graph does not depend on its inputs at all: it returns a constant")
+    warned = "; ".join(tracer_warnings) if tracer_warnings else "nothing"
+    raise ValueError(
+        f"{name} {why_not_script}, and its trace does not compute what the model does: {'; '.join(what)}. The tracer "
+        f"warned: {warned}. A trace records the tensor operations of one run: a numpy call, .item(), .tolist(), "
+        "float(tensor) or a Python branch on a tensor's value becomes a constant in it. Make the model scriptable, "
+        "rewrite those calls with torch ops, or pass a torch.jit.ScriptModule (the model scripted, or traced by "
+        "torch.jit.trace if you know its trace holds for every input it will be given)"
+    )
 
 
 def _untraceable_output(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Optional[Tuple[str, type]]:

@@ -10,6 +10,7 @@ that only low nodes read is stored once in the low dtype. Node ids in the report
 """
 from __future__ import annotations
 
+import inspect
 import math
 import operator
 import time
@@ -17,13 +18,13 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx.node import map_arg
 
-from . import _C
+from . import _C, capture_check
 from ._compat import EXPORT_LSTM_STATE_META_RIGHT
-from ._convert import (ConversionError, _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast,
-                       module_inputs, tensors_of)
+from ._convert import (ConversionError, ModelRunError, _device_of, _normalize_calibration, _normalize_inputs,
+                       _refuse_autocast, module_inputs, tensors_of)
 from .inference_form import graph_module_copy, inference_form, quiet_spec_copies, renamed_outputs
 from .options import ConversionOptions
 from .report import Report
@@ -63,13 +64,15 @@ def export(
     chosen.refuse_torchscript_only("torch_mp.export")
     _refuse_autocast()
     start = time.perf_counter()
-    program, inputs = _program_of(model, example_inputs, dynamic_shapes)
+    program, inputs, eager = _program_of(model, example_inputs, dynamic_shapes)
     calibration = _normalize_calibration(calibration_inputs)
     chosen = chosen.for_device(_device_of(inputs, None))
     try:
         captured = time.perf_counter() - start
         job = ProgramConversion(program, inputs, calibration, chosen)
         job.captured_seconds = captured
+        if eager is not None:
+            _check_capture(model, program, eager, job.reference_outputs[0])
         if chosen.tolerance is None:
             converted, report = job.run()
         else:
@@ -93,9 +96,11 @@ def export(
     return (converted.program, report) if return_report else converted.program
 
 
-def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[ExportedProgram, Tuple[Any, ...]]:
-    """The functional program to plan (a new one: the model's or the given program is never changed) and the
-    example inputs."""
+def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[ExportedProgram, Tuple[Any, ...],
+                                                                             Any]:
+    """The functional program to plan (a new one: the model's or the given program is never changed), the example
+    inputs, and for a module its eager output on them (None for a program)."""
+    eager = None
     if isinstance(model, ExportedProgram):
         if example_inputs is None and model.example_inputs is not None:
             args, kwargs = model.example_inputs
@@ -104,17 +109,73 @@ def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[E
             example_inputs = args
         inputs = _normalize_inputs(example_inputs)
         program = model
+        if inputs:
+            _check_input_count(program, inputs)
     elif isinstance(model, torch.nn.Module):
         if model.training:
             raise ValueError(f"{type(model).__name__} is in training mode (dropout and batch-norm statistics would "
                              "be wrong); call model.eval() before exporting")
         inputs = _normalize_inputs(example_inputs)
+        if inputs:
+            eager = _run_eager(model, inputs)
         program = _export_module(model, inputs, dynamic_shapes)
     else:
         raise TypeError(f"expected a torch.nn.Module or torch.export.ExportedProgram, got {type(model).__name__}")
     if not inputs:
         raise ValueError("example_inputs are required: torch_mp runs the program to observe every value")
-    return inference_form(program), inputs
+    return inference_form(program), inputs, eager
+
+
+def _check_input_count(program: ExportedProgram, inputs: Tuple[Any, ...]) -> None:
+    """A program given other than as many positional inputs as it takes: a ValueError, as convert's."""
+    spec = program.call_spec.in_spec
+    if spec is None:
+        return
+    args_spec = spec.child(0) if hasattr(spec, "child") else spec.children_specs[0]  # torch < 2.10: no child()
+    if args_spec.num_children != len(inputs):
+        raise ValueError(f"torch_mp: the program takes {args_spec.num_children} inputs but example_inputs has "
+                         f"{len(inputs)}")
+
+
+def _run_eager(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Any:
+    """The model's output on (copies of) the example inputs, under no_grad, its buffers copies too so that a forward
+    writing into them (a cache) leaves the model as it was: the reference the program is checked against. Inputs
+    that do not bind to forward are a ValueError, as convert's; a model raising on them a ModelRunError."""
+    try:
+        inspect.signature(model.forward).bind(*inputs)
+    except TypeError as error:
+        raise ValueError(f"torch_mp: {type(model).__name__}.forward does not take the {len(inputs)} example inputs "
+                         f"({error})") from None
+    except ValueError:  # no signature to read (a builtin forward): the call itself tells
+        pass
+    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    try:
+        with torch.no_grad():
+            return torch.func.functional_call(model, buffers, capture_check.copies(inputs), strict=False)
+    except Exception as error:  # noqa: BLE001 - the model's own failure on its inputs
+        raise ModelRunError(f"torch_mp: running the model on the example inputs failed: {_first_line(error)}") \
+            from error
+
+
+def _check_capture(model: torch.nn.Module, program: ExportedProgram, eager: Any, outputs: Any) -> None:
+    """Refuses a program whose fp32 outputs on the example inputs (the observation's) are not the model's: NaN or
+    inf where the model's are finite, or beyond two fp32 runs' tolerance (capture_check.difference)."""
+    user = [i for i, spec in enumerate(program.graph_signature.output_specs) if spec.kind == OutputKind.USER_OUTPUT]
+    outputs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    expected = torch.utils._pytree.tree_leaves(eager)
+    if len(user) != len(outputs) or len(expected) != len(user):
+        return  # outputs the program returns otherwise than as the model's leaves: nothing to pair them with
+    found = capture_check.difference(expected, [outputs[i] for i in user])
+    if found is None:
+        return
+    name = type(model).__name__
+    raise ValueError(
+        f"the program torch.export captured of {name} does not compute what the model does: on the example inputs, "
+        f"{found}. Code that runs otherwise under torch.export than eagerly (numpy calls, .item(), "
+        "torch.compiler.is_exporting() branches, an autograd.Function's forward) is the usual cause: rewrite it with "
+        "torch ops, or export the model yourself, check program.module() against the model, and pass the "
+        "ExportedProgram"
+    )
 
 
 def _export_module(model: torch.nn.Module, inputs: Tuple[Any, ...], dynamic_shapes: Any) -> ExportedProgram:
@@ -303,7 +364,12 @@ class ProgramConversion:
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
         reads = _zero_sensitive_reads(program.graph)
-        self.seen, self.reference_outputs = _observe(program, self.runs, {v.name for r in reads for v in r.values})
+        try:
+            self.seen, self.reference_outputs = _observe(program, self.runs, {v.name for r in reads for v in r.values})
+        except Exception as error:  # noqa: BLE001 - the program's own failure on its inputs (their shapes, ...)
+            which = "example or calibration inputs" if calibration else "example inputs"
+            raise ModelRunError(f"torch_mp: running the program on the {which} failed: {_first_line(error)}") \
+                from error
         self.observed_seconds = time.perf_counter() - start
         self._reference_module = None
         self._underflow = _underflow_to_zero(reads, self.seen, self.dtype_name)

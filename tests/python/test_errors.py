@@ -102,6 +102,87 @@ def test_module_that_neither_scripts_nor_traces():
         torch_mp.convert(Untraceable().eval(), (torch.randn(2, 8),))
 
 
+class ThroughNumpy(Unscriptable):
+    """Scripting fails on .numpy(); tracing records the numpy round trip's result as a constant."""
+
+    def forward(self, x):
+        return torch.from_numpy(self.linear(x).detach().numpy() * 2.0) + 1.0
+
+
+class ThroughItem(Unscriptable):
+    """Scripting fails on the lambda; tracing records the .item() as a constant: only the scale is wrong."""
+
+    def forward(self, x):
+        return (lambda t: t * t.abs().sum().item())(self.linear(x))
+
+
+class EmbeddingThroughNumpy(nn.Module):
+    """Integer inputs only (no noise to add): the trace returns a constant."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(10, 8)
+
+    def forward(self, ids):
+        return torch.from_numpy(self.embedding(ids).detach().numpy().copy()).sum(-1)
+
+
+def test_a_trace_that_returns_a_constant_is_refused():
+    torch.manual_seed(0)
+    model = ThroughNumpy().eval()
+    with pytest.raises(ValueError) as caught:
+        torch_mp.convert(model, (torch.randn(4, 8),), torch.float16)
+    message = str(caught.value)
+    assert "ThroughNumpy cannot be scripted" in message and "its trace does not compute what the model does" in message
+    assert "its output differs from the model's by up to" in message  # on the perturbed inputs
+    assert "does not depend on its inputs at all: it returns a constant" in message
+    assert "Converting a tensor to a NumPy array" in message  # the tracer's own warning, with its place
+    assert "test_errors.py:" in message
+    assert "rewrite those calls with torch ops" in message and "torch.jit.ScriptModule" in message
+
+
+def test_a_trace_with_an_item_constant_is_refused():
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"differs from the model's by up to .* Converting a tensor to a Python "
+                                         r"number") as caught:
+        torch_mp.convert(ThroughItem().eval(), (torch.randn(4, 8),), torch.float16)
+    assert "returns a constant" not in str(caught.value)  # the graph reads x: only the scale is a constant
+
+
+def test_a_constant_trace_of_integer_inputs_is_refused():
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    with pytest.raises(ValueError, match="does not depend on its inputs at all: it returns a constant"):
+        torch_mp.convert(EmbeddingThroughNumpy().eval(), (ids,), torch.float16)
+
+
+class TracesRight(nn.Module):
+    """Does not script (the lambda); its trace holds near the example: eval dropout, a branch on a value that the
+    noise does not flip (with a TracerWarning), a random op."""
+
+    def __init__(self, noise: bool):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.dropout = nn.Dropout(0.5)
+        self.noise = noise
+
+    def forward(self, x):
+        y = (lambda t: self.dropout(t))(self.linear(x))
+        y = y * 2.0 if bool(x.abs().sum() > 0) else y
+        return y + torch.randn_like(y) if self.noise else y
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_traces_that_hold_near_the_example_are_taken(noise):
+    torch.manual_seed(0)
+    model = TracesRight(noise).eval()
+    x = torch.randn(4, 8)
+    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    assert report.data["capture"] == "trace"
+    if not noise:
+        with torch.no_grad():
+            torch.testing.assert_close(converted(x), model(x), rtol=0, atol=1e-2)
+
+
 class Box:
     """A plain Python object: TorchScript cannot hold it."""
 

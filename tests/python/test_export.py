@@ -486,6 +486,48 @@ def test_an_unexportable_model_is_a_clear_error():
         torch_mp.export(DataDependent().eval(), (torch.randn(3),), torch.float16)
 
 
+class ExportsOtherwise(torch.nn.Module):
+    """Computes otherwise under torch.export than eagerly (as numpy code in an autograd.Function can): the program is
+    NaN where the model is finite."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        return torch.log(y - 100.0) if torch.compiler.is_exporting() else torch.exp(y)
+
+
+def test_a_program_that_does_not_compute_what_the_model_does_is_refused(monkeypatch):
+    torch.manual_seed(0)
+    planned = []
+    monkeypatch.setattr(_export.ProgramConversion, "run", lambda *a, **k: planned.append(a))
+    with pytest.raises(ValueError) as caught:
+        torch_mp.export(ExportsOtherwise().eval(), (torch.randn(2, 4),), torch.float16)
+    message = str(caught.value)
+    assert "the program torch.export captured of ExportsOtherwise does not compute what the model does" in message
+    assert "its output is NaN in 8 of 8 values where the model's is finite" in message
+    assert "rewrite it with torch ops" in message and "pass the ExportedProgram" in message
+    assert not planned  # refused before planning
+
+
+def test_inputs_that_do_not_run_the_model_or_program_are_a_model_run_error():
+    model, x = convnet(), torch.randn(2, 3, 8, 8)
+    program = torch.export.export(model, (x,))
+    for given in (model, program):
+        with pytest.raises(torch_mp.ModelRunError, match="running the (model|program) on the example inputs failed"):
+            torch_mp.export(given, (torch.randn(2, 5, 8, 8),), torch.float16)
+    with pytest.raises(torch_mp.ModelRunError, match="shape"):  # the program is specialised to batch 2
+        torch_mp.export(program, (torch.randn(3, 3, 8, 8),), torch.float16)
+    assert issubclass(torch_mp.ModelRunError, ValueError)  # what export raised before
+    for given in (model, program):  # the wrong number of inputs is refused before running, as convert does
+        with pytest.raises(ValueError, match="forward does not take the 2 example inputs|the program takes 1 "
+                                             "inputs but example_inputs has 2") as caught:
+            torch_mp.export(given, (x, x), torch.float16)
+        assert not isinstance(caught.value, torch_mp.ModelRunError)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="training mode"):
         torch_mp.export(convnet().train(), (torch.randn(2, 3, 8, 8),), torch.float16)
