@@ -14,14 +14,18 @@
 --device is the device planned for (default cpu): with cuda the model runs on the GPU where there is one, and is
 planned for CUDA's kernels on the CPU where there is none. --dtype defaults to the device's choice (fp16 on CUDA; on a
 CPU the one it has fast kernels for). The report printed is the summary and a table by op; --casts adds one line per
-inserted cast (the JSON report always has them). Exit status: 0 done, 1 the conversion or the model failed, 2 bad
-arguments or input files.
+inserted cast (the JSON report always has them). Exit status: 0 done; 1 the conversion failed, or the model (or
+program) raised on the given inputs (their shapes, dtypes or devices do not fit it); 2 bad arguments or input files,
+inputs of another number than forward takes among them, checked before any work (output folders included).
 """
 import argparse
+import contextlib
+import logging
 import os
 import shutil
 import sys
 import time
+import zipfile
 
 import torch
 
@@ -122,6 +126,23 @@ def parse_tolerance(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"tolerance must be a finite number >= 0, got {text!r}")
     return value
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """-o, --report and --svg: each in an existing folder this process may write to, checked before any work (an
+    aoti compile takes tens of seconds, and its failure to save would come after)."""
+    for option in ("output", "report", "svg"):
+        path = getattr(args, option, None)
+        if not path:
+            continue
+        flag = "-o" if option == "output" else f"--{option}"
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise CliError(f"{flag} {path} is a folder: give a file path")
+        if not os.path.isdir(folder):
+            raise CliError(f"{flag} {path}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise CliError(f"{flag} {path}: the folder {folder} is not writable")
 
 
 def require_graphviz() -> None:
@@ -230,6 +251,7 @@ def finish(args: argparse.Namespace, report: torch_mp.Report) -> None:
 
 
 def convert(args: argparse.Namespace) -> int:
+    check_output_paths(args)
     model = load_torchscript(args.input, device=run_device(args))
     example = on_device(example_inputs(args), run_device(args))
     if args.svg:
@@ -247,15 +269,57 @@ def convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def is_torchscript_file(path: str) -> bool:
+    """Whether `path` is a zip archive as torch.jit.save writes it: one folder holding constants.pkl and code/
+    (torch.export.save's .pt2 holds neither)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [name.partition("/")[2] for name in archive.namelist()]
+    except (zipfile.BadZipFile, OSError):
+        return False
+    return "constants.pkl" in names and any(name.startswith("code/") for name in names)
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def quiet_export_logs():
+    """torch.export.load logs a traceback (about 20 lines) before it raises on a file it cannot read, and its error
+    refers to that log: the records are kept (yielded) instead of printed, so that the error line can say it all."""
+    collect = _Collect()
+    loggers = [logging.getLogger(name) for name in ("torch.export", "torch._export")]
+    saved = [(logger.handlers, logger.propagate) for logger in loggers]
+    for logger in loggers:  # torch gives torch.export a stderr handler of its own
+        logger.handlers, logger.propagate = [collect], False
+    try:
+        yield collect.records
+    finally:
+        for logger, (handlers, propagate) in zip(loggers, saved):
+            logger.handlers, logger.propagate = handlers, propagate
+
+
 def load_program(path: str) -> torch.export.ExportedProgram:
     if not os.path.isfile(path):
         raise CliError(f"{path} does not exist")
-    try:
-        return torch.export.load(path)
-    except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CliError(f"{path} is not a program saved by torch.export.save (corrupt, truncated or another format): "
-                       f"{first}")
+    if is_torchscript_file(path):
+        raise CliError(f"{path} is a TorchScript file (saved by torch.jit.save), not a program saved by "
+                       "torch.export.save: convert it with `python -m torch_mp convert`")
+    with quiet_export_logs() as records:
+        try:
+            return torch.export.load(path)
+        except Exception as error:  # noqa: BLE001 - any load failure means the file is not usable
+            logged = [r.exc_info[1] for r in records if r.exc_info and r.exc_info[1] is not None]
+            cause = logged[-1] if logged else error  # the logged error is the one torch's message points to
+            first = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+            raise CliError(f"{path} is not a program saved by torch.export.save (corrupt, truncated or another "
+                           f"format): {first}")
 
 
 def program_example(program: torch.export.ExportedProgram, args: argparse.Namespace):
@@ -277,6 +341,7 @@ def convert_program(args: argparse.Namespace):
 
 
 def export(args: argparse.Namespace) -> int:
+    check_output_paths(args)
     converted, report = convert_program(args)
     torch.export.save(converted, args.output)
     finish(args, report)
@@ -286,6 +351,7 @@ def export(args: argparse.Namespace) -> int:
 
 def aoti(args: argparse.Namespace) -> int:
     check_package_path(args.output)
+    check_output_paths(args)
     converted, report = convert_program(args)
     write_package(converted, args.output, report)
     finish(args, report)
@@ -295,6 +361,7 @@ def aoti(args: argparse.Namespace) -> int:
 
 
 def report(args: argparse.Namespace) -> int:
+    check_output_paths(args)
     extra = {REPORT_FILE: ""}
     model = load_torchscript(args.model, extra)
     if extra[REPORT_FILE]:
@@ -314,8 +381,10 @@ def report(args: argparse.Namespace) -> int:
         value = node.output().toIValue()
         if isinstance(value, torch.Tensor):
             dtypes[str(value.dtype)] = dtypes.get(str(value.dtype), 0) + value.numel() * value.element_size()
+    weights = ", ".join(f"{k} {v}" for k, v in sorted(dtypes.items())) or \
+        "none (the file holds no constant weights: not frozen? convert it with `python -m torch_mp convert`)"
     print(f"{args.model}: not saved by the torch_mp CLI (no embedded report); {len(casts)} aten::to nodes; "
-          "weight bytes by dtype: " + ", ".join(f"{k} {v}" for k, v in sorted(dtypes.items())))
+          f"weight bytes by dtype: {weights}")
     return 0
 
 
@@ -347,7 +416,9 @@ def add_conversion_options(parser: argparse.ArgumentParser, inputs_default: str 
                              "kernels for)")
     parser.add_argument("--input-shape", type=parse_shape, action="append",
                         help="shape of one forward input, filled with random normals (repeat per input)" + default)
-    parser.add_argument("--input-dtype", default="float32", choices=("float32", "float64", "int64", "int32"))
+    parser.add_argument("--input-dtype", default="float32", choices=("float32", "float64", "int64", "int32"),
+                        help="dtype of every --input-shape input (default float32; floating inputs are random "
+                             "normals, integer ones zeros); for inputs of several dtypes, use --inputs")
     parser.add_argument("--inputs", help="a file written by torch.save holding the inputs (tuple or tensor)" + default)
     parser.add_argument("--report", help="also write the report as JSON here")
     parser.add_argument("--exclude", type=parse_glob, action="append", metavar="GLOB",

@@ -306,3 +306,71 @@ def test_export_and_aoti_refuse_bad_files(tmp_path, saved_program):
     assert result.returncode == 2 and "not a program saved by torch.export.save" in result.stderr
     result = cli("aoti", path, "-o", tmp_path / "model.so")
     assert result.returncode == 2 and "ends in .pt2" in result.stderr
+
+
+def run_main(capsys, *args):
+    """python -m torch_mp in this process (no torch import per call): (exit status, stdout, stderr)."""
+    status = __main__.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path, scripted, saved_program, capsys, monkeypatch):
+    _, path = scripted
+    _, _, program = saved_program
+    missing = tmp_path / "no_such_folder"
+    monkeypatch.setattr(__main__, "load_torchscript", None)  # no file is read: the paths are checked first
+    monkeypatch.setattr(__main__, "load_program", None)
+    for args in (("convert", path, "-o", missing / "out.pt", "--input-shape", "1,3,16,16"),
+                 ("convert", path, "-o", tmp_path / "out.pt", "--input-shape", "1,3,16,16", "--report",
+                  missing / "report.json"),
+                 ("export", program, "-o", missing / "out.pt2"),
+                 ("aoti", program, "-o", missing / "package.pt2"),  # not after the compile (tens of seconds)
+                 ("report", path, "--svg", missing / "graph.svg")):
+        status, out, err = run_main(capsys, *args)
+        assert status == 2, (args, err)
+        assert err.count("error:") == 1 and f"the folder {missing} does not exist" in err and not out
+    status, _, err = run_main(capsys, "convert", path, "-o", tmp_path, "--input-shape", "1,3,16,16")
+    assert status == 2 and "is a folder" in err
+    # as a command: one line on stderr, no traceback
+    result = cli("aoti", program, "-o", missing / "package.pt2")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_export_of_a_torchscript_file_says_to_convert_it(tmp_path, scripted, capsys):
+    _, path = scripted
+    line = (f"{path} is a TorchScript file (saved by torch.jit.save), not a program saved by torch.export.save: "
+            "convert it with `python -m torch_mp convert`")
+    result = cli("export", path, "-o", tmp_path / "out.pt2")  # as a command: torch logs nothing before the line
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"python -m torch_mp export: error: {line}"]
+    status, _, err = run_main(capsys, "aoti", path, "-o", tmp_path / "out.pt2")
+    assert status == 2 and err.strip() == f"python -m torch_mp aoti: error: {line}"
+    junk = tmp_path / "state.pt2"  # a zip, but neither TorchScript nor a program: one line too, not torch's log
+    torch.save({"w": torch.ones(2)}, junk)
+    result = cli("export", junk, "-o", tmp_path / "out.pt2")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "not a program saved by torch.export.save" in result.stderr and "warnings above" not in result.stderr
+
+
+def test_input_dtype_has_help_and_report_names_missing_weights(scripted, capsys):
+    _, path = scripted
+    with pytest.raises(SystemExit):
+        __main__.main(["convert", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    assert "--input-dtype {float32,float64,int64,int32} dtype of every --input-shape input" in helped
+    status, out, _ = run_main(capsys, "report", path)  # scripted, not frozen: its weights are attributes
+    assert status == 0 and "weight bytes by dtype: none (the file holds no constant weights: not frozen?" in out
+
+
+def test_inputs_the_model_cannot_run_exit_1_and_a_wrong_number_of_inputs_exits_2(tmp_path, scripted,
+                                                                                   saved_program, capsys):
+    _, path = scripted
+    _, x, program = saved_program
+    two = tmp_path / "two.pt"
+    torch.save((x, x), two)
+    for command, model, out in (("convert", path, "out.pt"), ("export", program, "out.pt2")):
+        status, _, err = run_main(capsys, command, model, "-o", tmp_path / out, "--input-shape", "2,5,16,16")
+        assert status == 1 and err.count("error:") == 1 and "on the example inputs failed" in err, err
+        status, _, err = run_main(capsys, command, model, "-o", tmp_path / out, "--inputs", two)
+        assert status == 2 and "takes 1 inputs but example_inputs has 2" in err, err
