@@ -19,15 +19,34 @@ from ._export import export
 INDUCTOR_CONFIGS: Dict[str, Any] = {"emulate_precision_casts": True}
 
 
-def aoti_compile(model: Any, example_inputs: Any, dtype: torch.dtype, package_path: str, *,
-                 inductor_configs: Optional[Dict[str, Any]] = None, return_report: bool = False, **options):
+def aoti_compile(model: Any, example_inputs: Any, dtype: Optional[torch.dtype] = None, package_path: Any = None, *,
+                 dynamic_shapes: Any = None, inductor_configs: Optional[Dict[str, Any]] = None,
+                 return_report: bool = False, **options):
     """Exports and converts `model` (torch_mp.export, with `options`), then writes an AOTInductor package to
-    `package_path` (a path ending in .pt2). `inductor_configs` are added to INDUCTOR_CONFIGS. Returns the path, or
-    (path, Report) with return_report=True; the report's "aoti_seconds" is the compile time and "aoti_rounds_at_casts"
-    whether every cast of the program rounds in the package (False for a CPU package before torch 2.13, with a
-    warning)."""
+    `package_path` (a path ending in .pt2).
+
+    Args:
+        model, example_inputs: as for torch_mp.export.
+        dtype: torch.float16 or torch.bfloat16; None (default): the device's choice, as for torch_mp.export.
+        package_path: where to write the package (required; a path ending in .pt2).
+        dynamic_shapes: passed to torch.export.export, as for torch_mp.export, e.g. ({0: torch.export.Dim("batch",
+            min=1, max=64)},) for a batch of any size in that range. Without it the program, and so the package, is
+            specialised to the example inputs' shapes (torch.export's behaviour): run it on inputs of those shapes
+            only (a package does not necessarily refuse others: a CPU one may resize its output and go on).
+        inductor_configs: added to INDUCTOR_CONFIGS.
+        return_report: also return the Report.
+        options: ConversionOptions fields, as for torch_mp.export.
+
+    Returns:
+        the path, or (path, Report) with return_report=True; the report's "aoti_seconds" is the compile time and
+        "aoti_rounds_at_casts" whether every cast of the program rounds in the package (False for a CPU package
+        before torch 2.13, with a warning).
+    """
+    if package_path is None:
+        raise TypeError("aoti_compile() needs package_path, where to write the package (a path ending in .pt2)")
     check_package_path(package_path)
-    program, report = export(model, example_inputs, dtype, return_report=True, **options)
+    program, report = export(model, example_inputs, dtype, dynamic_shapes=dynamic_shapes, return_report=True,
+                             **options)
     path = write_package(program, package_path, report, inductor_configs)
     return (path, report) if return_report else path
 

@@ -1,6 +1,6 @@
 """torch_mp.aoti_compile: AOTInductor packages of torch_mp.export's programs compute what the program does.
 
-Each compile takes tens of seconds on a 2-core machine: this file holds the suite's only two. The C++ loader runs a
+Each compile takes tens of seconds on a 2-core machine: this file holds the suite's only three. The C++ loader runs a
 package in ctest (aoti_package, tests/aoti/check.sh).
 """
 import warnings
@@ -61,3 +61,32 @@ def test_the_package_rounds_where_the_program_casts(packages):
 def test_package_path_must_be_a_pt2_file(tmp_path):
     with pytest.raises(ValueError, match=r"must end in \.pt2"):
         torch_mp.aoti_compile(RoundTrip().eval(), (torch.randn(2),), torch.float16, str(tmp_path / "model.so"))
+
+
+@pytest.fixture(scope="module")
+def dynamic_package(tmp_path_factory):
+    """One package, dtype left to the device's choice, built at batch 8 with a dynamic batch."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    path, report = torch_mp.aoti_compile(model, (torch.randn(8, 8),), package_path=str(tmp_path_factory.mktemp(
+        "aoti") / "dynamic.pt2"), dynamic_shapes=({0: batch},), return_report=True)
+    return model, torch._inductor.aoti_load_package(path), report
+
+
+def test_dtype_defaults_to_the_devices_choice(dynamic_package):
+    _, _, report = dynamic_package
+    assert report.data["dtype"] == str(torch_mp.device_dtype(torch.device("cpu"))).replace("torch.", "")
+    assert report.low_precision_flop_fraction == 1.0  # the linear runs low
+    with pytest.raises(TypeError, match="needs package_path"):
+        torch_mp.aoti_compile(RoundTrip().eval(), (torch.randn(2),))
+
+
+def test_a_package_with_a_dynamic_batch_runs_at_other_batch_sizes(dynamic_package):
+    model, package, _ = dynamic_package
+    for size in (1, 8):
+        x = torch.randn(size, 8)
+        out = package(x)
+        assert out.shape == (size, 8) and out.dtype == torch.float32
+        with torch.no_grad():
+            torch.testing.assert_close(out, model(x), rtol=2e-2, atol=2e-2)
