@@ -152,3 +152,32 @@ def test_outer_products_follow_so_rotary_angles_stay_fp32(dtype, length, front):
     with torch.no_grad():
         agreement = compare(model(x), converted(x))
     assert agreement.cosine > 0.9999, agreement
+
+
+class WideReluRsqrt(nn.Module):
+    """A relu (exact zeros) of a tensor of 3 x 131072 elements (several chunks of the observer's one-pass scan), its
+    transpose (a strided view) doubled, and rsqrt of that (a zero-sensitive read)."""
+
+    def forward(self, x):
+        return torch.rsqrt(torch.relu(x).transpose(0, 1) * 2.0)
+
+
+@pytest.mark.parametrize("front", ["convert", "export"])
+def test_wide_activations_observe_the_largest_and_smallest_magnitudes_of_every_run(front):
+    """The largest finite magnitude over every run (an inf ignored), the smallest non-zero one (zeros ignored), on
+    tensors laid out in several chunks and on strided views: what the observer's scan reads in one pass."""
+    x = torch.rand(3, 131072) + 0.5
+    x[0, :1000] = -1.0  # zeros after the relu
+    x[1, 7] = float("inf")
+    x[2, 131000] = 1e-9  # doubled: 2e-9, below fp16's smallest subnormal (6e-8)
+    calibration = x.clone()
+    calibration[2, 100000] = 300.0  # the largest finite magnitude, in a later chunk, on the calibration input only
+    call = torch_mp.convert if front == "convert" else torch_mp.export
+    _, report = call(WideReluRsqrt().eval(), (x,), torch.float16, calibration_inputs=[(calibration,)],
+                     return_report=True)
+    mul = next(n for n in report.nodes if n["op"] == "aten::mul")
+    assert mul["amax"] == 600.0
+    rsqrt = next(n for n in report.nodes if n["op"] == "aten::rsqrt")
+    assert rsqrt["precision"] == "fp32"
+    assert rsqrt["guard"]["kind"] == "underflow to zero"
+    assert rsqrt["guard"]["seen"] == pytest.approx(2e-9, rel=1e-6)

@@ -87,6 +87,10 @@ struct FiniteMagnitudes {
 };
 FiniteMagnitudes finiteMagnitudes(const at::Tensor& tensor);
 
+// Whether a floating tensor holds no NaN and no inf. fp32, bf16 and fp16 CPU tensors laid out densely are read in
+// place, in one pass (no boolean tensor, no reduction kernel): verification asks it of every value of every run.
+bool allFinite(const at::Tensor& tensor);
+
 // finiteMagnitudes(tensor).largest.
 double largestFiniteMagnitude(const at::Tensor& tensor);
 

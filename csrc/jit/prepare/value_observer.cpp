@@ -161,14 +161,18 @@ Observation observeRunningNodes(
   std::vector<Value*> values;
   collectValues(graph->block(), values);
   std::vector<char> mayHoldTensor(slots, 0);
+  std::vector<char> constant(slots, 0);
   for (const Value* value : values) {
     mayHoldTensor[value->unique()] = containsTensor(value->type());
+    constant[value->unique()] = value->node()->kind() == c10::prim::Constant;
   }
   std::vector<ObservedValue> recorded(slots);
   std::vector<char> seen(slots, 0);
+  // A constant (every weight) holds the same tensor on every run and at every loop iteration: recorded once, so the
+  // calibration runs pass over the activations only.
   const GraphRunner::Visitor visit = [&](const Value* value, const c10::IValue& held) {
     const size_t slot = value->unique();
-    if (mayHoldTensor[slot]) {
+    if (mayHoldTensor[slot] && !(constant[slot] && seen[slot])) {
       seen[slot] = 1;
       record(recorded[slot], held);
     }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "jit/ir/ir_utils.h"
+#include "jit/ir/observed_values.h"
 #include "jit/rewrite/low_precision_io.h"
 #include "jit/upstream/graph_runner.h"
 
@@ -103,8 +104,7 @@ VerifyingRun runVerifying(
       return;
     }
     const at::Tensor& tensor = held.toTensor();
-    if (tensor.defined() && tensor.is_floating_point() && !tensor.is_nested() &&
-        !at::isfinite(tensor).all().item<bool>()) {
+    if (tensor.defined() && tensor.is_floating_point() && !tensor.is_nested() && !allFinite(tensor)) {
       run.nonFinite = value;
     }
   };
@@ -139,7 +139,7 @@ std::optional<size_t> firstNonFiniteTensor(const torch::jit::Stack& expected, co
     const at::Tensor& tensor = got[i];
     if (!tensor.defined() || !tensor.is_floating_point() || tensor.is_nested() || !wanted[i].defined() ||
         !wanted[i].is_floating_point() || wanted[i].is_nested() || tensor.sizes() != wanted[i].sizes() ||
-        at::isfinite(tensor).all().item<bool>()) {
+        allFinite(tensor)) {
       continue;
     }
     if (at::logical_and(at::isfinite(tensor).logical_not(), at::isfinite(wanted[i].to(tensor.device())))
