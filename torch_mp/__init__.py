@@ -13,6 +13,7 @@ _compat.check_extension(_C.BUILT_WITH_TORCH)
 from ._convert import ConversionError, InputSpec, ModelRunError, PreparedModel, convert, prepare
 from ._export import export
 from .aoti import aoti_compile
+from .onnx_front import onnx_export, onnx_typing_problems
 from ._torchscript import TorchScriptDeprecationWarning
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphFallbackWarning, CudaGraphModule, cuda_graphs
 from ._load import load
@@ -47,6 +48,8 @@ __all__ = [
     "export",
     "jit_pass",
     "load",
+    "onnx_export",
+    "onnx_typing_problems",
     "prepare",
     "target_for",
 ]
