@@ -7,6 +7,7 @@
     python -m torch_mp export IN.pt2 -o OUT.pt2 [the options of convert but --svg and --kernels; the inputs default
                        to the program's own]                the same plan on a program saved by torch.export.save
     python -m torch_mp aoti IN.pt2 -o PACKAGE.pt2 ...       the same, then compiled into an AOTInductor package
+    python -m torch_mp onnx IN.pt2 -o OUT.onnx [--opset 20] ...   the same plan written as a typed ONNX graph
     python -m torch_mp report OUT.pt [--svg graph.svg] [--casts]
                                                            summarise a converted file (and draw it)
     python -m torch_mp policy [--target cuda_fp16]          print a default op policy (docs/OP_POLICY.md)
@@ -360,6 +361,35 @@ def aoti(args: argparse.Namespace) -> int:
     return 0
 
 
+def onnx(args: argparse.Namespace) -> int:
+    """The saved program converted and written as ONNX (torch_mp.onnx_export), planned for ONNX runtimes
+    (torch_mp.onnx_front.onnx_policy) in fp16 unless --dtype says otherwise."""
+    from torch_mp.onnx_front import onnx_policy
+
+    if not args.output.endswith(".onnx"):
+        raise CliError(f"-o {args.output} must end in .onnx")
+    check_output_paths(args)
+    if args.device != "cpu":
+        raise CliError("onnx plans for ONNX runtimes (every heavy op low, norms and softmax fp32), not for a device: "
+                       "leave out --device")
+    program = load_program(args.input)
+    example = program_example(program, args)
+    dtype = DTYPES[args.dtype] if args.dtype else torch.float16
+    policy = onnx_policy(dtype)
+    if args.exclude:
+        check_exclusions(args.exclude, module_paths(program))
+        policy = policy.exclude(*args.exclude)
+    options = torch_mp.ConversionOptions(dtype=dtype, policy=policy, tolerance=args.tolerance,
+                                         keep_io_dtypes=not args.low_precision_io)
+    _, converted_report = torch_mp.onnx_export(program, example, args.output, opset=args.opset,
+                                               calibration_inputs=calibration(args), return_report=True,
+                                               options=options)
+    finish(args, converted_report)
+    external = converted_report.data["onnx"]["external_data"]
+    print(f"saved {args.output}" + (f" (weights in {external} beside it)" if external else ""))
+    return 0
+
+
 def report(args: argparse.Namespace) -> int:
     check_output_paths(args)
     extra = {REPORT_FILE: ""}
@@ -460,6 +490,11 @@ def main(argv=None) -> int:
     aoti_parser.add_argument("input", help="a program saved by torch.export.save (.pt2)")
     aoti_parser.add_argument("-o", "--output", required=True, help="where to write the AOTInductor package (.pt2)")
     add_conversion_options(aoti_parser, inputs_default="the program's own example inputs")
+    onnx_parser = commands.add_parser("onnx", help="convert a saved program and write it as a typed ONNX graph")
+    onnx_parser.add_argument("input", help="a program saved by torch.export.save (.pt2)")
+    onnx_parser.add_argument("-o", "--output", required=True, help="where to write the ONNX file (.onnx)")
+    add_conversion_options(onnx_parser, inputs_default="the program's own example inputs")
+    onnx_parser.add_argument("--opset", type=int, default=None, help="the ONNX opset (default 20)")
     report_parser = commands.add_parser("report", help="summarise a converted model")
     report_parser.add_argument("model")
     report_parser.add_argument("--svg", metavar="FILE", help="draw the converted graph as SVG (needs Graphviz)")
@@ -467,7 +502,7 @@ def main(argv=None) -> int:
     policy_parser = commands.add_parser("policy", help="print a default op policy as a markdown table")
     policy_parser.add_argument("--target", choices=torch_mp.TARGETS, default="cuda_fp16")
     args = parser.parse_args(argv)
-    handlers = {"demo": demo, "convert": convert, "export": export, "aoti": aoti, "report": report,
+    handlers = {"demo": demo, "convert": convert, "export": export, "aoti": aoti, "onnx": onnx, "report": report,
                 "policy": policy_table}
     try:
         return handlers[args.command](args)

@@ -3,6 +3,7 @@
 Every export here goes through torch.onnx.export (about 2-3 s each on a 2-core machine after the first): the models
 are the smallest that show each property, and one export serves several tests where it can.
 """
+import json
 import os
 
 import numpy as np
@@ -275,3 +276,27 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="training mode"):
         torch_mp.onnx_export(Block().train(), x, tmp_path / "block.onnx")
     assert not list(tmp_path.iterdir())
+
+
+def test_the_command_line_writes_a_typed_graph_and_its_report(tmp_path, capsys):
+    from torch_mp import __main__
+
+    saved = tmp_path / "block.pt2"
+    torch.export.save(torch.export.export(Block().eval(), (torch.randn(4, 16),)), saved)
+    out, report = tmp_path / "block.onnx", tmp_path / "report.json"
+    assert __main__.main(["onnx", str(saved), "-o", str(out), "--report", str(report), "--exclude", "b"]) == 0
+    assert f"saved {out}" in capsys.readouterr().out
+    model = onnx.load(out)
+    assert torch_mp.onnx_typing_problems(model) == []
+    # b excluded: its Gemm and weights stay fp32, so the graph has two Casts (around the first Gemm)
+    assert initializer_types(model)["b.weight"] == FP32 and initializer_types(model)["a.weight"] == FP16
+    assert onnx_front.cast_count(model) == 2
+    written = json.loads(report.read_text())
+    assert written["policy"] == "onnx_fp16+edits" and written["onnx"]["casts"] == 2
+    # bad output paths are refused (status 2) before the input is read
+    for bad, says in ((tmp_path / "block.pt2out", "must end in .onnx"),
+                      (tmp_path / "missing" / "x.onnx", "does not exist")):
+        assert __main__.main(["onnx", str(tmp_path / "no_such.pt2"), "-o", str(bad)]) == 2
+        assert says in capsys.readouterr().err
+    assert __main__.main(["onnx", str(tmp_path / "no_such.pt2"), "-o", str(tmp_path / "x.onnx")]) == 2
+    assert "no_such.pt2 does not exist" in capsys.readouterr().err
