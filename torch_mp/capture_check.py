@@ -9,13 +9,14 @@ compares the program's fp32 outputs on the example inputs, which its observation
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch.utils import _pytree as pytree
 
 NOISE = 1e-2  # the perturbation's standard deviation, relative to each floating input's mean magnitude
 RTOL, ATOL = 1e-4, 1e-5  # two fp32 runs of one computation; atol relative to the output's largest magnitude
+CHUNK = 1 << 18  # values compared at a time (see chunks)
 
 
 def perturbed(inputs: Any, seed: int = 0) -> Any:
@@ -62,24 +63,53 @@ def difference(expected: Sequence[Any], actual: Sequence[Any], what: str = "the 
             continue
         if reference.numel() == 0:
             continue
-        reference, value = reference.double(), value.double()
-        finite = torch.isfinite(reference)
-        turned = finite & ~torch.isfinite(value)
-        if bool(turned.any()):
-            kind = "NaN" if bool(torch.isnan(value[turned]).any()) else "inf"
-            return f"{name} is {kind} in {int(turned.sum())} of {reference.numel()} values where {what} is finite"
-        if not torch.equal(torch.isnan(reference), torch.isnan(value)) or \
-                not torch.equal(reference[~finite & ~torch.isnan(reference)], value[~finite & ~torch.isnan(reference)]):
-            return f"{name} has its NaN or inf in other places than {what}"
-        eps = max(torch.finfo(t.dtype).eps for t in (expected[position], actual[position]))
-        rtol = max(RTOL, 8 * eps)
-        scale = float(reference[finite].abs().max()) if bool(finite.any()) else 0.0
-        atol = max(ATOL, 8 * eps) * (scale or 1.0)
-        error = (value[finite] - reference[finite]).abs()
-        allowed = atol + rtol * reference[finite].abs()
-        if bool((error > allowed).any()):
-            return (f"{name} differs from {what} by up to {float(error.max()):.3g} (largest magnitude "
-                    f"{scale:.3g}; allowed: {atol:.2g} + {rtol:.2g} x |value|)")
+        eps = max(torch.finfo(t.dtype).eps for t in (reference, value))
+        found = floating_difference(reference, value, name, what, max(RTOL, 8 * eps), max(ATOL, 8 * eps))
+        if found is not None:
+            return found
+    return None
+
+
+def chunks(reference: torch.Tensor, value: torch.Tensor) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """The two tensors' values, flat, CHUNK at a time in float64: a comparison's copies stay a few MiB whatever the
+    outputs' size (a decoder's logits are hundreds of MiB in float64)."""
+    reference, value = reference.reshape(-1), value.reshape(-1)
+    for start in range(0, reference.numel(), CHUNK):
+        yield reference[start:start + CHUNK].double(), value[start:start + CHUNK].double()
+
+
+def floating_difference(reference: torch.Tensor, value: torch.Tensor, name: str, what: str, rtol: float,
+                        atol: float) -> Optional[str]:
+    """difference() of two floating tensors of one shape: one pass for the non-finite values and the scale, one for the
+    error, chunk by chunk."""
+    scale, turned, turned_nan, misplaced = 0.0, 0, False, False
+    for expected, actual in chunks(reference, value):
+        finite = torch.isfinite(expected)
+        lost = finite & ~torch.isfinite(actual)
+        if bool(lost.any()):
+            turned += int(lost.sum())
+            turned_nan = turned_nan or bool(torch.isnan(actual[lost]).any())
+        nan = torch.isnan(expected)
+        misplaced = misplaced or not torch.equal(nan, torch.isnan(actual)) or \
+            not torch.equal(expected[~finite & ~nan], actual[~finite & ~nan])
+        if bool(finite.any()):
+            scale = max(scale, float(expected[finite].abs().max()))
+    if turned:
+        return (f"{name} is {'NaN' if turned_nan else 'inf'} in {turned} of {reference.numel()} values where {what} "
+                f"is finite")
+    if misplaced:
+        return f"{name} has its NaN or inf in other places than {what}"
+    atol *= scale or 1.0
+    largest, exceeded = 0.0, False
+    for expected, actual in chunks(reference, value):
+        finite = torch.isfinite(expected)
+        error = (actual[finite] - expected[finite]).abs()
+        if error.numel():
+            largest = max(largest, float(error.max()))
+            exceeded = exceeded or bool((error > atol + rtol * expected[finite].abs()).any())
+    if exceeded:
+        return (f"{name} differs from {what} by up to {largest:.3g} (largest magnitude {scale:.3g}; allowed: "
+                f"{atol:.2g} + {rtol:.2g} x |value|)")
     return None
 
 

@@ -1,0 +1,66 @@
+"""capture_check.difference: what two runs' outputs are compared by, chunk by chunk (its copies stay a few MiB)."""
+
+import pytest
+import torch
+
+from torch_mp import capture_check
+
+
+def outputs(n: int = 5000) -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(n) * 3.0
+
+
+CASES = {
+    "equal": (lambda x: x.clone(), None),
+    "within tolerance": (lambda x: x * (1 + 5e-5), None),
+    "beyond tolerance": (lambda x: torch.cat([x[:4000], x[4000:] + 1.0]), "differs from the model's by up to 1"),
+    "NaN where finite": (lambda x: torch.cat([x[:4500], torch.full((500,), float("nan"))]),
+                         "is NaN in 500 of 5000 values where the model's is finite"),
+    "inf where finite": (lambda x: torch.cat([torch.full((3,), float("inf")), x[3:]]),
+                         "is inf in 3 of 5000 values where the model's is finite"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("chunk", [7, 1 << 18])  # many chunks, one chunk: the same verdict, word for word
+def test_difference_is_the_same_in_chunks(case, chunk, monkeypatch):
+    monkeypatch.setattr(capture_check, "CHUNK", chunk)
+    change, expected = CASES[case]
+    reference = outputs()
+    found = capture_check.difference([reference], [change(reference)])
+    if expected is None:
+        assert found is None
+    else:
+        assert found is not None and expected in found, found
+
+
+def test_non_finite_values_in_other_places_are_found_in_a_late_chunk(monkeypatch):
+    monkeypatch.setattr(capture_check, "CHUNK", 100)
+    reference = outputs()
+    reference[4990] = float("inf")
+    moved = reference.clone()
+    moved[4990], moved[10] = 1.0, float("inf")
+    assert "is inf in 1 of 5000 values" in capture_check.difference([reference], [moved])
+    reference[10] = float("nan")
+    other = reference.clone()
+    other[4990] = float("-inf")
+    assert "has its NaN or inf in other places" in capture_check.difference([reference], [other])
+
+
+def test_scale_is_the_largest_magnitude_over_all_chunks(monkeypatch):
+    """atol is relative to the largest finite magnitude of the whole output, which here lies in the last chunk."""
+    monkeypatch.setattr(capture_check, "CHUNK", 10)
+    reference = torch.zeros(100)
+    reference[-1] = 1e4
+    close = reference.clone()
+    close[0] = 0.05  # 5e-6 of the largest magnitude: within ATOL = 1e-5 of it
+    assert capture_check.difference([reference], [close]) is None
+    close[0] = 0.2  # 2e-5 of it
+    assert "differs from the model's by up to 0.2" in capture_check.difference([reference], [close])
+
+
+def test_low_precision_outputs_get_their_epsilon():
+    reference = outputs().to(torch.bfloat16)
+    near = (reference.float() * (1 + 2 ** -8)).to(torch.bfloat16)  # one bf16 rounding step away, within 8 eps
+    assert capture_check.difference([reference], [near]) is None
