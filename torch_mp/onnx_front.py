@@ -96,7 +96,8 @@ def onnx_export(model: Any, example_inputs: Any, path: Any, dtype: Optional[torc
     external = sum(weights.values()) > external_data_threshold
     _write(onnx, proto, path, external)
     info = {"opset": opset or DEFAULT_OPSET, "path": path, "casts": cast_count(proto),
-            "initializer_bytes": {_NAMES[c] if c in _NAMES else str(c): b for c, b in sorted(weights.items())},
+            "initializer_bytes": {_NAMES.get(c) or onnx.TensorProto.DataType.Name(c).lower(): b
+                                  for c, b in sorted(weights.items())},
             "external_data": os.path.basename(path) + ".data" if external else None,
             "seconds": time.perf_counter() - start, "notes": [BF16_CPU_NOTE] if chosen.dtype == torch.bfloat16 else []}
     report.annotate("onnx", info)
@@ -206,7 +207,8 @@ def onnx_typing_problems(model) -> List[str]:
     - a node whose floating operands disagree in element type where the op's schema binds them to one type
       parameter (`T`): a strongly typed runtime refuses it, onnxruntime refuses to load it;
     - an initializer stored in more than one precision: an fp32 initializer whose values, rounded to fp16 or bf16,
-      are another initializer of the same shape (at least MIN_COMPARED_ELEMENTS elements);
+      are another initializer of the same shape (at least MIN_COMPARED_ELEMENTS elements, not all equal: zero
+      biases and unit scales of different layers are alike by chance);
     - a Cast of an initializer left in the graph: a weight converted on every run instead of stored in its type.
 
     Nodes of other domains than ONNX's own (no schema to read) are not checked. An empty list: typed.
@@ -265,6 +267,8 @@ def onnx_typing_problems(model) -> List[str]:
             values = torch.from_numpy(array.view("uint16").copy()).view(torch.bfloat16)
         else:
             values = torch.from_numpy(array.copy())
+        if bool((values == values.flatten()[0]).all()):
+            continue  # one value throughout (a zero bias, a unit scale): equal in two precisions by chance
         if tensor.data_type == 1:
             full.append((tensor.name, values))
         else:
@@ -284,17 +288,20 @@ def _digest(values: torch.Tensor) -> bytes:
 
 
 def _cast_kinds_of_program(program: torch.export.ExportedProgram) -> collections.Counter:
-    """Casts between floating dtypes by (source, target) ONNX code, casts of stored tensors (parameters, buffers,
-    constants) left out: those become initializers of their type."""
-    signature = program.graph_signature
-    stored = set(signature.inputs_to_parameters) | set(signature.inputs_to_buffers) \
-        | set(signature.inputs_to_lifted_tensor_constants)
+    """Casts between floating dtypes by (source, target) ONNX code, of values computed from the program's inputs:
+    a cast of a stored tensor (parameter, buffer, constant) or of a value computed from those alone (an RNN's zero
+    initial state) is folded by the exporter into an initializer of its type."""
+    user_inputs = set(program.graph_signature.user_inputs)
+    from_inputs = set()
     kinds: collections.Counter = collections.Counter()
     for node in program.graph.nodes:
+        if (node.op == "placeholder" and node.name in user_inputs) or \
+                any(arg in from_inputs for arg in node.all_input_nodes):
+            from_inputs.add(node)
         if node.op != "call_function" or node.target != CAST:
             continue
         source = node.args[0]
-        if not isinstance(source, torch.fx.Node) or (source.op == "placeholder" and source.name in stored):
+        if not isinstance(source, torch.fx.Node) or source not in from_inputs:
             continue
         before, after = _dtype_of(source), node.kwargs.get("dtype")
         if before in _CODE and after in _CODE and before != after:

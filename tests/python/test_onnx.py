@@ -166,6 +166,33 @@ def test_a_dropped_cast_is_refused(tmp_path, monkeypatch):
     assert not path.exists()
 
 
+class Recurrent(torch.nn.Module):
+    """A GRU (low) whose zero initial state torch builds inside forward: its cast to fp16 depends on no input."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru, self.head = torch.nn.GRU(8, 16, batch_first=True), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.gru(x)[1][-1])
+
+
+def test_a_cast_of_a_constant_value_is_folded_not_lost(tmp_path):
+    model = Recurrent().eval()
+    x = torch.randn(2, 5, 8)
+    program = torch_mp.export(model, (x,), torch.float16, policy=onnx_front.onnx_policy(torch.float16))
+    constant_casts = [n for n in program.graph.nodes if n.target is torch.ops.aten._to_copy.default
+                      and n.args[0].op == "call_function" and n.args[0].target is torch.ops.aten.zeros.default]
+    assert len(constant_casts) == 1  # the state, built from nothing, cast to fp16
+    path = torch_mp.onnx_export(model, (x,), tmp_path / "gru.onnx")
+    model_proto = onnx.load(path)
+    # the exporter folds that cast into an fp16 constant; what remains: the input's and the output's Casts
+    assert [(op, i[:1], o) for op, i, o in ops_with_types(model_proto) if op == "Cast"] == \
+        [("Cast", [FP32], [FP16]), ("Cast", [FP16], [FP32])]
+    (y,) = run(path, x)
+    assert np.abs(y - model(x).detach().numpy()).max() < 5e-3
+
+
 def mixed_graph():
     """A hand-made graph with each problem: Add of fp16 and fp32, a Cast of an initializer, a weight stored twice."""
     weight = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
@@ -197,9 +224,12 @@ def test_the_typing_check_does_not_fire_on_a_typed_graph():
                               + [helper.make_node("Cast", ["h"], ["y"], to=FP16)], "typed", list(model.graph.input),
                               list(model.graph.output), initializer=[model.graph.initializer[1]])
     assert torch_mp.onnx_typing_problems(helper.make_model(typed, opset_imports=list(model.opset_import))) == []
-    # equal small constants in two precisions are the exporter's scalars, not a weight stored twice
+    # equal small constants in two precisions are the exporter's scalars, and tensors of one value throughout (zero
+    # biases of a norm and of a linear) are alike by chance: neither is a weight stored twice
     small = [onnx.numpy_helper.from_array(np.ones(4, np.float32), "one"),
-             onnx.numpy_helper.from_array(np.ones(4, np.float16), "one16")]
+             onnx.numpy_helper.from_array(np.ones(4, np.float16), "one16"),
+             onnx.numpy_helper.from_array(np.zeros(64, np.float32), "norm_bias"),
+             onnx.numpy_helper.from_array(np.zeros(64, np.float16), "linear_bias")]
     scalars = helper.make_graph([helper.make_node("Add", ["x", "one16"], ["y"])], "scalars",
                                 [helper.make_tensor_value_info("x", FP16, [4])],
                                 [helper.make_tensor_value_info("y", FP16, [4])], initializer=small)
