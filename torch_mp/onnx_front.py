@@ -72,7 +72,12 @@ def onnx_export(model: Any, example_inputs: Any, path: Any, dtype: Optional[torc
         ConversionError: the exporter failed, or the graph is not typed (onnx_typing_problems), or it lost a cast of
             the plan; nothing is written then.
     """
-    import onnx
+    try:
+        import onnx
+        import onnxscript  # noqa: F401  (torch.onnx.export(dynamo=True) needs it)
+    except ImportError as error:
+        raise ImportError(f"torch_mp.onnx_export needs the onnx and onnxscript packages ({error}): pip install onnx "
+                          "onnxscript (and onnxruntime to run the result)") from error
 
     path = _checked_path(path, external_data_threshold, opset)
     chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)

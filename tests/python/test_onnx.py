@@ -5,6 +5,7 @@ are the smallest that show each property, and one export serves several tests wh
 """
 import json
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -330,3 +331,10 @@ def test_the_command_line_writes_a_typed_graph_and_its_report(tmp_path, capsys):
         assert says in capsys.readouterr().err
     assert __main__.main(["onnx", str(tmp_path / "no_such.pt2"), "-o", str(tmp_path / "x.onnx")]) == 2
     assert "no_such.pt2 does not exist" in capsys.readouterr().err
+
+
+def test_without_onnxscript_the_error_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed
+    with pytest.raises(ImportError, match="needs the onnx and onnxscript packages .*: pip install onnx onnxscript"):
+        torch_mp.onnx_export(Block().eval(), (torch.randn(4, 16),), tmp_path / "block.onnx")
+    assert not list(tmp_path.iterdir())
