@@ -13,6 +13,7 @@ from torch.utils import _pytree as pytree
 from . import _C, capture_check
 from ._torchscript import TorchScriptDeprecationWarning, jit_call
 from .options import ConversionOptions
+from .policy import check_rules_match
 from .report import Report
 
 
@@ -171,6 +172,7 @@ class Conversion:
         self.options = options
         self.keep_non_finite: set = set()
         self._bound_options = options.bind()
+        self._rules_checked = False
 
     def probe(self, module, inputs: Tuple[Any, ...], ids: Sequence[int]) -> List[Optional[torch.Tensor]]:
         """The first output of each node named, in a conversion made with keep_node_ids, on `inputs` (as the fp32
@@ -193,7 +195,11 @@ class Conversion:
         options.verify_outputs = options.verify_outputs and verify
         bound = self.prepared._bound
         converted, report = _bound_call(self.scripted, bound.convert_in_place if in_place else bound.convert, options)
-        return torch.jit._recursive.wrap_cpp_module(converted), Report(report)
+        report = Report(report)
+        if not self._rules_checked:
+            check_rules_match(self.options.policy, report.nodes)
+            self._rules_checked = True
+        return torch.jit._recursive.wrap_cpp_module(converted), report
 
     def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
         """The inputs as the converted module takes them: with low-precision IO, fp32 tensors in the low dtype."""

@@ -27,6 +27,7 @@ from ._convert import (ConversionError, ModelRunError, _device_of, _normalize_ca
                        _refuse_autocast, module_inputs, tensors_of)
 from .inference_form import graph_module_copy, inference_form, quiet_spec_copies, renamed_outputs
 from .options import ConversionOptions
+from .policy import check_rules_match
 from .report import Report
 
 CAST = torch.ops.aten._to_copy.default
@@ -356,6 +357,7 @@ class ProgramConversion:
         self.policy = options.policy
         self.keep_non_finite: Set[str] = set()
         self.captured_seconds = 0.0
+        self._rules_checked = False
         self._stored_names = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind in _STORED}
         self._stored_readers: Dict[str, List[torch.fx.Node]] = {}  # a stored placeholder -> readers of its tensor
         for group in _stored_groups(program).values():
@@ -405,6 +407,9 @@ class ProgramConversion:
         phases = {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan": applied - start,
                   "verify": time.perf_counter() - applied}
         report = self._report(planned, precision, forced, casts, weights, graph, non_finite, phases)
+        if not self._rules_checked:
+            check_rules_match(self.policy, report.nodes)
+            self._rules_checked = True
         return converted, report
 
     # --- deciding and planning -------------------------------------------------------------------------------

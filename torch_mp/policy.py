@@ -18,7 +18,7 @@ over it.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -337,6 +337,28 @@ class OpPolicy:
         lines = ["| op | category | reason |", "| --- | --- | --- |"]
         lines += [f"| `{op}` | {category} | {reason} |" for op, category, reason in self.rows()]
         return "\n".join(lines)
+
+
+def check_rules_match(policy: OpPolicy, nodes: Sequence[Dict[str, Any]]) -> None:
+    """Refuses an exclusion, forced-low rule or force_low_nodes id of `policy` that matches none of `nodes` (a
+    report's `nodes`: id, op, scope), naming it: a typo or a path that is not the model's would otherwise change
+    nothing, silently. Both fronts call it on their first conversion's nodes."""
+    scopes = sorted({node["scope"] for node in nodes if node["scope"]})
+    paths = ", ".join(scopes[:8]) + (", ..." if len(scopes) > 8 else "") or "none"
+    for method, rules, matches in (("exclude", policy._c.exclusions(), "excluded_by"),
+                                   ("force_low", policy._c.forced_low(), "forced_low_by")):
+        for pattern, ops, reason in rules:
+            only_this = _C.OpPolicy()
+            getattr(only_this, method)(pattern, ops, reason)
+            if not any(getattr(only_this, matches)(node["op"], node["scope"]) is not None for node in nodes):
+                of_ops = f" with ops={list(ops)}" if ops is not None else ""
+                raise ValueError(f"policy.{method}({pattern!r}){of_ops} matches no node of the model; its nodes' "
+                                 f"module paths (nn.Module.named_modules() names) are: {paths}")
+    ids = {str(node["id"]) for node in nodes}
+    unknown = sorted(node_id for node_id in policy._c.forced_low_nodes() if node_id not in ids)
+    if unknown:
+        raise ValueError(f"policy.force_low_nodes: no node of the model has the id {', '.join(unknown)}; ids are "
+                         "the report's nodes[].id of this model (an int for convert, an FX node name for export)")
 
 
 def _check_op(op: str) -> None:

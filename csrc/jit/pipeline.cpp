@@ -11,6 +11,7 @@
 #include "jit/ir/writers.h"
 #include "jit/plan/state_containers.h"
 #include "jit/prepare/fold_attribute_reads.h"
+#include "jit/prepare/inline_module_paths.h"
 #include "jit/prepare/specialize_dtype_queries.h"
 #include "jit/prepare/typed_observation.h"
 #include "jit/prepare/value_observer.h"
@@ -309,7 +310,9 @@ PreparedModel prepareModule(
       "torch_mp: the module is in training mode; call .eval() before converting");
   Phases freezing;
   torch::jit::Module frozen = StageRunner(freezing).run("freeze", module.get_method("forward").graph(), [&] {
-    torch::jit::Module copy = torch::jit::freeze_module(module);
+    torch::jit::Module named = module.clone(/*inplace=*/true);  // its own methods, the module's attribute values
+    InlineModulePaths(named);
+    torch::jit::Module copy = torch::jit::freeze_module(named);
     ownAttributeContainers(copy);
     return copy;
   });

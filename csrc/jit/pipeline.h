@@ -1,6 +1,8 @@
 // The conversion pipeline, in order. Each step is its own pass; this file only sequences them.
 //
 // Preparation (once per model, whatever is planned from it):
+//   0. freeze            method calls inlined with each module's whole path (inline_module_paths), then PyTorch's
+//                        freezing, of a copy
 //   1. fp32 clean-up     tensor attributes freezing left become constants (fold_attribute_reads); PyTorch's
 //                        frozen-graph folding (conv+bn, conv+add/mul, linear+bn) where those ops are
 //                        (fold_frozen_patterns), removal of in-place mutation and freezing's simplifications (pooling

@@ -89,13 +89,10 @@ def test_exclusion_by_module_glob_keeps_exactly_those_nodes_fp32(policy, pattern
     torch.testing.assert_close(converted(x), model(x), atol=2e-2, rtol=2e-2)
 
 
-def test_exclusion_that_matches_nothing_changes_nothing(policy):
+def test_exclusion_that_matches_nothing_is_refused(policy):
     model, x = Net().eval(), torch.randn(4, 32)
-    _, default = convert(model, (x,))
-    _, excluded = convert(model, (x,), policy.exclude("tail.*", "*.attn"))
-    assert [(n["output"], n["precision"]) for n in excluded.nodes] == [
-        (n["output"], n["precision"]) for n in default.nodes
-    ]
+    with pytest.raises(ValueError, match=r"policy.exclude\('tail.\*'\) matches no node of the model; .*body.0.fc"):
+        convert(model, (x,), policy.exclude("tail.*", "*.attn"))
 
 
 def test_exclusion_restricted_to_ops(policy):
