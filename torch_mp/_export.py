@@ -32,6 +32,7 @@ from .report import Report
 
 CAST = torch.ops.aten._to_copy.default
 _STORED = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+_KEPT_FP32_LISTED_BYTES = 64 * 1024  # the report lists fp32 weights over this size (conversion_report.h's)
 _SOURCE, _SINK = 0, 1  # the dataflow nodes for the program's inputs and outputs
 
 
@@ -595,6 +596,19 @@ class ProgramConversion:
 
     # --- verification and report -----------------------------------------------------------------------------
 
+    def _weights_kept_fp32(self, planned: List[_Planned], kept: List[_KeptFp32]) -> List[Dict[str, Any]]:
+        """The report's weights_kept_fp32: each fp32 stored tensor over 64 KB (convert's kKeptFp32ListedBytes),
+        largest first, with its readers' ops and the rule of its first reader the plan decided."""
+        decided = {p.node.name: p.decision for p in planned}
+        listed = []
+        for weight in sorted((w for w in kept if w.bytes > _KEPT_FP32_LISTED_BYTES), key=lambda w: -w.bytes):
+            first = next((r.name for r in weight.readers if r.name in decided), None)
+            listed.append({"name": weight.name, "bytes": weight.bytes,
+                           "readers": [_op_name(r) for r in weight.readers if r.op == "call_function"],
+                           "decided_by": first, "rule": decided[first].rule if first else "",
+                           "rule_kind": decided[first].rule_kind if first else None})
+        return listed
+
     def _verify(self, converted: ConvertedProgram) -> Optional[Dict[str, Any]]:
         """Where the converted program computes NaN or inf where the fp32 one is finite: the first output tensor, or
         else the first intermediate value the fp32 runs saw finite; None when nowhere."""
@@ -639,10 +653,17 @@ class ProgramConversion:
             "dtype": self.dtype_name, "policy": self.policy.name, "planner": "min-cut", "seconds": sum(phases.values()),
             "phases": phases,
             "nodes": nodes, "casts": casts, "cast_bytes": sum(c["bytes"] for c in casts),
-            "weight_bytes_before": weights[0], "weight_bytes_after": weights[1], "weights_kept_fp32": [],
+            "weight_bytes_before": weights[0], "weight_bytes_after": weights[1],
+            "weight_bytes_kept_fp32": sum(w.bytes for w in weights[2]),
+            "weights_kept_fp32": self._weights_kept_fp32(planned, weights[2]),
             "unknown_ops": sorted({p.op for p in planned if p.decision.rule_kind == "unknown op"}),
             "unobserved_nodes": 0, "low_precision_flop_fraction": low_flops / heavy if heavy else 0.0,
             "fused_casts": 0, "fused_cast_bytes": 0, "non_finite": non_finite,
+            # what convert's kernel and layout passes count; the export front leaves kernels and layouts to the
+            # compiler that runs its program (AOTInductor), so none of these happen here
+            "fused_pointwise": 0, "fused_normalizations": 0, "column_major_matmul_weights": 0,
+            "channels_last_convolutions": 0, "fused_convolutions": 0,
+            "ranges_observed": True,  # the FX interpreter observes every value on the example and calibration inputs
             "graph": graph,
         }
         return Report(data)
@@ -812,7 +833,8 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             lowered[id(tensor)] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) \
                 if isinstance(tensor, torch.nn.Parameter) else copy_
         table[target] = lowered[id(tensor)]
-    weights = (_stored_bytes(program.state_dict, program.constants), _stored_bytes(state_dict, constants))
+    weights = (_stored_bytes(program.state_dict, program.constants), _stored_bytes(state_dict, constants),
+               _kept_fp32(program, state_dict, constants, stored_readers))
     with quiet_spec_copies():
         converted = program._update(module, renamed_outputs(program.graph_signature, graph), state_dict=state_dict,
                                     constants=constants)
@@ -883,6 +905,34 @@ def _rnn_result_in_new_dtype(node: torch.fx.Node, before: Dict[str, Any]) -> Opt
     requires_grad = torch.is_grad_enabled() and any(value.requires_grad for value in new)  # as autograd sets it
     return tuple(torch.empty_strided(t.shape, t.stride(), dtype=dtype, device=t.device, requires_grad=requires_grad)
                  for t in result)
+
+
+class _KeptFp32(NamedTuple):
+    """A stored fp32 tensor of the converted program: its first name (state_dict or constants key), its bytes and
+    the nodes that read it (of the fp32 program)."""
+    name: str
+    bytes: int
+    readers: List[torch.fx.Node]
+
+
+def _kept_fp32(program: ExportedProgram, state_dict: Dict[str, Any], constants: Dict[str, Any],
+               stored_readers: Dict[str, List[torch.fx.Node]]) -> List[_KeptFp32]:
+    """The converted program's fp32 stored tensors (the report's weight_bytes_kept_fp32 and weights_kept_fp32), one
+    per storage, with the readers of every placeholder holding it, in graph order."""
+    holders: Dict[str, List[str]] = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind in _STORED:
+            holders.setdefault(spec.target, []).append(spec.arg.name)
+    kept: Dict[int, _KeptFp32] = {}
+    for table in (state_dict, constants):
+        for target, tensor in table.items():
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.float32:
+                continue
+            storage = tensor.untyped_storage()
+            weight = kept.setdefault(storage.data_ptr(), _KeptFp32(target, storage.nbytes(), []))
+            for holder in holders.get(target, []):
+                weight.readers.extend(r for r in stored_readers.get(holder, []) if r not in weight.readers)
+    return list(kept.values())
 
 
 def _stored_bytes(*tables: Dict[str, Any]) -> int:

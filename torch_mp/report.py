@@ -60,7 +60,7 @@ class Report:
     def weights_kept_fp32(self):
         """The fp32 tensor weights over 64 KB the converted model holds: name, bytes, readers and the rule (with its
         rule_kind) that kept them, largest first."""
-        return self.data.get("weights_kept_fp32", [])
+        return self.data["weights_kept_fp32"]
 
     @property
     def cast_bytes(self) -> int:
@@ -69,17 +69,17 @@ class Report:
     @property
     def reached_casts(self) -> int:
         """Casts the example inputs ran (the others sit on branches they skipped, e.g. a slow path kept in fp32)."""
-        return sum(1 for cast in self.casts if cast.get("reached", True))
+        return sum(1 for cast in self.casts if cast["reached"])
 
     @property
     def fused_casts(self) -> int:
         """Casts the plan needed that were folded into the ops reading them (not in `casts`)."""
-        return self.data.get("fused_casts", 0)
+        return self.data["fused_casts"]
 
     @property
     def fused_cast_bytes(self) -> int:
         """Bytes per inference those fused casts would have moved."""
-        return self.data.get("fused_cast_bytes", 0)
+        return self.data["fused_cast_bytes"]
 
     @property
     def seconds(self) -> float:
@@ -113,23 +113,23 @@ class Report:
             f"{d['seconds'] * 1e3:.1f} ms)",
             f"  nodes: {low} low precision, {len(self.nodes) - low} fp32; {heavy}",
             f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference"
-            f" ({d.get('fused_casts', 0)} more fused into their readers, saving"
-            f" {d.get('fused_cast_bytes', 0) / 1e6:.3f} MB)"
+            f" ({d['fused_casts']} more fused into their readers, saving"
+            f" {d['fused_cast_bytes'] / 1e6:.3f} MB)"
             + (f"; {skipped} on paths the example inputs did not take" if skipped else "")
-            + (f"; {d['fused_pointwise']} fused pointwise kernels" if d.get("fused_pointwise") else "")
-            + (f"; {d['fused_normalizations']} fused norms" if d.get("fused_normalizations") else ""),
+            + (f"; {d['fused_pointwise']} fused pointwise kernels" if d["fused_pointwise"] else "")
+            + (f"; {d['fused_normalizations']} fused norms" if d["fused_normalizations"] else ""),
             f"  weights: {d['weight_bytes_before'] / 1e6:.2f} MB -> {d['weight_bytes_after'] / 1e6:.2f} MB "
             f"({self.weight_ratio:.2f}x)"
-            + (f"; {d['weight_bytes_kept_fp32'] / 1e6:.2f} MB of them fp32" if "weight_bytes_kept_fp32" in d else ""),
+            + f"; {d['weight_bytes_kept_fp32'] / 1e6:.2f} MB of them fp32",
         ]
         for weight in self.weights_kept_fp32[:3]:
             lines.append(f"    kept fp32: {weight['name']} ({weight['bytes'] / 1e6:.2f} MB, read by "
                          f"{', '.join(sorted(set(weight['readers'])))}): {weight['rule'] or 'no planned reader'}")
         if len(self.weights_kept_fp32) > 3:
             lines.append(f"    ... {len(self.weights_kept_fp32) - 3} more fp32 weights over 64 KB (weights_kept_fp32)")
-        if d.get("column_major_matmul_weights"):
+        if d["column_major_matmul_weights"]:
             lines.append(f"  CPU matmul weights stored column-major: {d['column_major_matmul_weights']}")
-        if d.get("channels_last_convolutions") or d.get("fused_convolutions"):
+        if d["channels_last_convolutions"] or d["fused_convolutions"]:
             lines.append(f"  CUDA convolutions: {d['channels_last_convolutions']} channels_last, "
                          f"{d['fused_convolutions']} fused with their relu (and residual add) into cuDNN calls")
         slow = [n for n in self.nodes if n["rule_kind"] == "no fast kernel"]
@@ -144,7 +144,7 @@ class Report:
                 f"{f['error_after']:.3g} (tolerance {f['tolerance']:.3g}; {f['conversions']} conversions, "
                 f"{f['seconds']:.1f} s)"
             )
-        kinds = Counter(n.get("rule_kind") for n in self.nodes if n.get("rule_kind") in USER_RULE_KINDS)
+        kinds = Counter(n["rule_kind"] for n in self.nodes if n["rule_kind"] in USER_RULE_KINDS)
         if kinds:
             counts = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
             lines.append(f"  nodes decided by: {counts}")

@@ -1,0 +1,42 @@
+"""The report has the same keys on both fronts, each with the true value: export fills what convert's kernel and
+layout passes count with 0 (it leaves kernels and layouts to the compiler that runs its program) and lists the fp32
+weights it keeps, as convert does."""
+import torch
+
+import torch_mp
+
+
+class TableNormHead(torch.nn.Module):
+    """A table looked up low, a layer norm whose fp32 weight stays fp32, a head kept fp32 by an exclusion (its
+    300x64 weight, 76.8 KB, over the report's 64 KB listing size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(1000, 64)
+        self.norm = torch.nn.LayerNorm(64)
+        self.head = torch.nn.Linear(64, 300)
+
+    def forward(self, tokens):
+        return self.head(self.norm(self.embed(tokens)))
+
+
+def test_both_fronts_report_the_same_keys_and_the_fp32_weights_they_keep():
+    model, tokens = TableNormHead().eval(), torch.randint(0, 1000, (2, 8))
+    policy = torch_mp.OpPolicy.default("cpu_bf16").exclude("head", reason="head stays fp32")
+    reports = {front: getattr(torch_mp, front)(model, (tokens,), torch.bfloat16, policy=policy,
+                                               return_report=True)[1]
+               for front in ("convert", "export")}
+    convert, export = reports["convert"], reports["export"]
+    assert set(export.data) == set(convert.data)
+    for key in ("fused_pointwise", "fused_normalizations", "column_major_matmul_weights",
+                "channels_last_convolutions", "fused_convolutions"):
+        assert export.data[key] == 0, key
+    assert export.data["ranges_observed"] is True
+    for report in (convert, export):
+        [head] = report.weights_kept_fp32
+        assert (head["bytes"], head["readers"], head["rule_kind"]) == (300 * 64 * 4, ["aten::linear"], "exclusion")
+        assert next(n for n in report.nodes if n["id"] == head["decided_by"])["scope"] == "head"
+        # the head's weight and bias and the norm's, in fp32; the table is stored low
+        assert report.data["weight_bytes_kept_fp32"] == (300 * 64 + 300 + 2 * 64) * 4
+        assert "MB of them fp32" in report.summary()
+    assert export.weights_kept_fp32[0]["name"] == "head.weight"
