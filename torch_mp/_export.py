@@ -557,14 +557,25 @@ class ProgramConversion:
 
     def _table_stored_low(self, lookup: torch.fx.Node) -> bool:
         """Whether a lookup's table is a stored tensor that can be stored once, low (core::OpPolicy::storesTableLow, as
-        convert asks it): every node reading it is a lookup of it or one the policy runs low."""
+        convert asks it): every node reading it is a lookup of it or one the policy runs low. A view of the table (a
+        tied head's `t()`) is followed to its readers: convert's frozen graph folds it into a constant sharing the
+        table's storage, whose readers it asks about."""
         readers = self._stored_readers.get(lookup.args[0].name) if lookup.args and self._stored(lookup.args[0]) \
             else None
         if readers is None:
             return False
-        reads_first = [reader.args and isinstance(reader.args[0], torch.fx.Node) and
-                       self._stored_readers.get(reader.args[0].name) is readers for reader in readers]
-        return self.policy._c.stores_table_low([(_op_name(r), bool(first)) for r, first in zip(readers, reads_first)])
+        aliases = {name for name, group in self._stored_readers.items() if group is readers}
+        reached, pending = [], list(readers)
+        while pending:
+            reader = pending.pop(0)
+            if _is_view(reader):
+                aliases.add(reader.name)
+                pending.extend(user for user in reader.users if user not in pending)
+            elif reader not in reached:
+                reached.append(reader)
+        reads_first = [bool(r.args) and isinstance(r.args[0], torch.fx.Node) and r.args[0].name in aliases
+                       for r in reached]
+        return self.policy._c.stores_table_low([(_op_name(r), first) for r, first in zip(reached, reads_first)])
 
     def _stored(self, node: Any) -> bool:
         """Whether a node is a parameter, buffer or lifted constant of the program."""
@@ -667,6 +678,17 @@ class ProgramConversion:
             "graph": graph,
         }
         return Report(data)
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """Whether a call returns a view of its first input (its schema's result aliases it, unwritten: t, view,
+    permute, ...)."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None or len(schema.returns) != 1 or not schema.arguments:
+        return False
+    returned, first = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    return returned is not None and not returned.is_write and first is not None and \
+        returned.before_set == first.before_set
 
 
 def _finite(tensor: torch.Tensor) -> bool:

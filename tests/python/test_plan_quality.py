@@ -91,6 +91,17 @@ def test_tied_embedding_table_is_stored_once_low(tmp_path):
 
 
 @pytest.mark.parametrize("front", ["convert", "export"])
+def test_a_tied_table_its_head_reads_through_a_view_is_stored_once_low_on_both_fronts(front):
+    # export sees the head's h @ table.t() as a t() view reading the table; it follows the view to the low matmul, as
+    # convert's frozen graph (the view folded into a constant of the table's storage) does (export was 0.984)
+    torch.manual_seed(0)
+    model, ids = TiedLanguageModel().eval(), torch.randint(0, 4000, (2, 16))
+    _, report = getattr(torch_mp, front)(model, (ids,), torch.float16, return_report=True)
+    assert report.weight_ratio <= 0.501 and report.weights_kept_fp32 == []
+    assert [n["precision"] for n in report.nodes if n["op"] == "aten::embedding"] == ["low", "low"]
+
+
+@pytest.mark.parametrize("front", ["convert", "export"])
 def test_no_conversion_grows_the_weights_of_a_tied_table_its_output_layer_reads_in_fp32(front):
     # Planned for a CPU without fp16 kernels the output matmul stays fp32, so the table it shares with the token
     # lookup stays fp32, stored once, and so does that lookup (stored low as well, the weights were 1.47x the fp32
