@@ -211,41 +211,25 @@ class ConvertedProgram:
 
 
 class _Seen:
-    """What the runs showed of one value: its dtype, and for an fp32 tensor its size and the magnitudes it held (the
-    smallest non-zero one only where `smallest` is asked: the underflow guard's values)."""
+    """What the runs showed of one value: its dtype, and for an fp32 tensor its size and the statistics the
+    TorchScript front's observer keeps (_C.value_statistics, the one C++ function both fronts observe with): the
+    largest finite and smallest finite non-zero magnitudes, integrality, finiteness."""
 
-    __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite", "wants_smallest")
+    __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite")
 
-    # Below this largest magnitude no guard depends on integers (bf16 holds every integer up to 256): a run that stays
-    # below it leaves `only_integers` as the other runs make it.
-    INTEGER_CHECK_FROM = 256.0
-
-    def __init__(self, tensor: torch.Tensor, wants_smallest: bool):
+    def __init__(self, tensor: torch.Tensor):
         self.dtype = tensor.dtype
         self.shape = None if tensor.is_nested else list(tensor.shape)  # on the example inputs
         self.numel = tensor.numel()
         self.largest, self.smallest, self.only_integers, self.finite = 0.0, float("inf"), True, True
-        self.wants_smallest = wants_smallest
         self.add(tensor)
 
     def add(self, tensor: torch.Tensor) -> None:
         if self.dtype != torch.float32 or tensor.is_nested or tensor.numel() == 0:
             return
-        tensor = tensor.detach()
-        low, high = (float(v) for v in torch.aminmax(tensor))  # one pass; NaN and inf show in either
-        if not (math.isfinite(low) and math.isfinite(high)):
-            self.finite = False
-            tensor = tensor[torch.isfinite(tensor)]
-            if tensor.numel() == 0:
-                return
-            low, high = (float(v) for v in torch.aminmax(tensor))
-        largest = max(-low, high)
-        self.largest = max(self.largest, largest)
-        if largest > self.INTEGER_CHECK_FROM:
-            self.only_integers = self.only_integers and bool((tensor == tensor.floor()).all())
-        if self.wants_smallest:
-            magnitude = tensor.abs()
-            self.smallest = min(self.smallest, float(torch.where(magnitude > 0, magnitude, math.inf).min()))
+        largest, smallest, only_integers, finite = _C.value_statistics(tensor.detach(), self.only_integers)
+        self.largest, self.smallest = max(self.largest, largest), min(self.smallest, smallest)
+        self.only_integers, self.finite = self.only_integers and only_integers, self.finite and finite
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -268,7 +252,7 @@ def _flat_inputs(program: ExportedProgram, inputs: Tuple[Any, ...]) -> List[Any]
     return program._graph_module_flat_inputs(inputs, {})
 
 
-def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]], smallest_of: Set[str]):
+def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]]):
     """What each run showed of every floating value, by node name, and each run's outputs."""
     seen: Dict[str, _Seen] = {}
 
@@ -277,7 +261,7 @@ def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]], smallest
             if node.name in seen:
                 seen[node.name].add(value)
             else:
-                seen[node.name] = _Seen(value, node.name in smallest_of)
+                seen[node.name] = _Seen(value)
 
     outputs = []
     with torch.no_grad():
@@ -368,7 +352,7 @@ class ProgramConversion:
         self.runs = [inputs] + list(calibration)
         reads = _zero_sensitive_reads(program.graph)
         try:
-            self.seen, self.reference_outputs = _observe(program, self.runs, {v.name for r in reads for v in r.values})
+            self.seen, self.reference_outputs = _observe(program, self.runs)
         except Exception as error:  # noqa: BLE001 - the program's own failure on its inputs (their shapes, ...)
             which = "example or calibration inputs" if calibration else "example inputs"
             raise ModelRunError(f"torch_mp: running the program on the {which} failed: {_first_line(error)}") \
@@ -629,7 +613,7 @@ class ProgramConversion:
             def record(node, value, bad=bad):
                 seen = self.seen.get(node.name)
                 if not bad and seen is not None and seen.finite and isinstance(value, torch.Tensor) \
-                        and value.is_floating_point() and value.numel() and not _finite(value):
+                        and value.is_floating_point() and value.numel() and not _C.all_finite(value):
                     bad.append(node.name)
 
             with torch.no_grad():
@@ -638,7 +622,7 @@ class ProgramConversion:
             pairs = [(o, r) for o, r in zip(tensors_of(outputs), tensors_of(self.reference_outputs[run]))
                      if o.is_floating_point()]
             for position, (output, reference) in enumerate(pairs):
-                if bool((~torch.isfinite(output) & torch.isfinite(reference)).any()):
+                if not _C.all_finite(output) and bool((~torch.isfinite(output) & torch.isfinite(reference)).any()):
                     return {"run": run, "tensor": position, "value": ""}
             if bad:
                 return {"run": run, "tensor": None, "value": bad[0]}
@@ -690,10 +674,6 @@ def _is_view(node: torch.fx.Node) -> bool:
     return returned is not None and not returned.is_write and first is not None and \
         returned.before_set == first.before_set
 
-
-def _finite(tensor: torch.Tensor) -> bool:
-    low, high = torch.aminmax(tensor)  # one pass; NaN and inf show in either
-    return math.isfinite(float(low)) and math.isfinite(float(high))
 
 
 def _outputs_of(node: torch.fx.Node) -> List[torch.fx.Node]:

@@ -20,6 +20,7 @@
 #include "core/op_facts.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
+#include "jit/ir/tensor_statistics.h"
 #include "jit/pipeline.h"
 #include "jit/plan/numeric_guards.h"
 #include "jit/report/value_probe.h"
@@ -278,6 +279,19 @@ void bindCoreForExport(py::module_& m) {
       },
       py::arg("largest"), py::arg("only_integers"), py::arg("dtype"), py::arg("name"),
       "The range guard's verdict on one observed fp32 value (a dict as a report's guard), or None.");
+  m.def(
+      "value_statistics",
+      [](const at::Tensor& tensor, bool checkIntegers) {
+        const jit::TensorStatistics seen = jit::tensorStatistics(tensor, checkIntegers);
+        return std::make_tuple(
+            seen.magnitudes.largest, seen.magnitudes.smallest, seen.onlyIntegers, seen.magnitudes.allFinite);
+      },
+      py::arg("tensor"), py::arg("check_integers"),
+      "What one observation of an fp32 tensor adds, as the TorchScript front's observer computes it: (largest "
+      "finite magnitude, smallest finite non-zero magnitude or inf, only integers (checked where check_integers "
+      "and the largest magnitude exceeds 256), all finite).");
+  m.def("all_finite", &jit::allFinite, py::arg("tensor"),
+        "Whether a floating tensor holds no NaN or inf (dense fp32, bf16 and fp16 CPU tensors read in place).");
   m.def(
       "largest_finite", [](const std::string& dtype) { return core::largestFinite(lowDtypeNamed(dtype)); },
       py::arg("dtype"));

@@ -8,6 +8,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "jit/ir/tensor_statistics.h"
 #include "jit/prepare/value_observer.h"
 #include "test_utils.h"
 
@@ -114,6 +115,23 @@ TEST(ValueObserverTest, InfinitiesAndNanDoNotCountAsMagnitudes) {
   EXPECT_DOUBLE_EQ(observation.values.at(graph->inputs()[0]).largestMagnitude, 5.0);
   EXPECT_DOUBLE_EQ(largestFiniteMagnitude(torch::full({5000}, -inf)), 0.0);
   EXPECT_DOUBLE_EQ(largestFiniteMagnitude(torch::empty({0})), 0.0);
+}
+
+TEST(ValueObserverTest, TensorStatisticsAreWhatBothFrontsObserve) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const TensorStatistics mixed = tensorStatistics(torch::tensor({0.0f, -3e-8f, 300.0f, inf, -2.5f}), true);
+  EXPECT_DOUBLE_EQ(mixed.magnitudes.largest, 300.0);
+  EXPECT_DOUBLE_EQ(mixed.magnitudes.smallest, static_cast<double>(3e-8f));  // zeros do not count
+  EXPECT_FALSE(mixed.magnitudes.allFinite);
+  EXPECT_FALSE(mixed.onlyIntegers);  // -2.5, above the integer check's magnitude
+  EXPECT_TRUE(tensorStatistics(torch::tensor({1.0f, -4096.0f, 0.0f}), true).onlyIntegers);
+  EXPECT_FALSE(tensorStatistics(torch::tensor({1000.0f, nan}), true).onlyIntegers);  // NaN is no integer
+  EXPECT_TRUE(tensorStatistics(torch::tensor({1000.5f}), false).onlyIntegers);  // not asked: not checked
+  EXPECT_TRUE(tensorStatistics(torch::tensor({200.5f}), true).onlyIntegers);  // below 256: not checked
+  const TensorStatistics none = tensorStatistics(torch::zeros({3}), true);
+  EXPECT_DOUBLE_EQ(none.magnitudes.largest, 0.0);
+  EXPECT_EQ(none.magnitudes.smallest, inf);
 }
 
 TEST(ValueObserverTest, ABranchNotTakenIsNotSeenAndItsViewsAreCompletedStatically) {

@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "jit/ir/tensor_statistics.h"
 #include "jit/model_run_error.h"
 #include "jit/upstream/graph_runner.h"
 
@@ -47,14 +48,11 @@ void record(ObservedValue& slot, const c10::IValue& value) {
   if (slot.dtype == c10::ScalarType::Float) {
     // a nested tensor's rows padded with zeros have its magnitudes and integrality
     const at::Tensor dense = tensor.is_nested() ? tensor.to_padded_tensor(0.0) : tensor;
-    const FiniteMagnitudes magnitudes = finiteMagnitudes(dense);
-    const double largest = magnitudes.largest;
-    slot.largestMagnitude = std::max(slot.largestMagnitude, largest);
-    slot.smallestMagnitude = std::min(slot.smallestMagnitude, magnitudes.smallest);
-    slot.nonFinite = slot.nonFinite || !magnitudes.allFinite;
-    if (slot.onlyIntegers && largest > kIntegerCheckAbove) {
-      slot.onlyIntegers = at::equal(dense, dense.round());  // NaN never equals itself: not integers
-    }
+    const TensorStatistics seen = tensorStatistics(dense, slot.onlyIntegers);
+    slot.largestMagnitude = std::max(slot.largestMagnitude, seen.magnitudes.largest);
+    slot.smallestMagnitude = std::min(slot.smallestMagnitude, seen.magnitudes.smallest);
+    slot.nonFinite = slot.nonFinite || !seen.magnitudes.allFinite;
+    slot.onlyIntegers = slot.onlyIntegers && seen.onlyIntegers;
   }
 }
 
