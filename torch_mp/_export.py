@@ -75,6 +75,7 @@ def export(
         job.captured_seconds = captured
         if eager is not None:
             _check_capture(model, program, eager, job.reference_outputs[0])
+        eager = None  # checked: the model's outputs (a decoder's logits) need not stay alive through the conversion
         if chosen.tolerance is None:
             converted, report = job.run()
         else:
