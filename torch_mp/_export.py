@@ -676,7 +676,6 @@ def _is_view(node: torch.fx.Node) -> bool:
         returned.before_set == first.before_set
 
 
-
 def _outputs_of(node: torch.fx.Node) -> List[torch.fx.Node]:
     """The nodes holding a call's tensors: itself, or for one returning several, the getitems that take them."""
     if isinstance(_val(node), (tuple, list)):
