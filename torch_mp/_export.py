@@ -1,10 +1,10 @@
 """torch_mp.export: convert's planner and policy on a torch.export program, applied as explicit casts.
 
 The program (exported here, or given) is made functional where it writes in place, observed on the example and
-calibration inputs by an FX interpreter, and each call to an ATen op is decided in convert's written order (a
-floating tensor that is not fp32, the numeric guards, higher-order ops, the kept sets, exclusions, the node rules,
-the policy's entry, unknown ops). The guards' limits and verdicts, the op facts, the policy and the min-cut planner
-are the C++ core's (torch_mp._C), the same ones convert asks. The plan is applied as `aten._to_copy` casts where a
+calibration inputs by an FX interpreter, and each call to an ATen op is decided by the rule order convert's
+decisions come from too (core/classify_node, one call over the facts of every node gathered here). The guards' limits
+and verdicts, the op facts, the policy and the min-cut planner are the C++ core's (torch_mp._C), the same ones
+convert asks. The plan is applied as `aten._to_copy` casts where a
 reader needs another dtype than its producer writes, one per value and dtype; a parameter, buffer or lifted constant
 that only low nodes read is stored once in the low dtype. Node ids in the report are FX node names.
 """
@@ -401,60 +401,62 @@ class ProgramConversion:
     # --- deciding and planning -------------------------------------------------------------------------------
 
     def _decide(self, keep_fp32: Set[str]) -> List[_Planned]:
-        node_rule = self.policy.node_rule()
-        planned = []
+        """The decision per planned node: core::classifyNode (the rule order both fronts share) over the facts
+        gathered here, in one call."""
+        nodes = []
         for node in self.program.graph.nodes:
             if node.op != "call_function" or node.target is operator.getitem:
                 continue
             reads_tensor = any(isinstance(_val(i), torch.Tensor) for i in node.all_input_nodes)
             if not reads_tensor and not list(tensors_of(_val(node))):
                 continue  # arithmetic on sizes
-            op, scope = _op_name(node), _scope(node)
-            decision = self._rule(node, op, scope, keep_fp32, node_rule)
-            planned.append(_Planned(node, op, scope, decision, len(planned) + 2))
-        return planned
+            nodes.append((node, _op_name(node), _scope(node)))
+        node_rule = self.policy.node_rule()
+        ask = None if node_rule is None else (lambda i: self._ask_node_rule(node_rule, *nodes[i]))
+        decisions = _C.classify_nodes([self._facts(*entry, keep_fp32) for entry in nodes], self.policy._c,
+                                      self.dtype_name, ask)
+        return [_Planned(node, op, scope, _Decision(*decision), index + 2)
+                for index, ((node, op, scope), decision) in enumerate(zip(nodes, decisions))]
 
-    def _rule(self, node, op, scope, keep_fp32, node_rule) -> _Decision:
-        """The rule that decides one node, in convert's order (jit/plan/graph_to_dataflow's classification)."""
+    def _facts(self, node, op, scope, keep_fp32) -> Dict[str, Any]:
+        """What core::NodeFacts needs of one node. A program's nodes were all observed, and a tensor list an FX
+        node returns is read item by item (getitem), each cast on its own, so `unobserved` and
+        `writes_tensor_list` never apply here."""
         outputs = _outputs_of(node)
         floating = [d for i in node.all_input_nodes for d in _floating_dtypes(_val(i))] + \
             [d for o in outputs for d in _floating_dtypes(_val(o))]
-        if any(d != torch.float32 for d in floating):
-            return _Decision("fp32", "not fp32", "has a floating tensor that is not fp32: left as it is")
-        guard = self._observed_guard(node, outputs) or self._underflow.get(node.name)
-        forced = self._forced_low(node, op, scope, keep_fp32)
-        if forced is not None:  # over the guards, which the report still gives
-            return _Decision("low", "forced low", f"low: forced: {forced}",
-                             guard or self._constant_guard(node) or self._lost_scalar(node))
-        if guard:
-            return self._guarded(guard)
-        if not isinstance(node.target, torch._ops.OpOverload):
-            return _Decision("fp32", "control flow", f"fp32: {op} is a higher-order op; its subgraphs stay fp32")
-        guard = self._constant_guard(node)
-        if guard:
-            return self._guarded(guard)
-        chosen = self._user_choice(node, op, scope, keep_fp32, node_rule)
-        if chosen is not None:
-            decision = chosen
-        else:
-            entry = self.policy._c.entry(op)
-            if entry is None:
-                return _Decision("fp32", "unknown op", "fp32: in no list (unknown op)")
-            category, reason, no_fast_kernel = entry
-            decision = _Decision(category, "no fast kernel" if no_fast_kernel else "policy", f"{category}: {reason}")
-            lookup = _C.op_facts(op)["table_lookup"]
-            if lookup and category == "follow" and self._table_stored_low(node):
-                decision = _Decision("low", "policy", f"low: {lookup} that is a constant: the table is stored "
-                                                      "once, in the low dtype, and only what is read is cast")
-        if decision.category in ("low", "low_fp32_output") and self._sums_nothing(node, op):
-            decision = _Decision("follow", "sums nothing", decision.rule + " [follow instead: nothing to sum (an "
-                                 "outer product), so low precision would only round its inputs, say positions or "
-                                 "timesteps]")
-        if decision.category != "fp32":
-            verdict = self._lost_scalar(node)
-            if verdict:
-                return self._guarded(verdict)
-        return decision
+        return {
+            "op": op, "scope": scope, "id": node.name,
+            "not_fp32": any(d != torch.float32 for d in floating),
+            "opaque_subgraphs": not isinstance(node.target, torch._ops.OpOverload),  # a higher-order op
+            "kept_non_finite": node.name in self.keep_non_finite, "kept_by_fallback": node.name in keep_fp32,
+            "observed_range": self._observed_guard(node, outputs),
+            "underflow_to_zero": self._underflow.get(node.name),
+            "constant_range": self._constant_guard(node),
+            "lost_scalar": self._lost_scalar(node),
+            "reads_table_stored_low": bool(_C.op_facts(op)["table_lookup"]) and self._table_stored_low(node),
+            "sums_nothing": self._sums_nothing(node, op),
+        }
+
+    def _ask_node_rule(self, node_rule, node, op, scope) -> Optional[Tuple[str, str]]:
+        """The user's per-node callable on one node, given what convert's NodeDescription gives it."""
+        tensors = [_val(a) if isinstance(_val(a), torch.Tensor) else None for a in node.args]
+        shapes = tuple(tuple(self.seen[a.name].shape) if t is not None and a.name in self.seen else None
+                       for a, t in zip(node.args, tensors))
+        dtypes = tuple(t.dtype if t is not None else None for t in tensors)
+        constants = {}  # as the schema names them, defaults included (a TorchScript node spells every argument)
+        for position, argument in enumerate(node.target._schema.arguments):
+            if position < len(node.args):
+                value = node.args[position]
+            elif argument.name in node.kwargs:
+                value = node.kwargs[argument.name]
+            elif argument.has_default_value():
+                value = argument.default_value
+            else:
+                continue
+            if not any(isinstance(v, torch.fx.Node) for v in (value if isinstance(value, (list, tuple)) else [value])):
+                constants[argument.name] = value
+        return node_rule(node.name, op, scope, node.name, shapes, dtypes, constants)
 
     def _sums_nothing(self, node, op) -> bool:
         """convert's demotion of a product that sums nothing (core::sumsNothing): it follows. A tensor list an FX
@@ -473,55 +475,6 @@ class ProgramConversion:
                     return verdict
         return None
 
-    def _forced_low(self, node, op, scope, keep_fp32) -> Optional[str]:
-        """The reason of the policy's forced-low rule for the node (by its name, else by op and module path), unless
-        the verification's repair or the accuracy fallback keeps it fp32 (jit/plan/graph_to_dataflow's forcedLow);
-        control flow is never forced."""
-        if node.name in self.keep_non_finite or node.name in keep_fp32 or \
-                not isinstance(node.target, torch._ops.OpOverload):
-            return None
-        by_id = self.policy._c.forced_low_node(node.name)
-        if by_id is not None:
-            return by_id
-        rule = self.policy._c.forced_low_by(op, scope)
-        return rule[2] if rule is not None else None
-
-    def _user_choice(self, node, op, scope, keep_fp32, node_rule) -> Optional[_Decision]:
-        if node.name in self.keep_non_finite:
-            return _Decision("fp32", "non-finite",
-                             "fp32: verification: in low precision its output was NaN or inf where fp32's is finite")
-        if node.name in keep_fp32:
-            return _Decision("fp32", "fallback",
-                             "fp32: accuracy fallback: keeping it in fp32 brings the error within tolerance")
-        exclusion = self.policy._c.excluded_by(op, scope)
-        if exclusion is not None:
-            return _Decision("fp32", "exclusion", f"fp32: excluded: {exclusion[2]}")
-        if node_rule is None:
-            return None
-        tensors = [_val(a) if isinstance(_val(a), torch.Tensor) else None for a in node.args]
-        shapes = tuple(tuple(self.seen[a.name].shape) if t is not None and a.name in self.seen else None
-                       for a, t in zip(node.args, tensors))
-        dtypes = tuple(t.dtype if t is not None else None for t in tensors)
-        constants = {}  # as the schema names them, defaults included (a TorchScript node spells every argument)
-        for position, argument in enumerate(node.target._schema.arguments):
-            if position < len(node.args):
-                value = node.args[position]
-            elif argument.name in node.kwargs:
-                value = node.kwargs[argument.name]
-            elif argument.has_default_value():
-                value = argument.default_value
-            else:
-                continue
-            if not any(isinstance(v, torch.fx.Node) for v in (value if isinstance(value, (list, tuple)) else [value])):
-                constants[argument.name] = value
-        chosen = node_rule(node.name, op, scope, node.name, shapes, dtypes, constants)
-        return None if chosen is None else _Decision(chosen[0], "callable", f"{chosen[0]}: {chosen[1]}")
-
-    def _guarded(self, verdict: Dict[str, Any]) -> _Decision:
-        rule = _C.describe_guard(verdict["kind"], verdict["value"], verdict["seen"], verdict["limit"],
-                                 self.dtype_name)
-        return _Decision("fp32", "range guard", rule, verdict)
-
     def _observed_guard(self, node, outputs) -> Optional[Dict[str, Any]]:
         for value in list(node.all_input_nodes) + outputs:
             seen = self.seen.get(value.name)
@@ -533,11 +486,17 @@ class ProgramConversion:
         return None
 
     def _constant_guard(self, node) -> Optional[Dict[str, Any]]:
+        """A stored tensor or a float scalar the node reads beyond the low dtype's max (jit/plan/numeric_guards'
+        constantOutOfRange: in a frozen TorchScript graph both are constants)."""
         limit = _C.largest_finite(self.dtype_name)
         for value in node.all_input_nodes:
             seen = self.seen.get(value.name)
             if self._stored(value) and seen is not None and seen.largest > limit:
                 return {"kind": "constant range", "value": value.name, "seen": seen.largest, "limit": limit}
+        for position, scalar in enumerate(list(node.args) + list(node.kwargs.values())):
+            if isinstance(scalar, float) and math.isfinite(scalar) and abs(scalar) > limit:
+                return {"kind": "constant range", "value": f"{node.name}[{position}]", "seen": abs(scalar),
+                        "limit": limit}
         return None
 
     def _table_stored_low(self, lookup: torch.fx.Node) -> bool:
@@ -740,7 +699,7 @@ def _underflow_to_zero(reads: List[_ZeroSensitiveRead], seen: Dict[str, _Seen], 
 
 
 def _flops(planned: _Planned, seen: Dict[str, _Seen]) -> int:
-    """Multiply-add FLOPs of a heavy op at the example inputs' sizes (core/op_facts' formulas, jit/plan/flop_estimate)."""
+    """Multiply-add FLOPs of a heavy op at the example inputs' sizes (core/flop_formulas, as convert counts them)."""
     node = planned.node
 
     def sizes(value: Any) -> Optional[List[int]]:
@@ -750,7 +709,16 @@ def _flops(planned: _Planned, seen: Dict[str, _Seen]) -> int:
     outputs = _outputs_of(node)
     inputs = [sizes(a) if isinstance(a, torch.fx.Node) else None for a in node.args]
     transposed = node.args[6] if len(node.args) > 6 and isinstance(node.args[6], bool) else None
-    return _C.estimate_flops(planned.op, inputs, sizes(outputs[0]) if outputs else None, transposed)
+    integers = [a if isinstance(a, int) and not isinstance(a, bool) else None for a in node.args]
+    weights = []
+    if isinstance(node.target, torch._ops.OpOverload):
+        names = [argument.name for argument in node.target._schema.arguments]
+        position = names.index(_C.RECURRENT_WEIGHTS_ARGUMENT) if _C.RECURRENT_WEIGHTS_ARGUMENT in names else None
+        listed = node.args[position] if position is not None and position < len(node.args) else ()
+        weights = [sizes(t) for t in listed if isinstance(t, torch.fx.Node) and sizes(t) is not None]
+    first = sizes(node.args[0]) if node.args and isinstance(node.args[0], torch.fx.Node) else None
+    return _C.estimate_flops(planned.op, inputs, sizes(outputs[0]) if outputs else None, transposed, weights,
+                             integers, math.prod(first) if first is not None else None)
 
 
 _DTYPE_NAMES = {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float64: "Double"}

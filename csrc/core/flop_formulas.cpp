@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <initializer_list>
 #include <string>
 
 namespace torch_mp::core {
@@ -43,6 +44,42 @@ int64_t attention(const FlopOperands& operands) {
   return 2 * elementCount(*q) * keys + 2 * elementCount(*operands.output) * keys;
 }
 
+// Every 2-D weight is applied once per time step and batch row (the input's rows: all dims but its last).
+int64_t recurrent(const FlopOperands& operands) {
+  const auto& data = input(operands, 0);
+  if (!data || data->empty()) {
+    return 0;
+  }
+  const int64_t rows = elementCount(*data) / std::max<int64_t>(data->back(), 1);
+  int64_t weights = 0;
+  for (const Sizes& sizes : operands.recurrentWeights) {
+    weights += sizes.size() == 2 ? elementCount(sizes) : 0;
+  }
+  return 2 * rows * weights;
+}
+
+// PyTorch's fused transformer ops (nn.MultiheadAttention's and nn.TransformerEncoderLayer's fast paths): every
+// token goes through each 2-D weight once, plus q k^T and (softmax) v per sequence. A nested input (rows of
+// different lengths, padding removed) has a token count but no sequence length: its attention term is left out.
+int64_t fusedTransformer(const FlopOperands& operands, size_t widthInput, std::initializer_list<size_t> weights) {
+  const std::optional<int64_t> width =
+      widthInput < operands.integers.size() ? operands.integers[widthInput] : std::nullopt;
+  if (!operands.firstInputElements || !width || *width <= 0) {  // a node the example inputs did not reach ran none
+    return 0;
+  }
+  const int64_t tokens = *operands.firstInputElements / *width;
+  int64_t flops = 0;
+  for (size_t index : weights) {
+    if (const auto& sizes = input(operands, index); sizes && sizes->size() == 2) {
+      flops += 2 * tokens * elementCount(*sizes);
+    }
+  }
+  if (const auto& sizes = input(operands, 0); sizes && sizes->size() >= 2) {
+    flops += 4 * tokens * (*sizes)[sizes->size() - 2] * *width;
+  }
+  return flops;
+}
+
 } // namespace
 
 int64_t elementCount(const Sizes& sizes) {
@@ -67,9 +104,19 @@ int64_t flopsOf(FlopFormula formula, const FlopOperands& operands) {
       return contraction(operands, 1);
     case FlopFormula::kAttention:
       return attention(operands);
-    default:
+    case FlopFormula::kMultiHeadAttention:
+      // (query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight, ...)
+      return fusedTransformer(operands, 3, {5, 7});
+    case FlopFormula::kTransformerEncoderLayer:
+      // (src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias, use_gelu, norm_first, eps, 4 norm
+      // tensors, ffn_weight_1, ffn_bias_1, ffn_weight_2, ...)
+      return fusedTransformer(operands, 1, {3, 5, 14, 16});
+    case FlopFormula::kRecurrent:
+      return recurrent(operands);
+    case FlopFormula::kNone:
       return 0;
   }
+  return 0;
 }
 
 namespace {

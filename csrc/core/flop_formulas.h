@@ -1,6 +1,5 @@
 // The FLOP formulas of core/op_facts over operand sizes: what both fronts count a heavy op's multiply-add FLOPs with
-// (jit/plan/flop_estimate for TorchScript nodes, torch_mp/_export.py for FX nodes). The fused transformer and recurrent
-// formulas also need weights lists and widths; jit/plan/flop_estimate keeps those.
+// (jit/plan/flop_estimate for TorchScript nodes, torch_mp/_export.py for FX nodes), every formula written here once.
 #pragma once
 
 #include <cstdint>
@@ -14,10 +13,20 @@ namespace torch_mp::core {
 
 using Sizes = std::vector<int64_t>;
 
+// The schema argument of a kRecurrent op (lstm, gru, rnn_tanh, rnn_relu, either overload) holding its weights.
+inline constexpr const char* kRecurrentWeightsArgument = "params";
+
 struct FlopOperands {
   std::vector<std::optional<Sizes>> inputs;  // per input: its sizes, or nothing (not a tensor, or not observed)
   std::optional<Sizes> output;               // the first output's
   std::optional<bool> transposed;            // kGenericConvolution: its transposed flag, where known
+  // kRecurrent: the sizes of the tensors in its kRecurrentWeightsArgument list
+  std::vector<Sizes> recurrentWeights;
+  // per input: its value where it is an int (the fused transformer ops' embedding width)
+  std::vector<std::optional<int64_t>> integers;
+  // the fused transformer ops: the first input's element count, where the node ran (a nested tensor, rows of
+  // different lengths, has one but no sizes)
+  std::optional<int64_t> firstInputElements;
 };
 
 int64_t elementCount(const Sizes& sizes);

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/classify_node.h"
 #include "core/fast_kernels.h"
 #include "core/flop_formulas.h"
 #include "core/numeric_limits.h"
@@ -257,6 +258,78 @@ core::LowDtype lowDtypeNamed(const std::string& name) {
   return jit::toLowDtype(parseDtype(name));
 }
 
+core::GuardKind guardKindNamed(const std::string& kind) {
+  for (const core::GuardKindName& name : core::kGuardKindNames) {
+    if (kind == name.name) {
+      return name.kind;
+    }
+  }
+  TORCH_CHECK_VALUE(false, "torch_mp: unknown guard kind '", kind, "'");
+}
+
+// A guard's verdict from its dict (guardDict's), or nothing for None.
+std::optional<core::GuardVerdict> guardFrom(const py::handle& entry) {
+  if (entry.is_none()) {
+    return std::nullopt;
+  }
+  const py::dict guard = py::reinterpret_borrow<py::dict>(entry);
+  return core::GuardVerdict{guardKindNamed(guard["kind"].cast<std::string>()), guard["value"].cast<std::string>(),
+                            guard["seen"].cast<double>(), guard["limit"].cast<double>()};
+}
+
+// The export front's facts of one node, a dict keyed as core::NodeFacts' fields in snake case; a key left out is
+// the field's default.
+core::NodeFacts nodeFactsFrom(const py::dict& entry) {
+  core::NodeFacts facts;
+  auto flag = [&](const char* key) { return entry.contains(key) && entry[key].cast<bool>(); };
+  auto guard = [&](const char* key) { return entry.contains(key) ? guardFrom(entry[key]) : std::nullopt; };
+  facts.op = entry["op"].cast<std::string>();
+  facts.scope = entry.contains("scope") ? entry["scope"].cast<std::string>() : "";
+  facts.id = entry.contains("id") ? entry["id"].cast<std::string>() : "";
+  facts.unobserved = flag("unobserved");
+  facts.notFp32 = flag("not_fp32");
+  facts.controlFlow = flag("opaque_subgraphs") ? core::ControlFlow::kOpaqueSubgraphs : core::ControlFlow::kNone;
+  facts.keptNonFinite = flag("kept_non_finite");
+  facts.keptByFallback = flag("kept_by_fallback");
+  facts.observedRange = guard("observed_range");
+  facts.underflowToZero = guard("underflow_to_zero");
+  facts.constantRange = guard("constant_range");
+  facts.lostScalar = guard("lost_scalar");
+  facts.readsTableStoredLow = flag("reads_table_stored_low");
+  facts.writesTensorList = flag("writes_tensor_list");
+  facts.sumsNothing = flag("sums_nothing");
+  return facts;
+}
+
+// core::classifyNode over every node of an exported program: (category, rule kind, rule, guard dict or None) per
+// node. `nodeRule(i)`, the user's callable for node i, is asked only where the rule order reaches it.
+std::vector<std::tuple<std::string, std::string, std::string, py::object>> classifyNodes(
+    const std::vector<py::dict>& nodes,
+    const core::OpPolicy& policy,
+    const std::string& dtype,
+    const py::object& nodeRule) {
+  const core::LowDtype low = lowDtypeNamed(dtype);
+  std::vector<std::tuple<std::string, std::string, std::string, py::object>> decisions;
+  decisions.reserve(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    core::NodeRuleQuery query;
+    if (!nodeRule.is_none()) {
+      query = [&nodeRule, i]() -> std::optional<core::NodeOverride> {
+        py::object chosen = nodeRule(i);
+        if (chosen.is_none()) {
+          return std::nullopt;
+        }
+        auto [category, reason] = chosen.cast<std::tuple<std::string, std::string>>();
+        return core::NodeOverride{parseCategory(category), core::RuleKind::kCallable, reason};
+      };
+    }
+    core::NodeDecision decided = core::classifyNode(nodeFactsFrom(nodes[i]), policy, low, query);
+    decisions.emplace_back(core::toString(decided.category), core::toString(decided.kind), std::move(decided.rule),
+                           decided.guard ? py::object(guardDict(*decided.guard)) : py::object(py::none()));
+  }
+  return decisions;
+}
+
 // Per op with an input a 0 changes (core/op_facts): (that input's index, whether only a negative exponent matters).
 std::map<std::string, std::pair<int, bool>> zeroSensitiveOps() {
   std::map<std::string, std::pair<int, bool>> ops;
@@ -321,12 +394,19 @@ void bindCoreForExport(py::module_& m) {
   m.def(
       "estimate_flops",
       [](const std::string& op, std::vector<std::optional<core::Sizes>> inputs, std::optional<core::Sizes> output,
-         std::optional<bool> transposed) {
-        return core::flopsOf(core::factsOf(op).flops, {std::move(inputs), std::move(output), transposed});
+         std::optional<bool> transposed, std::vector<core::Sizes> recurrentWeights,
+         std::vector<std::optional<int64_t>> integers, std::optional<int64_t> firstInputElements) {
+        return core::flopsOf(core::factsOf(op).flops,
+                             {std::move(inputs), std::move(output), transposed, std::move(recurrentWeights),
+                              std::move(integers), firstInputElements});
       },
       py::arg("op"), py::arg("input_sizes"), py::arg("output_sizes"), py::arg("transposed") = py::none(),
-      "Multiply-add FLOPs of a heavy op (core/flop_formulas) from its inputs' sizes (None: not a tensor) and its "
-      "first output's; 0 for other ops.");
+      py::arg("recurrent_weights") = std::vector<core::Sizes>{},
+      py::arg("integers") = std::vector<std::optional<int64_t>>{}, py::arg("first_input_elements") = py::none(),
+      "Multiply-add FLOPs of a heavy op (core/flop_formulas) from its inputs' sizes (None: not a tensor), its first "
+      "output's, a convolution's transposed flag, a recurrent op's weight sizes (its params list), its int inputs and "
+      "its first input's element count (core::FlopOperands); 0 for other ops.");
+  m.attr("RECURRENT_WEIGHTS_ARGUMENT") = core::kRecurrentWeightsArgument;
   m.def("sums_nothing", &core::sumsNothing, py::arg("op"), py::arg("einsum_equation"), py::arg("first_input_sizes"),
         "Whether a product sums nothing (core/flop_formulas): an einsum every index of which reaches the output, or a "
         "matmul / mm / bmm / linear whose first input's last dim is 1. It then follows instead of running low.");
@@ -335,15 +415,17 @@ void bindCoreForExport(py::module_& m) {
   m.def(
       "describe_guard",
       [](const std::string& kind, std::string value, double seen, double limit, const std::string& dtype) {
-        for (const core::GuardKindName& name : core::kGuardKindNames) {
-          if (kind == name.name) {
-            return jit::describeGuard({name.kind, std::move(value), seen, limit}, parseDtype(dtype));
-          }
-        }
-        TORCH_CHECK_VALUE(false, "torch_mp: unknown guard kind '", kind, "'");
+        return core::describeGuard({guardKindNamed(kind), std::move(value), seen, limit}, lowDtypeNamed(dtype));
       },
       py::arg("kind"), py::arg("value"), py::arg("seen"), py::arg("limit"), py::arg("dtype"),
       "The guard's verdict for people, as a report's rule says it.");
+  m.def("classify_nodes", &classifyNodes, py::arg("nodes"), py::arg("policy"), py::arg("dtype"),
+        py::arg("node_rule") = py::none(),
+        "core::classifyNode (the rule order both fronts share) over the facts of every node, each a dict keyed as "
+        "core::NodeFacts' fields in snake case (op, scope, id, not_fp32, opaque_subgraphs, kept_non_finite, "
+        "kept_by_fallback, observed_range, underflow_to_zero, constant_range, lost_scalar, reads_table_stored_low, "
+        "writes_tensor_list, sums_nothing, unobserved); node_rule(i): (category, reason) or None. Returns "
+        "(category, rule kind, rule, guard or None) per node.");
 }
 
 // The report as Python values (dicts, lists, numbers, strings): what `Report.data` holds and `json` writes.

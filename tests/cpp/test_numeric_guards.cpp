@@ -247,7 +247,7 @@ TEST(NumericGuardsTest, OnlyANegativePowerIsSensitiveToZero) {
 
 TEST(NumericGuardsTest, DescribeNamesTheGuardTheValueAndTheLimit) {
   const core::GuardVerdict verdict{core::GuardKind::kUnderflowToZero, "c", 1e-12, std::ldexp(1.0, -24)};
-  EXPECT_EQ(describeGuard(verdict, at::kHalf),
+  EXPECT_EQ(core::describeGuard(verdict, core::LowDtype::kFloat16),
             "range guard: %c can be as small as 1e-12, below float16's smallest number 5.96e-08, and reaches an "
             "input where 0 gives inf or NaN (a divisor, rsqrt, log, a negative power), so the node keeps fp32");
 }

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/testing/file_check.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "jit/ir/ir_utils.h"
 #include "jit/plan/flop_estimate.h"
 #include "jit/prepare/specialize_dtype_queries.h"
@@ -79,6 +83,46 @@ TEST(EstimateFlopsTest, AnUnobservedOperandCountsZero) {
       %m : Tensor = aten::mm(%a, %b)
       return (%m))IR");
   EXPECT_EQ(estimateFlops(graph->nodes().front(), ObservedValues{}), 0);
+}
+
+// Every 2-D weight of the params list once per step and batch row: for an LSTM (hx a list of states, then params)
+// and a GRU (hx one tensor, then params), whose weights list is the same third input.
+TEST(EstimateFlopsTest, RecurrentOpsCountTheirWeightsListOncePerStepAndRow) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %h : Tensor, %c : Tensor, %wi : Tensor, %wh : Tensor, %bi : Tensor, %bh : Tensor,
+          %gwi : Tensor, %gwh : Tensor, %gbi : Tensor, %gbh : Tensor):
+      %true : bool = prim::Constant[value=1]()
+      %false : bool = prim::Constant[value=0]()
+      %one : int = prim::Constant[value=1]()
+      %zero : float = prim::Constant[value=0.]()
+      %states : Tensor[] = prim::ListConstruct(%h, %c)
+      %params : Tensor[] = prim::ListConstruct(%wi, %wh, %bi, %bh)
+      %y : Tensor, %hn : Tensor, %cn : Tensor = aten::lstm(%x, %states, %params, %true, %one, %zero, %false, %false, %true)
+      %gparams : Tensor[] = prim::ListConstruct(%gwi, %gwh, %gbi, %gbh)
+      %g : Tensor, %gn : Tensor = aten::gru(%x, %h, %gparams, %true, %one, %zero, %false, %false, %true)
+      return (%y, %g))IR");
+  const int64_t batch = 2, steps = 5, width = 3, hidden = 4;
+  auto weights = [&](int64_t gates) {
+    return std::vector<c10::IValue>{torch::randn({gates * hidden, width}), torch::randn({gates * hidden, hidden}),
+                                    torch::randn({gates * hidden}), torch::randn({gates * hidden})};
+  };
+  std::vector<c10::IValue> inputs{torch::randn({batch, steps, width}), torch::zeros({1, batch, hidden}),
+                                  torch::zeros({1, batch, hidden})};
+  for (const std::vector<c10::IValue>& list : {weights(4), weights(3)}) {
+    inputs.insert(inputs.end(), list.begin(), list.end());
+  }
+  const ObservedValues observed = observe(graph, inputs);
+  // the biases are 1-D: not counted
+  const std::map<std::string, int64_t> perRow{{"aten::lstm", 2 * (4 * hidden * width + 4 * hidden * hidden)},
+                                              {"aten::gru", 2 * (3 * hidden * width + 3 * hidden * hidden)}};
+  int counted = 0;
+  for (const torch::jit::Node* node : graph->nodes()) {
+    if (auto it = perRow.find(node->kind().toQualString()); it != perRow.end()) {
+      EXPECT_EQ(estimateFlops(node, observed), batch * steps * it->second) << it->first;
+      ++counted;
+    }
+  }
+  EXPECT_EQ(counted, 2);
 }
 
 TEST(CorrespondingValuesTest, EveryValueMapsToItsPlaceInACopy) {

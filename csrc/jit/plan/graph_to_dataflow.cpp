@@ -6,6 +6,7 @@
 #include <cctype>
 #include <unordered_set>
 
+#include "core/classify_node.h"
 #include "core/flop_formulas.h"
 #include "core/op_facts.h"
 #include "jit/ir/module_scope.h"
@@ -30,16 +31,6 @@ enum class ValueKind {
   kOtherFloating,   // a floating tensor of another dtype: its node stays untouched
   kUnknown,         // may hold a tensor (or a container of them), but was never observed
   kContainer,       // a list/tuple/dict holding tensors
-};
-
-// What decided a node: its category, the rule's text and kind, the guard that fired, and whether its dtypes were not
-// all observed.
-struct Classification {
-  OpCategory category;
-  core::RuleKind kind;
-  std::string rule;
-  bool unobserved;
-  std::optional<core::GuardVerdict> guard;
 };
 
 class DataflowBuilder {
@@ -116,27 +107,21 @@ class DataflowBuilder {
     return boundaries;
   }
 
-  // The node's category, the rule behind it and that rule's kind, or nothing when the node does not touch the plan.
-  // The rules, first match wins: graph inputs and outputs; nodes not reached by the example inputs; nodes with a
-  // floating tensor that is not fp32; the user's forced-low rule (over every guard below, which the report still
-  // gives); the observed-range guard; the underflow-to-zero guard; control flow; the constant-range guard; the
-  // user's choices (userChoice); the op policy (a constant-table lookup it lets follow runs low); unknown ops. Then
-  // two demotions of what those chose: a low_fp32_output node writing a tensor list keeps fp32, a low one summing
-  // nothing follows (core::sumsNothing). A node that would compute low or follow keeps fp32 where a scalar it reads is
-  // lost in the low dtype.
-  std::optional<Classification> classify(Node* node, const std::vector<Node*>& boundaries, std::optional<NodeId> id) {
+  // What core::classifyNode decided of the node, from the facts gathered here, and whether a tensor it reads or
+  // writes was not observed; nothing when the node does not touch the plan.
+  std::optional<std::pair<core::NodeDecision, bool>> classify(Node* node, const std::vector<Node*>& boundaries,
+                                             std::optional<NodeId> id) {
     bool relevant = false;
-    bool unknown = false;
-    bool otherFloating = false;
+    core::NodeFacts facts;
     auto inspect = [&](const Value* value) {
       switch (kindOf(value)) {
         case ValueKind::kIrrelevant:
           return;
         case ValueKind::kUnknown:
-          unknown = true;
+          facts.unobserved = true;
           break;
         case ValueKind::kOtherFloating:
-          otherFloating = true;
+          facts.notFp32 = true;
           break;
         case ValueKind::kFp32Tensor:
         case ValueKind::kContainer:
@@ -161,147 +146,48 @@ class DataflowBuilder {
       // unless it only views or copies its input (planning it moves no value through another dtype than its
       // input's)
       auto seen = observed_.find(output);
-      unknown = unknown || (seen != observed_.end() && seen->second.inferred && !preservesDtype(node));
+      facts.unobserved = facts.unobserved || (seen != observed_.end() && seen->second.inferred && !preservesDtype(node));
     }
     if (!relevant) {
       return std::nullopt;
     }
-    Classification decided{OpCategory::kFp32, core::RuleKind::kPolicy, "", unknown, std::nullopt};
-    auto fp32Because = [&](core::RuleKind kind, std::string rule) {
-      decided.category = OpCategory::kFp32;
-      decided.kind = kind;
-      decided.rule = std::move(rule);
-      return decided;
-    };
-    auto guarded = [&](core::GuardVerdict verdict) {
-      decided.guard = std::move(verdict);
-      return fp32Because(core::RuleKind::kRangeGuard, describeGuard(*decided.guard, lowDtype_));
-    };
-    const bool controlFlow = node->kind() == c10::prim::If || node->kind() == c10::prim::Loop;
-    if (node->kind() == c10::prim::Param) {
-      return fp32Because(core::RuleKind::kIo, "input: keeps its dtype");
+    facts.op = node->kind().toQualString();
+    facts.scope = scopes_.of(node);
+    facts.id = id ? std::to_string(*id) : "";
+    facts.boundary = node->kind() == c10::prim::Param ? core::Boundary::kInput
+        : node->kind() == c10::prim::Return            ? core::Boundary::kOutput
+                                                        : core::Boundary::kNone;
+    if (node->kind() == c10::prim::If || node->kind() == c10::prim::Loop) {
+      facts.controlFlow = core::ControlFlow::kPlannedBlocks;
     }
-    if (node->kind() == c10::prim::Return) {
-      return fp32Because(core::RuleKind::kIo, "output: keeps its dtype");
-    }
-    if (unknown) {
+    facts.keptNonFinite = id && keepFp32_.nonFinite.count(*id);
+    facts.keptByFallback = id && keepFp32_.fallback.count(*id);
+    facts.observedRange = guards_.observedOutOfRange(node, boundaries);
+    facts.underflowToZero = guards_.underflowToZero(node);
+    facts.constantRange = guards_.constantOutOfRange(node);
+    facts.lostScalar = guards_.scalarLostInLowDtype(node);
+    facts.readsTableStoredLow = core::factsOf(facts.op).tableLookup && readsConstantTable(node);
+    facts.writesTensorList = writesContainer(node);
+    facts.sumsNothing = sumsNothing(node);
+    core::NodeDecision decided = core::classifyNode(facts, policy_, toLowDtype(lowDtype_), [&] {
+      return nodeRule_ ? nodeRule_(describe(node, facts, id)) : std::nullopt;
+    });
+    if (decided.kind == core::RuleKind::kUnobserved) {
       ++mapping_.unobservedNodes;
-      return fp32Because(
-          core::RuleKind::kUnobserved,
-          controlFlow ? "control flow with a branch not reached by the example inputs: boundaries keep their dtype"
-                      : "dtype unknown: not reached by the example inputs");
+    } else if (decided.kind == core::RuleKind::kUnknownOp &&
+               std::find(mapping_.unknownOps.begin(), mapping_.unknownOps.end(), facts.op) ==
+                   mapping_.unknownOps.end()) {
+      mapping_.unknownOps.push_back(facts.op);
     }
-    if (otherFloating) {
-      return fp32Because(core::RuleKind::kNotFp32, "has a floating tensor that is not fp32: left as it is");
-    }
-    std::optional<core::GuardVerdict> guard = guards_.observedOutOfRange(node, boundaries);
-    if (!guard) {
-      guard = guards_.underflowToZero(node);
-    }
-    if (std::optional<std::string> forced = controlFlow ? std::nullopt : forcedLow(node, id)) {
-      decided.category = OpCategory::kLowPrecision;
-      decided.kind = core::RuleKind::kForcedLow;
-      decided.rule = "low: forced: " + *forced;
-      // the guard it overrides, if one would have kept it fp32
-      decided.guard = guard ? std::move(guard) : guards_.constantOutOfRange(node);
-      if (!decided.guard) {
-        decided.guard = guards_.scalarLostInLowDtype(node);
-      }
-      return decided;
-    }
-    if (guard) {
-      return guarded(std::move(*guard));
-    }
-    std::optional<core::GuardVerdict> constantGuard;
-    if (controlFlow) {
-      decided.category = OpCategory::kFollow;
-      decided.kind = core::RuleKind::kControlFlow;
-      decided.rule = "follow: control flow; values crossing its block boundaries share one precision";
-    } else if (constantGuard = guards_.constantOutOfRange(node); constantGuard) {
-      return guarded(std::move(*constantGuard));
-    } else if (std::optional<NodeOverride> chosen = userChoice(node, id)) {
-      decided.category = chosen->category;
-      decided.kind = chosen->kind;
-      decided.rule = std::string(core::toString(chosen->category)) + ": " + chosen->reason;
-    } else if (const core::OpPolicy::Match match = policy_.match(node->kind().toQualString()); match.entry) {
-      decided.category = match.entry->category;
-      decided.kind = match.entry->noFastKernel ? core::RuleKind::kNoFastKernel : core::RuleKind::kPolicy;
-      decided.rule = std::string(core::toString(decided.category)) + ": " + match.entry->reason;
-      if (match.via != node->kind().toQualString()) {
-        decided.rule += " [in place, as " + match.via + "]";
-      }
-      const char* lookup = core::factsOf(node->kind().toQualString()).tableLookup;
-      if (lookup && decided.category == OpCategory::kFollow && readsConstantTable(node)) {
-        decided.category = OpCategory::kLowPrecision;
-        decided.rule = std::string("low: ") + lookup +
-            " that is a constant: the table is stored once, in the low dtype, and only what is read is cast";
-      }
-    } else {
-      const std::string op = node->kind().toQualString();
-      if (std::find(mapping_.unknownOps.begin(), mapping_.unknownOps.end(), op) == mapping_.unknownOps.end()) {
-        mapping_.unknownOps.push_back(op);
-      }
-      return fp32Because(core::RuleKind::kUnknownOp, "fp32: in no list (unknown op)");
-    }
-    if (decided.category == OpCategory::kLowFp32Output && writesContainer(node)) {
-      decided.category = OpCategory::kFp32;
-      decided.kind = core::RuleKind::kWritesTensorList;
-      decided.rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
-    }
-    if (core::computesLow(decided.category) && sumsNothing(node)) {
-      decided.category = OpCategory::kFollow;
-      decided.kind = core::RuleKind::kSumsNothing;
-      decided.rule += " [follow instead: nothing to sum (an outer product), so low precision would only round "
-                      "its inputs, say positions or timesteps]";
-    }
-    if (decided.category != OpCategory::kFp32) {
-      if (std::optional<core::GuardVerdict> guard = guards_.scalarLostInLowDtype(node)) {
-        return guarded(std::move(*guard));
-      }
-    }
-    return decided;
+    return std::make_pair(std::move(decided), facts.unobserved);
   }
 
-  // The reason of the policy's forced-low rule for the node (by its id, else by op and module path), unless the
-  // verification's repair or the accuracy fallback keeps it fp32 (they measured that it must be).
-  std::optional<std::string> forcedLow(const Node* node, std::optional<NodeId> id) {
-    if ((policy_.forcedLow().empty() && policy_.forcedLowNodes().empty()) ||
-        (id && (keepFp32_.nonFinite.count(*id) || keepFp32_.fallback.count(*id)))) {
-      return std::nullopt;
-    }
-    if (const std::string* reason = id ? policy_.forcedLowNode(std::to_string(*id)) : nullptr) {
-      return *reason;
-    }
-    const core::ModuleRule* rule = policy_.forcedLowFor(node->kind().toQualString(), scopes_.of(node));
-    return rule ? std::make_optional(rule->reason) : std::nullopt;
-  }
-
-  // What the user asks of the node, first match wins: the nodes the verification's repair keeps, the accuracy
-  // fallback's kept nodes, the policy's exclusions, the node rule.
-  std::optional<NodeOverride> userChoice(const Node* node, std::optional<NodeId> id) {
-    if (id && keepFp32_.nonFinite.count(*id)) {
-      return NodeOverride{OpCategory::kFp32, core::RuleKind::kNonFinite,
-                          "verification: in low precision its output was NaN or inf where fp32's is finite"};
-    }
-    if (id && keepFp32_.fallback.count(*id)) {
-      return NodeOverride{OpCategory::kFp32, core::RuleKind::kFallback,
-                          "accuracy fallback: keeping it in fp32 brings the error within tolerance"};
-    }
-    if (policy_.exclusions().empty() && !nodeRule_) {
-      return std::nullopt;
-    }
-    const std::string op = node->kind().toQualString();
-    const std::string& scope = scopes_.of(node);
-    if (const core::ModuleRule* exclusion = policy_.exclusionFor(op, scope)) {
-      return NodeOverride{OpCategory::kFp32, core::RuleKind::kExclusion, "excluded: " + exclusion->reason};
-    }
-    if (!nodeRule_) {
-      return std::nullopt;
-    }
+  // What the user's per-node rule sees of the node.
+  NodeDescription describe(const Node* node, const core::NodeFacts& facts, std::optional<NodeId> id) const {
     NodeDescription description;
     description.id = id.value_or(-1);
-    description.op = op;
-    description.scope = scope;
+    description.op = facts.op;
+    description.scope = facts.scope;
     description.output = node->outputs().empty() ? "" : node->output(0)->debugName();
     const c10::FunctionSchema* schema = node->maybeSchema();
     for (size_t i = 0; i < node->inputs().size(); ++i) {
@@ -315,7 +201,7 @@ class DataflowBuilder {
         description.constants.emplace_back(schema->arguments()[i].name(), *torch::jit::toIValue(input));
       }
     }
-    return nodeRule_(description);
+    return description;
   }
 
   void addUses(const Node* consumer, int index) {
@@ -437,6 +323,9 @@ class DataflowBuilder {
 
   // core::sumsNothing of the node: its einsum equation, or its first input's observed sizes.
   bool sumsNothing(const Node* node) const {
+    if (node->inputs().empty()) {
+      return false;
+    }
     std::optional<std::string> equation;
     if (node->kind() == c10::aten::einsum) {
       equation = torch::jit::constant_as<std::string>(node->input(0));
@@ -462,11 +351,11 @@ class DataflowBuilder {
     const std::vector<Node*> boundaries = boundariesOf(node);
     int index = -1;
     const std::optional<NodeId> id = nodeIdOf(node);
-    if (std::optional<Classification> decided = classify(node, boundaries, id)) {
-      index = mapping_.dataflow.addNode(decided->category);
-      mapping_.planned.push_back(PlannedNode{node, boundaries, id.value_or(-1), decided->kind,
-                                             std::move(decided->rule), std::move(decided->guard),
-                                             decided->unobserved});
+    if (auto classified = classify(node, boundaries, id)) {
+      core::NodeDecision& decided = classified->first;
+      index = mapping_.dataflow.addNode(decided.category);
+      mapping_.planned.push_back(PlannedNode{node, boundaries, id.value_or(-1), decided.kind, std::move(decided.rule),
+                                             std::move(decided.guard), classified->second});
       addUses(node, index);
       addOutputs(node, index);
       for (const Node* boundary : boundaries) {

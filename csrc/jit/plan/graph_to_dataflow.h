@@ -1,19 +1,15 @@
 // TorchScript graph -> the planner's plain dataflow graph.
 //
-// Every node that touches an fp32 tensor (or a container of tensors) becomes a planner node whose category comes
-// from the op policy, unless the node must stay as it is:
-//   - the graph's inputs and outputs: fp32 (the model keeps its IO dtypes);
-//   - prim::If / prim::Loop: one planner node together with its blocks' inputs and outputs (a follow node: the
-//     values crossing the block boundaries all take its precision), or fp32 when a branch was not reached;
-//   - a node reading or writing a tensor whose dtype is unknown (not reached by the example inputs): fp32;
-//   - a node reading or writing a floating tensor that is not fp32 (fp16, bf16, fp64): fp32, i.e. untouched;
-//   - a node a numeric guard (jit/plan/numeric_guards) keeps fp32: a value observed beyond the low dtype's range, a
-//     constant it cannot hold (a mask of -1e9 is never clamped to inf silently), a scalar it loses.
-// Each decision carries its rule's kind (core::RuleKind); classify writes the order in which the rules are asked.
+// Every node that touches an fp32 tensor (or a container of tensors) becomes a planner node. Its category is what
+// core::classifyNode decides (the rule order, written once for both fronts) from the facts gathered here: whether it
+// is the graph's prim::Param or prim::Return, whether a tensor it reads or writes was not observed or is a floating
+// tensor that is not fp32, whether it is control flow (a prim::If / prim::Loop is one planner node together with its
+// blocks' inputs and outputs, so the values crossing the block boundaries all take its precision), the verdicts of
+// the numeric guards (jit/plan/numeric_guards), the nodes kept fp32 by id (the verification's repair, the accuracy
+// fallback), whether a table lookup's constant table can be stored low, whether it writes a tensor list or sums
+// nothing; the user's per-node callable is asked only where the rule order reaches it.
 // Module objects are not values when the module's state containers are given (their reads are planned instead);
 // without them, the module input ties everything read from module state to its dtype.
-// Any other node asks the user's choices first (the nodes kept fp32 by id: the verification's repair, the accuracy
-// fallback; the policy's module-path exclusions; the per-node callables), then the op policy.
 // Every fp32 tensor (not a constant: constants are folded for free) and every container holding tensors becomes
 // a planner value. Containers, Optional-typed tensors and written tensors that alias what their producer read
 // (in-place results, views) are tied to their producer and sharing readers; a written tensor its producer made
@@ -34,6 +30,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/classify_node.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "jit/ir/ir_utils.h"
@@ -53,12 +50,7 @@ struct NodeDescription {
   std::vector<std::pair<std::string, c10::IValue>> constants;  // schema argument name -> constant input value
 };
 
-// A rule's verdict: the category, what kind of rule decided (exclusion, callable, fallback), and why.
-struct NodeOverride {
-  core::OpCategory category;
-  core::RuleKind kind;
-  std::string reason;
-};
+using NodeOverride = core::NodeOverride;  // a rule's verdict on one node (core/classify_node)
 
 // Nothing: the node is left to the op policy.
 using NodeRule = std::function<std::optional<NodeOverride>(const NodeDescription&)>;

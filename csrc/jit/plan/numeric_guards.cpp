@@ -5,7 +5,6 @@
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <cmath>
-#include <cstdio>
 #include <utility>
 
 #include "core/numeric_limits.h"
@@ -19,12 +18,6 @@ using core::GuardVerdict;
 using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
-
-std::string formatMagnitude(double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.3g", value);
-  return text;
-}
 
 // The ops with a zero-sensitive input, by kind.
 const std::unordered_map<c10::Symbol, const core::OpFacts*>& zeroSensitiveKinds() {
@@ -66,38 +59,6 @@ double largestFinite(c10::ScalarType lowDtype) {
 
 double smallestNonZero(c10::ScalarType lowDtype) {
   return core::smallestNonZero(toLowDtype(lowDtype));
-}
-
-std::string describeGuard(const GuardVerdict& verdict, c10::ScalarType lowDtype) {
-  const std::string value = "%" + verdict.value;
-  const std::string dtype = core::lowDtypeName(toLowDtype(lowDtype));
-  const std::string seen = formatMagnitude(verdict.seen);
-  const std::string limit = formatMagnitude(verdict.limit);
-  std::string why;
-  switch (verdict.kind) {
-    case GuardKind::kObservedOverflow:
-      why = value + " observed up to " + seen + ", above half of " + dtype + "'s max " +
-          formatMagnitude(2 * verdict.limit);
-      break;
-    case GuardKind::kObservedIntegers:
-      why = value + " holds integers up to " + seen + " (positions, indices, coordinates?); " + dtype +
-          " holds every integer only up to " + limit;
-      break;
-    case GuardKind::kObservedTiny:
-      why = value + " observed only up to " + seen + ", below " + dtype + "'s smallest normal " + limit;
-      break;
-    case GuardKind::kConstantRange:
-      why = "constant " + value + " has values up to " + seen + ", beyond " + dtype + "'s max " + limit;
-      break;
-    case GuardKind::kLostScalar:
-      why = "scalar " + value + " = " + seen + " becomes " + limit + " in " + dtype;
-      break;
-    case GuardKind::kUnderflowToZero:
-      why = value + " can be as small as " + seen + ", below " + dtype + "'s smallest number " + limit +
-          ", and reaches an input where 0 gives inf or NaN (a divisor, rsqrt, log, a negative power)";
-      break;
-  }
-  return "range guard: " + why + ", so the node keeps fp32";
 }
 
 std::optional<GuardVerdict> NumericGuards::observedOutOfRange(

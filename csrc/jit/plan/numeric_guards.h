@@ -13,8 +13,8 @@
 //                      low on its way there (fp16 turns 1e-12 into 0, and x / 0 is inf or NaN)
 //
 // Each returns the guard that fired (core::GuardVerdict: which, the value, what was seen, the limit) or nothing;
-// describeGuard says it for people. The order in which they are asked among the other rules is written once, in
-// graph_to_dataflow's classification.
+// core::describeGuard says it for people. The order in which they count among the other rules is written once, in
+// core/classify_node.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
@@ -62,9 +62,5 @@ double smallestNonZero(c10::ScalarType lowDtype);
 // A float scalar kernels convert to the tensor's dtype (clamp's bounds), more than 1/16 off after rounding to the low
 // dtype (for fp16 below 2^-20, about 9.5e-7): the lost-scalar verdict, else nothing.
 std::optional<core::GuardVerdict> lostScalarVerdict(double scalar, c10::ScalarType lowDtype, std::string name);
-
-// The verdict for people: "range guard: %x observed up to 4e+04, above half of float16's max 6.55e+04, so the node
-// keeps fp32".
-std::string describeGuard(const core::GuardVerdict& verdict, c10::ScalarType lowDtype);
 
 } // namespace torch_mp::jit

@@ -1,0 +1,133 @@
+"""Both fronts take their decisions from one rule order (core/classify_node): the divergences their two copies of it
+had are gone, and what still differs comes from what the IRs are (a TorchScript prim::If's blocks are planned, a
+torch.export higher-order op's subgraphs are not)."""
+import pytest
+import torch
+
+import torch_mp
+from torch_mp import _C
+
+
+def _reports(model, inputs, dtype, **options):
+    return {front: getattr(torch_mp, front)(model, inputs, dtype, return_report=True, **options)[1]
+            for front in ("convert", "export")}
+
+
+def _nodes(report, op):
+    return [n for n in report.nodes if n["op"] == op]
+
+
+class ClampedProduct(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(x).clamp(min=-1e9)  # a float scalar beyond fp16's max, 65504, in a value that stays small
+
+
+def test_a_float_scalar_beyond_the_low_dtypes_max_is_the_constant_range_guard_on_both_fronts():
+    """convert's frozen graph holds -1e9 as a constant, which its constant-range guard checks; export checked it only
+    as a lost scalar, after the user's choices (so an exclusion hid the guard)."""
+    reports = _reports(ClampedProduct().eval(), (torch.randn(4, 16),), torch.float16,
+                       policy=torch_mp.OpPolicy.default("cpu_fp16"))
+    for front, report in reports.items():
+        [clamp] = _nodes(report, "aten::clamp")
+        assert clamp["precision"] == "fp32", front
+        assert clamp["rule_kind"] == "range guard", front
+        assert clamp["guard"]["kind"] == "constant range", front
+        assert clamp["guard"]["seen"] == 1e9 and clamp["guard"]["limit"] == 65504.0, front
+    # in bfloat16 -1e9 is a number like any other: the guard does not fire
+    for front, report in _reports(ClampedProduct().eval(), (torch.randn(4, 16),), torch.bfloat16).items():
+        [clamp] = _nodes(report, "aten::clamp")
+        assert clamp["guard"] is None, front
+
+
+class Branching(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: self.fc(t).relu(), lambda t: self.fc(t), (x,))
+
+
+def test_control_flow_is_one_rule_on_both_fronts_and_its_category_follows_from_the_ir():
+    """TorchScript plans a prim::If's blocks with the graph (the If follows, its boundaries share one precision);
+    torch.export's cond keeps its subgraphs as they are, so what crosses them keeps fp32. Same rule kind."""
+    x = torch.randn(2, 8)
+    program = torch_mp.export(Branching().eval(), (x,), torch.bfloat16, return_report=True)[1]
+    [cond] = _nodes(program, "cond")
+    assert (cond["category"], cond["rule_kind"], cond["precision"]) == ("fp32", "control flow", "fp32")
+
+    class Scripted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            if bool(x.sum() > 0):
+                return self.fc(x).relu()
+            return self.fc(x)
+
+    converted = torch_mp.convert(torch.jit.script(Scripted().eval()), (x,), torch.bfloat16, return_report=True)[1]
+    [branch] = _nodes(converted, "prim::If")
+    assert (branch["category"], branch["rule_kind"]) == ("follow", "control flow")
+
+
+def test_the_export_front_asks_the_node_rule_only_where_the_rule_order_reaches_it():
+    """The callable is asked by the core's rule order, as on convert: not for a node a guard keeps fp32."""
+    asked = []
+
+    def rule(node):
+        asked.append(node.op)
+        return None
+
+    policy = torch_mp.OpPolicy.default("cpu_fp16").add_rule(rule)
+    reports = _reports(ClampedProduct().eval(), (torch.randn(4, 16),), torch.float16, policy=policy)
+    assert "aten::clamp" not in asked and "aten::linear" in asked
+    for report in reports.values():
+        [linear] = _nodes(report, "aten::linear")
+        assert linear["rule_kind"] != "callable"
+
+
+@pytest.mark.parametrize("fact, value, kind", [
+    ("not_fp32", True, "not fp32"),
+    ("unobserved", True, "unobserved"),
+    ("opaque_subgraphs", True, "control flow"),
+    ("kept_non_finite", True, "non-finite"),
+    ("kept_by_fallback", True, "fallback"),
+    ("sums_nothing", True, "sums nothing"),
+    ("lost_scalar", {"kind": "lost scalar", "value": "x", "seen": 1e-9, "limit": 0.0}, "range guard"),
+])
+def test_classify_nodes_takes_every_fact_the_export_front_gives(fact, value, kind):
+    policy = torch_mp.OpPolicy.default("cpu_bf16")._c
+    [plain, decided] = _C.classify_nodes([{"op": "aten::linear"}, {"op": "aten::linear", fact: value}], policy,
+                                         "bfloat16")
+    assert plain[:2] == ("low", "policy")
+    assert decided[1] == kind
+
+
+class RecurrentClassifier(torch.nn.Module):
+    def __init__(self, cell):
+        super().__init__()
+        self.rnn = cell(12, 16, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0][:, -1])
+
+
+@pytest.mark.parametrize("cell, gates", [(torch.nn.LSTM, 4), (torch.nn.GRU, 3)])
+def test_a_recurrent_op_counts_the_same_flops_on_both_fronts(cell, gates):
+    """One formula (core/flop_formulas): every 2-D weight once per step and batch row. Export counted an LSTM 0
+    FLOPs, and convert a GRU 0 (it read the GRU's hx as its weights list)."""
+    batch, steps = 2, 7
+    weights = gates * 16 * 12 + gates * 16 * 16 + 2 * gates * 16 * 16  # layer 0: input and hidden; layer 1: both 16
+    reports = _reports(RecurrentClassifier(cell).eval(), (torch.randn(batch, steps, 12),), torch.bfloat16)
+    op = "aten::lstm" if cell is torch.nn.LSTM else "aten::gru"
+    for front, report in reports.items():
+        [rnn] = _nodes(report, op)
+        assert rnn["flops"] == 2 * batch * steps * weights, front
+    assert reports["convert"].low_precision_flop_fraction == pytest.approx(
+        reports["export"].low_precision_flop_fraction, abs=1e-9)
