@@ -4,7 +4,7 @@ calling the module itself where a graph cannot be recorded.
 The bounded / fallback logic (GraphsBySignature, shared with torch_mp.cuda_graphs) runs here on the CPU through
 cpu_graphs.CpuGraphs, a recording that keeps what a CUDA graph keeps, static input and output buffers that each
 replay overwrites, and that the test can refuse; the tests marked cuda run it with CUDA graphs. A replay runs the
-kernels of the plain call, so outputs are compared bit for bit.
+kernels of the plain call, so outputs are compared bit for bit. AOTInductor packages: test_load_package.py.
 """
 import threading
 import warnings
@@ -66,7 +66,7 @@ def test_load_of_a_missing_or_unreadable_file_says_which(tmp_path):
         torch_mp.load(tmp_path / "missing.pt")
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a zip archive")
-    with pytest.raises(ValueError, match="garbage.pt is not a loadable TorchScript file"):
+    with pytest.raises(ValueError, match="garbage.pt is not a loadable TorchScript file.*; nor is it an AOTInductor"):
         torch_mp.load(garbage)
 
 
