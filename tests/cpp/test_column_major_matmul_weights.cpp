@@ -62,5 +62,27 @@ TEST(ColumnMajorMatmulWeightsTest, Fp32WeightsOtherReadersAndViewsStay) {
   FileCheck().check_not("strides=[1,")->run(*graph);
 }
 
+// A weight freezing also folded into a view (`w.unsqueeze(0)` for a bmm) shares its storage with that view: a
+// column-major copy would store it twice.
+TEST(ColumnMajorMatmulWeightsTest, AWeightAnotherConstantViewsStays) {
+  auto graph = parseGraph(R"IR(
+    graph(%x : Tensor, %b : Tensor, %w : Tensor, %w3 : Tensor):
+      %y : Tensor = aten::mm(%x, %w)
+      %z : Tensor = aten::bmm(%b, %w3)
+      return (%y, %z))IR");
+  const at::Tensor w = torch::randn({8, 8}).to(at::kBFloat16);
+  inlineInputAsConstant(*graph, 3, w.unsqueeze(0));
+  inlineInputAsConstant(*graph, 2, w);
+  EXPECT_EQ(StoreMatmulWeightsColumnMajor(graph), 0);
+  FileCheck().check_not("strides=[1,")->run(*graph);
+  // alone, it is stored column-major
+  auto alone = parseGraph(R"IR(
+    graph(%x : Tensor, %w : Tensor):
+      %y : Tensor = aten::mm(%x, %w)
+      return (%y))IR");
+  inlineInputAsConstant(*alone, 1, torch::randn({8, 8}).to(at::kBFloat16));
+  EXPECT_EQ(StoreMatmulWeightsColumnMajor(alone), 1);
+}
+
 } // namespace
 } // namespace torch_mp::jit
