@@ -10,6 +10,7 @@ that only low nodes read is stored once in the low dtype. Node ids in the report
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import operator
@@ -612,7 +613,8 @@ class ProgramConversion:
             "weight_bytes_kept_fp32": sum(w.bytes for w in weights[2]),
             "weights_kept_fp32": self._weights_kept_fp32(planned, weights[2]),
             "unknown_ops": sorted({p.op for p in planned if p.decision.rule_kind == "unknown op"}),
-            "unobserved_nodes": 0, "low_precision_flop_fraction": low_flops / heavy if heavy else 0.0,
+            # 1 without heavy ops, as convert's ConversionReport::lowPrecisionFlopFraction
+            "unobserved_nodes": 0, "low_precision_flop_fraction": low_flops / heavy if heavy else 1.0,
             "fused_casts": 0, "fused_cast_bytes": 0, "non_finite": non_finite,
             # what convert's kernel and layout passes count; the export front leaves kernels and layouts to the
             # compiler that runs its program (AOTInductor), so none of these happen here
@@ -794,6 +796,7 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             with fake_mode:
                 node.meta["val"] = _recomputed(node, before)
 
+    read_before = _read_state(program, specs, graph)
     lowered: Dict[int, torch.Tensor] = {}  # one low tensor per fp32 one
     for name in sorted(stored_low):
         table, target = table_of(name), specs[name].target
@@ -803,12 +806,44 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             lowered[id(tensor)] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) \
                 if isinstance(tensor, torch.nn.Parameter) else copy_
         table[target] = lowered[id(tensor)]
-    weights = (_stored_bytes(program.state_dict, program.constants), _stored_bytes(state_dict, constants),
+    signature = _without_unread_state(program.graph_signature, specs, graph, state_dict, constants)
+    weights = (_stored_bytes(*read_before), _stored_bytes(state_dict, constants),
                _kept_fp32(program, state_dict, constants, stored_readers))
     with quiet_spec_copies():
-        converted = program._update(module, renamed_outputs(program.graph_signature, graph), state_dict=state_dict,
+        converted = program._update(module, renamed_outputs(signature, graph), state_dict=state_dict,
                                     constants=constants)
     return converted, casts, weights, _graph_items(graph, planned, made)
+
+
+def _unread_state(specs, graph: torch.fx.Graph) -> List[torch.fx.Node]:
+    """The placeholders of parameters, buffers and lifted constants that nothing in the graph reads."""
+    return [node for node in graph.nodes
+            if node.op == "placeholder" and specs[node.name].kind in _STORED and not node.users]
+
+
+def _read_state(program: ExportedProgram, specs, graph: torch.fx.Graph) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The program's state_dict and constants without the tensors nothing reads."""
+    unread = {specs[node.name].target for node in _unread_state(specs, graph)}
+    read = {spec.target for spec in specs.values() if spec.kind in _STORED} - unread
+    return ({k: v for k, v in program.state_dict.items() if k in read},
+            {k: v for k, v in program.constants.items() if k in read})
+
+
+def _without_unread_state(signature, specs, graph: torch.fx.Graph, state_dict: Dict[str, Any],
+                          constants: Dict[str, Any]):
+    """Drops the stored tensors nothing reads from the graph, `state_dict`, `constants` and the signature, as
+    freezing drops them from a TorchScript module: the converted program carries no dead weights (a module's unused
+    parameters) and its weight bytes are those convert counts."""
+    unread = _unread_state(specs, graph)
+    names = {node.name for node in unread}
+    for node in unread:
+        graph.erase_node(node)
+    kept = [spec for spec in signature.input_specs if spec.arg.name not in names]
+    still_read = {spec.target for spec in kept if spec.kind in _STORED}
+    for spec in signature.input_specs:
+        if spec.arg.name in names and spec.target not in still_read:
+            (state_dict if spec.target in state_dict else constants).pop(spec.target, None)
+    return dataclasses.replace(signature, input_specs=kept)
 
 
 def _stored_groups(program: ExportedProgram) -> Dict[int, List[torch.fx.Node]]:

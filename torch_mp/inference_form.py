@@ -10,8 +10,10 @@ export itself. Most programs need only these rewrites, done here on a copy:
   becomes its functional form, and the readers after it read its result (functional_writes.py says when);
 - `aten.batch_norm(..., training=False, ...)` becomes `aten._native_batch_norm_legit_no_training(...)[0]`, the op
   run_decompositions({}) gives for it (the same kernel);
-- an in-place dropout with train=False (EVAL_IDENTITIES: `nn.Dropout(inplace=True)` in eval mode, even on a view)
-  writes nothing: its readers read its input.
+- a dropout with train=False (EVAL_IDENTITIES: `nn.Dropout` in eval mode, in place or not, even on a view)
+  changes nothing: its readers read its input;
+- a call whose result nothing reads (and that writes nothing) goes, as freezing removes it from a TorchScript
+  module: it would be planned, counted and cast for nothing.
 
 A program with any other write (into an input, a buffer, a reshaped view) is traced again with run_decompositions({}).
 """
@@ -38,13 +40,20 @@ EVAL_IDENTITIES = {
     torch.ops.aten.feature_dropout_.default: "dropout zeroes nothing when not training",
     torch.ops.aten.alpha_dropout_.default: "alpha dropout changes nothing when not training",
     torch.ops.aten.feature_alpha_dropout_.default: "alpha dropout changes nothing when not training",
+    # their functional forms too: as random ops they are impure, so dead code elimination would keep them (and
+    # what they read) where nothing reads their result
+    torch.ops.aten.dropout.default: "dropout zeroes nothing when not training",
+    torch.ops.aten.feature_dropout.default: "dropout zeroes nothing when not training",
+    torch.ops.aten.alpha_dropout.default: "alpha dropout changes nothing when not training",
+    torch.ops.aten.feature_alpha_dropout.default: "alpha dropout changes nothing when not training",
 }
 
 
 def inference_form(program: ExportedProgram) -> ExportedProgram:
     """The program, functional and with eval-mode batch norms in their inference op: itself where it already is,
     else a new program (the given one is not changed)."""
-    if not any(writes(node) or _eval_batch_norm(node) for node in program.graph.nodes):
+    if not any(writes(node) or _eval_batch_norm(node) or _eval_identity(node) or _dead(node)
+               for node in program.graph.nodes):
         return program
     module = graph_module_copy(program)
     graph = module.graph
@@ -65,6 +74,7 @@ def inference_form(program: ExportedProgram) -> ExportedProgram:
             result.meta = {**node.meta, "val": computed.meta["val"][0]}
             node.replace_all_uses_with(result)
             graph.erase_node(node)
+    graph.eliminate_dead_code()
     with quiet_spec_copies():
         return program._update(module, renamed_outputs(program.graph_signature, graph))
 
@@ -100,6 +110,10 @@ def renamed_outputs(signature, graph: torch.fx.Graph):
              if isinstance(spec.arg, TensorArgument) and isinstance(node, torch.fx.Node) else spec
              for spec, node in zip(signature.output_specs, returned)]
     return dataclasses.replace(signature, output_specs=specs)
+
+
+def _dead(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and not node.users and not node.is_impure()
 
 
 def _eval_identity(node: torch.fx.Node) -> bool:

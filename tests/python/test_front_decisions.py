@@ -131,3 +131,42 @@ def test_a_recurrent_op_counts_the_same_flops_on_both_fronts(cell, gates):
         assert rnn["flops"] == 2 * batch * steps * weights, front
     assert reports["convert"].low_precision_flop_fraction == pytest.approx(
         reports["export"].low_precision_flop_fraction, abs=1e-9)
+
+
+class DeadWeight(torch.nn.Module):
+    """An unused parameter, a branch whose result nothing reads, a functional dropout in eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.unused = torch.nn.Linear(16, 64)
+        self.side = torch.nn.Linear(16, 32)
+
+    def forward(self, x):
+        self.side(x).relu()  # nothing reads it
+        return torch.nn.functional.dropout(self.fc(x), 0.5, self.training)
+
+
+def test_export_drops_what_nothing_reads_as_freezing_does_and_counts_the_same_weights():
+    """convert's frozen module holds only what its graph reads; the exported program kept unused parameters fp32
+    (weight ratio 0.83 against convert's 0.50 here), planned and counted the FLOPs of calls whose results nothing
+    reads, and a dropout that changes nothing in eval mode."""
+    model, x = DeadWeight().eval(), torch.randn(4, 16)
+    program, export = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
+    convert = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)[1]
+    assert set(program.state_dict) == {"fc.weight", "fc.bias"}
+    assert [n["op"] for n in export.nodes] == ["aten::linear"]
+    assert export.data["weight_bytes_before"] == convert.data["weight_bytes_before"] == (16 * 16 + 16) * 4
+    assert export.weight_ratio == pytest.approx(convert.weight_ratio) == pytest.approx(0.5)
+    assert [n["flops"] for n in export.nodes] == [n["flops"] for n in convert.nodes if n["op"] == "aten::linear"]
+    torch.testing.assert_close(program.module()(x), model(x), atol=0.05, rtol=0.05)
+    assert set(dict(model.named_parameters())) == {"fc.weight", "fc.bias", "unused.weight", "unused.bias",
+                                                   "side.weight", "side.bias"}  # the user's module is untouched
+
+
+def test_a_program_without_heavy_ops_has_all_its_heavy_flops_low_on_both_fronts():
+    """The low-FLOP share of a graph without heavy ops is 1 (ConversionReport::lowPrecisionFlopFraction); export
+    said 0."""
+    model, x = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh()).eval(), torch.randn(4, 8)
+    for front, report in _reports(model, (x,), torch.bfloat16).items():
+        assert report.low_precision_flop_fraction == 1.0, front
