@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Se
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import InputKind, InputSpec, OutputKind, TensorArgument
 from torch.fx.node import map_arg
 
 from . import _C, capture_check
@@ -744,9 +744,11 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
     def table_of(name: str) -> Dict[str, Any]:
         return state_dict if specs[name].target in state_dict else constants
 
-    # one tensor may be held by several placeholders (tied weights): it is stored low when only low nodes read it
-    stored_low = {name for name, readers in stored_readers.items()
-                  if readers and all(user.name in low_nodes for user in readers)}
+    # how each stored tensor is kept is core/stored_weights' rule, from who reads it; one tensor may be held by
+    # several placeholders (tied weights)
+    stored_low, stored_both = _storing(stored_readers, low_nodes, lambda name: table_of(name)[specs[name].target])
+    low_copies, copy_specs = _low_copy_placeholders(graph, specs, stored_both, low, fake_mode)
+    specs.update(copy_specs)
 
     def wanted(value: torch.fx.Node, reader_low: bool) -> Optional[torch.dtype]:
         original = before.get(value.name)
@@ -763,6 +765,8 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         dtype = wanted(value, reader_low)
         if dtype is None or _val(value).dtype == dtype:
             return value
+        if dtype == low and value.name in low_copies:  # stored in both dtypes
+            return low_copies[value.name]
         key = (value.name, dtype)
         if key not in made:
             with graph.inserting_before(reader):
@@ -778,6 +782,8 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
 
     for node in list(graph.nodes):
         if node.op == "placeholder":
+            if node in low_copies.values():
+                continue
             if node.name in stored_low or (low_io and specs[node.name].kind == InputKind.USER_INPUT
                                            and _fp32_tensor(node)):
                 with fake_mode:
@@ -806,13 +812,66 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             lowered[id(tensor)] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) \
                 if isinstance(tensor, torch.nn.Parameter) else copy_
         table[target] = lowered[id(tensor)]
-    signature = _without_unread_state(program.graph_signature, specs, graph, state_dict, constants)
+    for name, copy_node in low_copies.items():  # the low copy beside the fp32 tensor, one per tensor
+        tensor = table_of(name)[specs[name].target]
+        lowered.setdefault(id(tensor), tensor.detach().to(low))
+        constants[copy_node.name] = lowered[id(tensor)]
+    signature = _with_inputs(program.graph_signature, copy_specs)
+    signature = _without_unread_state(signature, specs, graph, state_dict, constants)
     weights = (_stored_bytes(*read_before), _stored_bytes(state_dict, constants),
                _kept_fp32(program, state_dict, constants, stored_readers))
     with quiet_spec_copies():
         converted = program._update(module, renamed_outputs(signature, graph), state_dict=state_dict,
                                     constants=constants)
     return converted, casts, weights, _graph_items(graph, planned, made)
+
+
+def _storing(stored_readers: Dict[str, List[torch.fx.Node]], low_nodes: Set[str],
+             tensor_of: Callable[[str], torch.Tensor]) -> Tuple[Set[str], Set[str]]:
+    """The stored placeholders kept low, and those kept in both dtypes, by core/stored_weights' rule over each fp32
+    tensor (the placeholders of tied weights share one list of readers)."""
+    groups: Dict[int, Tuple[List[torch.fx.Node], List[str]]] = {}
+    for name, readers in stored_readers.items():
+        groups.setdefault(id(readers), (readers, []))[1].append(name)
+    entries = list(groups.values())
+    how = _C.storing_of([(tensor_of(names[0]).untyped_storage().nbytes(), True,
+                          any(r.name in low_nodes for r in readers), any(r.name not in low_nodes for r in readers))
+                         for readers, names in entries])
+    stored_low = {name for (_, names), kept in zip(entries, how) if kept == "low" for name in names}
+    stored_both = {name for (_, names), kept in zip(entries, how) if kept == "both" for name in names}
+    return stored_low, stored_both
+
+
+def _low_copy_placeholders(graph: torch.fx.Graph, specs, stored_both: Set[str], low: torch.dtype, fake_mode):
+    """A lifted constant placeholder for the low copy of each stored placeholder in `stored_both`, before the
+    program's user inputs (where torch.export puts its constants): {fp32 placeholder's name: the copy's node} and the
+    copies' input specs by name, in the graph's order."""
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    first_user = next((node for node in placeholders if specs[node.name].kind == InputKind.USER_INPUT), None)
+    last = placeholders[-1] if placeholders else None
+    copies: Dict[str, torch.fx.Node] = {}
+    copy_specs: Dict[str, InputSpec] = {}
+    for node in placeholders:
+        if node.name not in stored_both:
+            continue
+        with graph.inserting_before(first_user) if first_user is not None else graph.inserting_after(last):
+            copy_node = graph.placeholder(f"{node.name}_{_DTYPE_NAMES[low].lower()}")
+        last = copy_node
+        with fake_mode:
+            copy_node.meta["val"] = CAST(_val(node), dtype=low)
+        copies[node.name] = copy_node
+        copy_specs[copy_node.name] = InputSpec(kind=InputKind.CONSTANT_TENSOR,
+                                               arg=TensorArgument(name=copy_node.name), target=copy_node.name)
+    return copies, copy_specs
+
+
+def _with_inputs(signature, added: Dict[str, InputSpec]):
+    """The signature with the `added` constants' input specs before its user inputs, in the graph's order."""
+    if not added:
+        return signature
+    specs = list(signature.input_specs)
+    first_user = next((i for i, spec in enumerate(specs) if spec.kind == InputKind.USER_INPUT), len(specs))
+    return dataclasses.replace(signature, input_specs=specs[:first_user] + list(added.values()) + specs[first_user:])
 
 
 def _unread_state(specs, graph: torch.fx.Graph) -> List[torch.fx.Node]:

@@ -21,6 +21,7 @@
 #include "core/op_facts.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
+#include "core/stored_weights.h"
 #include "jit/ir/tensor_statistics.h"
 #include "jit/pipeline.h"
 #include "jit/plan/numeric_guards.h"
@@ -419,6 +420,25 @@ void bindCoreForExport(py::module_& m) {
       },
       py::arg("kind"), py::arg("value"), py::arg("seen"), py::arg("limit"), py::arg("dtype"),
       "The guard's verdict for people, as a report's rule says it.");
+  m.def(
+      "storing_of",
+      [](const std::vector<std::tuple<int64_t, bool, bool, bool>>& stored) {
+        std::vector<core::StoredTensor> tensors;
+        for (const auto& [bytes, fp32, readLow, readFp32] : stored) {
+          tensors.push_back({bytes, fp32, readLow, readFp32});
+        }
+        std::vector<std::string> storing;
+        for (core::Storing how : core::storingOf(tensors)) {
+          storing.emplace_back(how == core::Storing::kLow    ? "low"
+                               : how == core::Storing::kFp32 ? "fp32"
+                               : how == core::Storing::kBoth ? "both"
+                                                             : "as is");
+        }
+        return storing;
+      },
+      py::arg("tensors"),
+      "How each stored tensor is kept (core/stored_weights), from (bytes, holds fp32, read low, read not low) per "
+      "tensor: 'low', 'fp32', 'both' or 'as is'.");
   m.def("classify_nodes", &classifyNodes, py::arg("nodes"), py::arg("policy"), py::arg("dtype"),
         py::arg("node_rule") = py::none(),
         "core::classifyNode (the rule order both fronts share) over the facts of every node, each a dict keyed as "

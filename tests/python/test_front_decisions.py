@@ -170,3 +170,31 @@ def test_a_program_without_heavy_ops_has_all_its_heavy_flops_low_on_both_fronts(
     model, x = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh()).eval(), torch.randn(4, 8)
     for front, report in _reports(model, (x,), torch.bfloat16).items():
         assert report.low_precision_flop_fraction == 1.0, front
+
+
+class SharedScale(torch.nn.Module):
+    """One parameter read by a low matmul and by an fp32 layer norm, and a larger weight only a low linear reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 16) / 4)
+        self.fc = torch.nn.Linear(16, 64, bias=False)
+
+    def forward(self, x):
+        return self.fc(torch.nn.functional.layer_norm(x @ self.w, (16,), self.w[0], None))
+
+
+def test_a_weight_read_in_both_precisions_is_stored_as_convert_stores_it():
+    """core/stored_weights: w stored fp32 and low (1024 + 512 bytes), which keeps the weights below the fp32 model's
+    (5120 bytes) since fc's weight is stored low (2048): weight ratio 0.7 on both fronts. Export stored w once, fp32,
+    its low reader casting it per call (0.6)."""
+    model, x = SharedScale().eval(), torch.randn(4, 16)
+    program, export = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
+    convert = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)[1]
+    assert export.weight_ratio == pytest.approx(convert.weight_ratio) == pytest.approx(3584 / 5120)
+    low_copies = [name for name, tensor in program.constants.items() if tensor.dtype == torch.bfloat16]
+    assert len(low_copies) == 1 and program.state_dict["w"].dtype == torch.float32
+    assert program.state_dict["fc.weight"].dtype == torch.bfloat16
+    [matmul] = [n for n in program.graph.nodes if n.target == torch.ops.aten.matmul.default]
+    assert matmul.args[1].name == low_copies[0]  # no cast per call
+    torch.testing.assert_close(program.module()(x), model(x), atol=0.1, rtol=0.05)

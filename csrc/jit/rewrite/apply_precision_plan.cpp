@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/op_facts.h"
+#include "core/stored_weights.h"
 #include "jit/ir/ir_utils.h"
 #include "jit/plan/numeric_guards.h"
 
@@ -250,38 +251,28 @@ class PlanApplier {
   }
 
   // The fp32 constant storages that are not copied low although low nodes read them: their low readers cast them at
-  // run time, so that the converted weights never outgrow the fp32 model's. A storage read in both precisions is
-  // otherwise stored twice, fp32 and low (a copy saves a cast per inference); where those copies would make the
-  // weights larger than the fp32 model's (a language model's embedding table tied to an output layer kept fp32),
-  // the largest such storages are stored once, fp32, until they no longer do.
+  // run time (core/stored_weights decides, from who reads each storage).
   void findStoragesReadInFp32() {
     std::unordered_map<const Node*, size_t> plannerNodeOf;
     for (size_t n = 0; n < mapping_.planned.size(); ++n) {
       forEachMember(n, [&](Node* member) { plannerNodeOf.emplace(member, n); });
     }
-    int64_t before = 0;
-    int64_t after = 0;
-    std::vector<std::pair<int64_t, const void*>> readInBoth;  // (bytes, storage)
+    std::vector<const void*> storages;
+    std::vector<core::StoredTensor> tensors;
     for (const auto& [storage, held] : constantStorages(*graph_)) {
-      before += held.bytes;
-      if (!held.fp32) {
-        after += held.bytes;
-        continue;
-      }
-      bool fp32 = false;
-      bool low = false;
+      core::StoredTensor& tensor = tensors.emplace_back();
+      tensor.bytes = held.bytes;
+      tensor.fp32 = held.fp32;
       for (const Node* reader : held.readers) {
-        (readsFp32Storage(reader, storage, plannerNodeOf) ? fp32 : low) = true;
+        (readsFp32Storage(reader, storage, plannerNodeOf) ? tensor.readFp32 : tensor.readLow) = true;
       }
-      after += (fp32 ? held.bytes : 0) + (low ? held.bytes / 2 : 0);
-      if (fp32 && low) {
-        readInBoth.emplace_back(held.bytes, storage);
-      }
+      storages.push_back(storage);
     }
-    std::sort(readInBoth.begin(), readInBoth.end(), std::greater<>());
-    for (auto it = readInBoth.begin(); it != readInBoth.end() && after > before; ++it) {
-      storagesReadInFp32_.insert(it->second);
-      after -= it->first / 2;
+    const std::vector<core::Storing> storing = core::storingOf(tensors);
+    for (size_t i = 0; i < storing.size(); ++i) {
+      if (storing[i] == core::Storing::kFp32 && tensors[i].readLow) {
+        storagesReadInFp32_.insert(storages[i]);
+      }
     }
   }
 
