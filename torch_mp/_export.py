@@ -874,18 +874,25 @@ def _with_inputs(signature, added: Dict[str, InputSpec]):
     return dataclasses.replace(signature, input_specs=specs[:first_user] + list(added.values()) + specs[first_user:])
 
 
-def _unread_state(specs, graph: torch.fx.Graph) -> List[torch.fx.Node]:
-    """The placeholders of parameters, buffers and lifted constants that nothing in the graph reads."""
-    return [node for node in graph.nodes
-            if node.op == "placeholder" and specs[node.name].kind in _STORED and not node.users]
+def _unread_state(specs, graph: torch.fx.Graph, state_dict: Dict[str, Any], constants: Dict[str, Any]
+                  ) -> List[torch.fx.Node]:
+    """The placeholders of parameters, buffers and lifted constants that nothing in the graph reads, but those holding
+    a tensor another placeholder is read through (a tied weight's second name costs nothing)."""
+    def tensor_of(node):
+        target = specs[node.name].target
+        return state_dict.get(target, constants.get(target))
+
+    stored = [node for node in graph.nodes if node.op == "placeholder" and specs[node.name].kind in _STORED]
+    read = {id(tensor_of(node)) for node in stored if node.users}
+    return [node for node in stored if not node.users and id(tensor_of(node)) not in read]
 
 
 def _read_state(program: ExportedProgram, specs, graph: torch.fx.Graph) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The program's state_dict and constants without the tensors nothing reads."""
-    unread = {specs[node.name].target for node in _unread_state(specs, graph)}
-    read = {spec.target for spec in specs.values() if spec.kind in _STORED} - unread
-    return ({k: v for k, v in program.state_dict.items() if k in read},
-            {k: v for k, v in program.constants.items() if k in read})
+    unread = {specs[node.name].target
+              for node in _unread_state(specs, graph, program.state_dict, program.constants)}
+    return ({k: v for k, v in program.state_dict.items() if k not in unread},
+            {k: v for k, v in program.constants.items() if k not in unread})
 
 
 def _without_unread_state(signature, specs, graph: torch.fx.Graph, state_dict: Dict[str, Any],
@@ -893,7 +900,7 @@ def _without_unread_state(signature, specs, graph: torch.fx.Graph, state_dict: D
     """Drops the stored tensors nothing reads from the graph, `state_dict`, `constants` and the signature, as
     freezing drops them from a TorchScript module: the converted program carries no dead weights (a module's unused
     parameters) and its weight bytes are those convert counts."""
-    unread = _unread_state(specs, graph)
+    unread = _unread_state(specs, graph, state_dict, constants)
     names = {node.name for node in unread}
     for node in unread:
         graph.erase_node(node)

@@ -13,7 +13,9 @@ export itself. Most programs need only these rewrites, done here on a copy:
 - a dropout with train=False (EVAL_IDENTITIES: `nn.Dropout` in eval mode, in place or not, even on a view)
   changes nothing: its readers read its input;
 - a call whose result nothing reads (and that writes nothing) goes, as freezing removes it from a TorchScript
-  module: it would be planned, counted and cast for nothing.
+  module: it would be planned, counted and cast for nothing;
+- a call repeating an earlier one (the same op on the same values and arguments, and neither writing nor random)
+  is that one, as TorchScript's common subexpression elimination makes it.
 
 A program with any other write (into an input, a buffer, a reshaped view) is traced again with run_decompositions({}).
 """
@@ -52,8 +54,9 @@ EVAL_IDENTITIES = {
 def inference_form(program: ExportedProgram) -> ExportedProgram:
     """The program, functional and with eval-mode batch norms in their inference op: itself where it already is,
     else a new program (the given one is not changed)."""
-    if not any(writes(node) or _eval_batch_norm(node) or _eval_identity(node) or _dead(node)
-               for node in program.graph.nodes):
+    if not _repeated_calls(program.graph) and not any(
+            writes(node) or _eval_batch_norm(node) or _eval_identity(node) or _dead(node)
+            for node in program.graph.nodes):
         return program
     module = graph_module_copy(program)
     graph = module.graph
@@ -74,6 +77,9 @@ def inference_form(program: ExportedProgram) -> ExportedProgram:
             result.meta = {**node.meta, "val": computed.meta["val"][0]}
             node.replace_all_uses_with(result)
             graph.erase_node(node)
+    for repeated, first in _repeated_calls(graph):
+        repeated.replace_all_uses_with(first)
+        graph.erase_node(repeated)
     graph.eliminate_dead_code()
     with quiet_spec_copies():
         return program._update(module, renamed_outputs(program.graph_signature, graph))
@@ -110,6 +116,35 @@ def renamed_outputs(signature, graph: torch.fx.Graph):
              if isinstance(spec.arg, TensorArgument) and isinstance(node, torch.fx.Node) else spec
              for spec, node in zip(signature.output_specs, returned)]
     return dataclasses.replace(signature, output_specs=specs)
+
+
+def _repeated_calls(graph: torch.fx.Graph):
+    """(call, the earlier identical call) pairs: pure ATen calls on the same nodes with equal arguments (floats by
+    their repr, so that 0.0 and -0.0 differ)."""
+    def key_of(value):
+        if isinstance(value, (list, tuple)):
+            return tuple(key_of(v) for v in value)
+        if isinstance(value, float):
+            return ("float", repr(value))
+        if isinstance(value, dict):
+            return tuple(sorted((k, key_of(v)) for k, v in value.items()))
+        hash(value)  # TypeError where a value cannot be a key
+        return value
+
+    seen, pairs = {}, []
+    for node in graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload) or node.is_impure() \
+                or node.target._schema.is_mutable:
+            continue
+        try:
+            key = (node.target, key_of(node.args), key_of(node.kwargs))
+        except TypeError:
+            continue
+        if key in seen:
+            pairs.append((node, seen[key]))
+        else:
+            seen[key] = node
+    return pairs
 
 
 def _dead(node: torch.fx.Node) -> bool:

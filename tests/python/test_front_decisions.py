@@ -198,3 +198,24 @@ def test_a_weight_read_in_both_precisions_is_stored_as_convert_stores_it():
     [matmul] = [n for n in program.graph.nodes if n.target == torch.ops.aten.matmul.default]
     assert matmul.args[1].name == low_copies[0]  # no cast per call
     torch.testing.assert_close(program.module()(x), model(x), atol=0.1, rtol=0.05)
+
+
+class Twice(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(x).relu() + self.fc(x) * 0.5 + self.fc(x) * 0.25
+
+
+def test_a_call_repeated_on_the_same_values_runs_once_on_both_fronts():
+    """TorchScript's common subexpression elimination merges the three self.fc(x); the exported program computed
+    (and counted, 3x the FLOPs) each. Calls whose arguments differ (the two products) stay apart."""
+    model, x = Twice().eval(), torch.randn(4, 16)
+    program, export = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
+    convert = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)[1]
+    for report in (convert, export):
+        assert [n["op"] for n in report.nodes].count("aten::linear") == 1
+        assert [n["op"] for n in report.nodes].count("aten::mul") == 2
+    torch.testing.assert_close(program.module()(x), model(x), atol=0.1, rtol=0.05)
