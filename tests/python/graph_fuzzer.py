@@ -6,6 +6,7 @@ low-precision ops (linear, matmul, bmm, conv1d), follow ops (activations, arithm
 integer and bool tensors, Python scalars, `if` and `for` blocks, and outputs packed into tuples, lists and dicts.
 
     python tests/python/graph_fuzzer.py --graphs 10000 --workers 2     # the long run
+    python tests/python/graph_fuzzer.py --graphs 2000 --workers 2 --fronts   # both fronts decide alike
 """
 from __future__ import annotations
 
@@ -79,9 +80,10 @@ def _fresh(names: List[str]) -> str:
     return name
 
 
-def generate_program(choose: Chooser, max_statements: int = 10):
+def generate_program(choose: Chooser, max_statements: int = 10, control_flow: bool = True):
     """Returns (source of an nn.Module subclass named Fuzzed, the depth of each floating output's cone, in the order
-    flatten_tensors gives the outputs)."""
+    flatten_tensors gives the outputs). Without `control_flow`, no `if` on data and no loop over an input's value
+    (torch.export captures neither): an expression stands in for them."""
     values, depth = ["x"], {"x": 0}
     lines: List[str] = []
     names: List[str] = ["x"]
@@ -100,7 +102,7 @@ def generate_program(choose: Chooser, max_statements: int = 10):
 
     for _ in range(choose.integer(1, max_statements)):
         kind = choose.integer(0, 9)
-        if kind <= 5:
+        if kind <= 5 or (kind in (7, 8) and not control_flow):
             text, d = expression()
             name = _fresh(names)
             lines.append(f"{name} = {text}")
@@ -224,14 +226,35 @@ def check_conversion(source: str, output_depths: List[int], dtype: torch.dtype, 
             assert math.isfinite(error) and error <= bound, f"error {error:.3g} > bound {bound:.3g}"
 
 
-def _run_one(seed: int):
-    source, output_depths = generate_program(Chooser.from_seed(seed))
+def check_fronts_agree(source: str, dtype: torch.dtype, seed: int = 0) -> None:
+    """Converts the program on both fronts and checks that they decided alike (front_parity.differences: the heavy
+    ops' precisions, FLOPs, the rules keeping heavy ops fp32, weight ratios, report keys)."""
+    from front_parity import differences
+
+    torch.manual_seed(seed)
+    model = build_module(source)
+    inputs = (_inputs(), torch.randint(0, 3, (BATCH,)))
+    convert = torch_mp.convert(model, inputs, dtype, return_report=True)[1]
+    export = torch_mp.export(model, inputs, dtype, return_report=True)[1]
+    found = differences(convert, export)
+    assert not found, "the fronts decided differently:\n" + "\n".join(found)
+
+
+def _run_one(seed: int, fronts: bool = False):
+    source, output_depths = generate_program(Chooser.from_seed(seed), control_flow=not fronts)
     dtype = torch.float16 if seed % 2 else torch.bfloat16
     try:
-        check_conversion(source, output_depths, dtype, seed)
+        if fronts:
+            check_fronts_agree(source, dtype, seed)
+        else:
+            check_conversion(source, output_depths, dtype, seed)
         return None
     except Exception:  # noqa: BLE001 - every failure is reported with its program
         return seed, str(dtype), source, traceback.format_exc(limit=3)
+
+
+def _run_one_on_both_fronts(seed: int):
+    return _run_one(seed, fronts=True)
 
 
 def main(argv=None) -> int:
@@ -239,17 +262,21 @@ def main(argv=None) -> int:
     parser.add_argument("--graphs", type=int, default=1000)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--fronts", action="store_true",
+                        help="compare convert's and export's decisions (programs without control flow) instead of "
+                             "checking convert's numerics")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     seeds = range(args.first_seed, args.first_seed + args.graphs)
+    run = _run_one_on_both_fronts if args.fronts else _run_one
     start = time.perf_counter()
     if args.workers > 1:
         import multiprocessing
 
         with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
-            failures = [f for f in pool.imap_unordered(_run_one, seeds, chunksize=16) if f]
+            failures = [f for f in pool.imap_unordered(run, seeds, chunksize=16) if f]
     else:
-        failures = [f for f in map(_run_one, seeds) if f]
+        failures = [f for f in map(run, seeds) if f]
     for seed, dtype, source, error in failures[:3]:
         print(f"--- seed {seed} ({dtype})\n{source}\n{error}")
     print("failed seeds:", sorted(f[0] for f in failures)[:50])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -32,12 +32,15 @@ class Result(NamedTuple):
     # per fp32 weight over 64 KB the result keeps: the kind of rule that kept it and the ops reading it
     fp32_weights: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     phases: Tuple[Tuple[str, float], ...] = ()  # the report's (name, seconds) parts of the conversion
+    report: Optional[torch_mp.Report] = None  # the conversion's report
 
 
-def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "cpu", front: str = "convert") -> Result:
-    """`front`: "convert" (a TorchScript module) or "export" (torch_mp.export's program, run by its module())."""
+def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "cpu", front: str = "convert",
+             example: Optional[Tuple[torch.Tensor, ...]] = None) -> Result:
+    """`front`: "convert" (a TorchScript module) or "export" (torch_mp.export's program, run by its module());
+    `example`: the example inputs (default: new ones from the entry)."""
     model = build_model(entry).to(device)
-    example = _to(entry.inputs(), device)
+    example = _to(entry.inputs() if example is None else example, device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         start = time.perf_counter()
@@ -67,7 +70,7 @@ def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "
     return Result(report.capture, min(cosines), max(errors), agree / rows, finite, dtypes_kept, report.weight_ratio,
                   report.reached_casts, report.cast_bytes, report.low_precision_flop_fraction, seconds,
                   tuple((w["rule_kind"], tuple(sorted(set(w["readers"])))) for w in report.weights_kept_fp32),
-                  tuple(report.data.get("phases", {}).items()))
+                  tuple(report.data.get("phases", {}).items()), report)
 
 
 

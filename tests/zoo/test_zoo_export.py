@@ -1,10 +1,13 @@
 """The zoo through torch_mp.export: every model torch.export can capture converts, keeps its outputs' dtypes and
-stays within the accuracy suite's tolerances of fp32 (test_zoo_accuracy.py's, the same per-model exceptions)."""
+stays within the accuracy suite's tolerances of fp32 (test_zoo_accuracy.py's, the same per-model exceptions), and
+both fronts decide alike on it (tests/python/front_parity.py: the heavy ops' precisions by module path, FLOPs,
+the rules keeping heavy ops fp32, weight ratios, report keys)."""
 import pytest
 import torch
 
 import torch_mp
 from evaluate import evaluate
+from front_parity import differences
 from registry import build_model, load_zoo
 from test_zoo_accuracy import BF16, F16, assert_within_tolerances, tolerance
 
@@ -33,11 +36,15 @@ def export_tolerance(metric, name, dtype):
 
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("name", sorted(set(ZOO) - set(NOT_EXPORTABLE)))
-def test_exported_zoo_model_against_fp32(name, dtype):
+def test_exported_zoo_model_against_fp32_and_convert(name, dtype):
     entry = ZOO[name]
-    result = evaluate(entry, dtype, front="export")
+    model = build_model(entry)
+    example = entry.inputs()  # drawn after the model's initialisation, as evaluate draws its own
+    result = evaluate(entry, dtype, front="export", example=example)
     assert result.capture == "export"
     assert_within_tolerances(result, entry, name, dtype, export_tolerance)
+    convert = torch_mp.convert(model, example, dtype, return_report=True)[1]
+    assert differences(convert, result.report) == []
 
 
 @pytest.mark.parametrize("name", sorted(NOT_EXPORTABLE))
