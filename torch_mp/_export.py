@@ -57,7 +57,7 @@ def export(
         dtype, calibration_inputs, return_report: as for torch_mp.convert.
         dynamic_shapes: passed to torch.export.export.
         options, option_fields: a ConversionOptions and fields replacing its own, as for torch_mp.convert: policy,
-            keep_io_dtypes, tolerance, metric, progress, verify (the TorchScript front's planner, fuse_casts,
+            planner, keep_io_dtypes, tolerance, metric, progress, verify (the TorchScript front's fuse_casts,
             kernels, channels_last and fuse_convolutions only at their defaults).
 
     Returns:
@@ -547,7 +547,7 @@ class ProgramConversion:
             seen = self.seen.get(node.name)
             numel = seen.numel if seen is not None else 0
             values.append((producer, numel * (4 + self.options.dtype.itemsize), consumers))
-        precision, forced = _C.plan_dataflow(categories, values)
+        precision, forced = _C.plan_dataflow(categories, values, self.options.planner)
         return {p.node.name: precision[p.index] for p in planned}, {p.node.name for p in planned if forced[p.index]}
 
     # --- verification and report -----------------------------------------------------------------------------
@@ -606,7 +606,8 @@ class ProgramConversion:
                 "flops": flops[p.node.name], "guard": p.decision.guard,
             })
         data = {
-            "dtype": self.dtype_name, "policy": self.policy.name, "planner": "min-cut", "seconds": sum(phases.values()),
+            "dtype": self.dtype_name, "policy": self.policy.name, "planner": self.options.planner,
+            "seconds": sum(phases.values()),
             "phases": phases,
             "nodes": nodes, "casts": casts, "cast_bytes": sum(c["bytes"] for c in casts),
             "weight_bytes_before": weights[0], "weight_bytes_after": weights[1],

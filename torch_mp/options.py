@@ -54,8 +54,7 @@ class ConversionOptions:
     progress: bool = True
 
     # Options only the TorchScript front has, with the value the export front works as.
-    TORCHSCRIPT_ONLY = {"planner": "min-cut", "fuse_casts": True, "kernels": "portable", "channels_last": True,
-                        "fuse_convolutions": True}
+    TORCHSCRIPT_ONLY = {"fuse_casts": True, "kernels": "portable", "channels_last": True, "fuse_convolutions": True}
 
     def __post_init__(self):
         if self.dtype is not None:

@@ -219,3 +219,22 @@ def test_a_call_repeated_on_the_same_values_runs_once_on_both_fronts():
         assert [n["op"] for n in report.nodes].count("aten::linear") == 1
         assert [n["op"] for n in report.nodes].count("aten::mul") == 2
     torch.testing.assert_close(program.module()(x), model(x), atol=0.1, rtol=0.05)
+
+
+def test_the_planner_option_plans_both_fronts_alike():
+    """planner= reaches export's planner call too (it refused anything but min-cut); both fronts plan alike with either."""
+    class Alternating(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.fc2(torch.softmax(self.fc1(x), -1).relu() + x)
+
+    model, x = Alternating().eval(), torch.randn(4, 16)
+    for planner in ("min-cut", "greedy"):
+        reports = _reports(model, (x,), torch.bfloat16, planner=planner)
+        for front, report in reports.items():
+            assert report.data["planner"] == planner, front
+        assert [n["precision"] for n in reports["convert"].nodes if n["op"] in ("aten::add", "aten::relu")] == \
+            [n["precision"] for n in reports["export"].nodes if n["op"] in ("aten::add", "aten::relu")], planner
