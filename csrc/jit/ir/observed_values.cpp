@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <unordered_map>
 #include <vector>
@@ -125,20 +126,56 @@ std::optional<std::vector<int64_t>> sizesOf(const ObservedValues& observed, cons
 
 namespace {
 
-// finiteMagnitudes of `count` fp32 values in one pass: no copy, no reduction kernels, no item() calls.
-FiniteMagnitudes scanMagnitudes(const float* data, int64_t count) {
-  constexpr float kLargestFinite = std::numeric_limits<float>::max();
-  float largest = 0.0f;
-  float smallest = std::numeric_limits<float>::infinity();
-  bool finite = true;
-  for (int64_t i = 0; i < count; ++i) {
-    const float magnitude = std::abs(data[i]);
-    const bool isFinite = magnitude <= kLargestFinite;  // false for inf and NaN
-    finite = finite && isFinite;
-    largest = isFinite && magnitude > largest ? magnitude : largest;
-    smallest = isFinite && magnitude > 0.0f && magnitude < smallest ? magnitude : smallest;
+// finiteMagnitudes of `count` fp32 values in one pass: no copy, no reduction kernels, no item() calls. On the bits,
+// in 16 lanes without branches, so that the compiler vectorises it: |x| is the bits without the sign, inf and NaN have
+// every exponent bit set. Built for AVX2 too, chosen at load time: 9.5 G values/s per core against 1.9 for a plain
+// loop, which GCC does not vectorise (a calibration input's observation cost 2.9 fp32 forwards of a conv net with
+// oneDNN's kernels, most of it in this scan).
+__attribute__((target_clones("avx2", "default"))) FiniteMagnitudes scanMagnitudes(const float* data, int64_t count) {
+  constexpr int kLanes = 16;
+  constexpr uint32_t kMagnitude = 0x7fffffffu;
+  constexpr uint32_t kExponent = 0x7f800000u;  // the bits of inf
+  uint32_t largest[kLanes];
+  uint32_t smallest[kLanes];
+  uint32_t nonFinite[kLanes];
+  for (int lane = 0; lane < kLanes; ++lane) {
+    largest[lane] = 0u;
+    smallest[lane] = kExponent;
+    nonFinite[lane] = 0u;
   }
-  return {largest, smallest, finite};
+  // non-negative floats order as their bits do: the lanes compare bits
+  auto scan = [&](const float* values, int lanes) {
+    for (int lane = 0; lane < lanes; ++lane) {
+      uint32_t bits;
+      std::memcpy(&bits, values + lane, sizeof(bits));
+      bits &= kMagnitude;
+      const uint32_t bad = bits >= kExponent ? ~0u : 0u;
+      const uint32_t skipped = bad | (bits == 0u ? ~0u : 0u);  // no smallest non-zero from a zero or a bad value
+      const uint32_t forLargest = bits & ~bad;
+      const uint32_t forSmallest = (bits & ~skipped) | (kExponent & skipped);
+      largest[lane] = largest[lane] > forLargest ? largest[lane] : forLargest;
+      smallest[lane] = smallest[lane] < forSmallest ? smallest[lane] : forSmallest;
+      nonFinite[lane] |= bad;
+    }
+  };
+  int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    scan(data + i, kLanes);
+  }
+  scan(data + i, static_cast<int>(count - i));
+  uint32_t top = 0u;
+  uint32_t bottom = kExponent;
+  uint32_t bad = 0u;
+  for (int lane = 0; lane < kLanes; ++lane) {
+    top = std::max(top, largest[lane]);
+    bottom = std::min(bottom, smallest[lane]);
+    bad |= nonFinite[lane];
+  }
+  float largestValue;
+  float smallestValue;
+  std::memcpy(&largestValue, &top, sizeof(top));
+  std::memcpy(&smallestValue, &bottom, sizeof(bottom));
+  return {largestValue, smallestValue, bad == 0u};
 }
 
 // Whether none of `count` floating values whose bits are `Bits` has all exponent bits set (inf and NaN).
