@@ -17,8 +17,8 @@ from . import _C
 from .policy import OpPolicy, device_dtype, target_for
 
 LOW_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
-PLANNERS = ("min-cut", "greedy")
-KERNELS = ("portable", "fused")
+PLANNERS = _C.PLANNERS  # ("min-cut", "greedy"), as the C++ options parse them
+KERNELS = _C.KERNELS  # ("portable", "fused")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,9 +70,41 @@ c10::ScalarType parseDtype(const std::string& name) {
   TORCH_CHECK_VALUE(false, "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", name);
 }
 
+// The options' vocabularies as Python spells them (torch_mp.options reads them as _C.PLANNERS and _C.KERNELS).
+template <typename Enum>
+struct Named {
+  Enum value;
+  const char* name;
+};
+constexpr Named<core::PlanMethod> kPlanners[] = {{core::PlanMethod::kMinCut, "min-cut"},
+                                                 {core::PlanMethod::kGreedy, "greedy"}};
+constexpr Named<jit::Kernels> kKernels[] = {{jit::Kernels::kPortable, "portable"}, {jit::Kernels::kFused, "fused"}};
+
+template <typename Enum, size_t N>
+Enum parseNamed(const Named<Enum> (&names)[N], const std::string& name, const char* what) {
+  for (const Named<Enum>& named : names) {
+    if (name == named.name) {
+      return named.value;
+    }
+  }
+  std::string expected;
+  for (const Named<Enum>& named : names) {
+    expected += (expected.empty() ? "'" : ", '") + std::string(named.name) + "'";
+  }
+  TORCH_CHECK_VALUE(false, "torch_mp: ", what, " must be one of ", expected, ", got '", name, "'");
+}
+
+template <typename Enum, size_t N>
+py::tuple vocabulary(const Named<Enum> (&names)[N]) {
+  py::tuple tuple(N);
+  for (size_t i = 0; i < N; ++i) {
+    tuple[i] = names[i].name;
+  }
+  return tuple;
+}
+
 core::PlanMethod parsePlanner(const std::string& planner) {
-  TORCH_CHECK_VALUE(planner == "min-cut" || planner == "greedy", "torch_mp: planner must be 'min-cut' or 'greedy'");
-  return planner == "min-cut" ? core::PlanMethod::kMinCut : core::PlanMethod::kGreedy;
+  return parseNamed(kPlanners, planner, "planner");
 }
 
 // The host's CPU features, or those `declared` names ("all", "none", "avx512_bf16,amx_bf16").
@@ -657,6 +689,8 @@ PYBIND11_MODULE(_C, m) {
   // the torch whose headers compiled the extension: its operator ids (c10::aten::*) are that torch's (torch_mp._compat)
   m.attr("BUILT_WITH_TORCH") = py::make_tuple(TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
   m.attr("CATEGORIES") = namesOf(core::kAllCategories);
+  m.attr("PLANNERS") = vocabulary(kPlanners);
+  m.attr("KERNELS") = vocabulary(kKernels);
   m.attr("TARGETS") = namesOf(core::kAllTargets);
   {
     py::tuple kinds(std::size(core::kRuleKindNames));
@@ -752,8 +786,6 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const std::string& dtype, const core::OpPolicy& policy, const std::string& planner,
                        bool verify, bool keepIoDtypes, bool fuseCasts, const std::string& kernels,
                        bool channelsLast, bool fuseConvolutions, py::object nodeRule) {
-             TORCH_CHECK_VALUE(kernels == "portable" || kernels == "fused",
-                               "kernels must be 'portable' or 'fused', got '", kernels, "'");
              return jit::ConvertOptions{
                  .lowDtype = parseDtype(dtype),
                  .policy = policy,
@@ -762,7 +794,7 @@ PYBIND11_MODULE(_C, m) {
                  .nodeRule = nodeRuleFrom(std::move(nodeRule)),
                  .keepIoDtypes = keepIoDtypes,
                  .fuseCasts = fuseCasts,
-                 .kernels = kernels == "fused" ? jit::Kernels::kFused : jit::Kernels::kPortable,
+                 .kernels = parseNamed(kKernels, kernels, "kernels"),
                  .channelsLast = channelsLast,
                  .fuseConvolutions = fuseConvolutions};
            }),

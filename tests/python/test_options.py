@@ -108,3 +108,20 @@ def test_no_dtype_on_a_cpu_without_fast_kernels_warns_and_keeps_the_heavy_ops_fp
 
 def test_no_dtype_planned_for_cuda_is_fp16(model):
     assert torch_mp.device_dtype("cuda") == torch.float16
+
+
+def test_the_vocabularies_are_the_ones_the_cpp_options_parse(model):
+    """torch_mp.options' PLANNERS and KERNELS are _C's (one table in csrc/python/bindings.cpp, which parses them):
+    each name converts, and a name outside them is refused by C++ too, naming the vocabulary."""
+    from torch_mp import _C
+    from torch_mp.options import KERNELS, PLANNERS
+
+    assert PLANNERS == _C.PLANNERS == ("min-cut", "greedy") and KERNELS == _C.KERNELS == ("portable", "fused")
+    x = torch.randn(4, 16)
+    for planner in PLANNERS:
+        assert torch_mp.convert(model, (x,), torch.bfloat16, planner=planner, return_report=True)[1] \
+            .data["planner"] == planner
+    for kernels in KERNELS:
+        torch_mp.convert(model, (x,), torch.bfloat16, kernels=kernels)
+    with pytest.raises(ValueError, match="planner must be one of 'min-cut', 'greedy', got 'best'"):
+        _C.plan_dataflow(["low"], [], "best")
