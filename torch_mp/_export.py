@@ -352,7 +352,6 @@ class ProgramConversion:
             self._stored_readers.update((holder.name, readers) for holder in group)
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
-        reads = _zero_sensitive_reads(program.graph)
         try:
             self.seen, self.reference_outputs = _observe(program, self.runs)
         except Exception as error:  # noqa: BLE001 - the program's own failure on its inputs (their shapes, ...)
@@ -361,7 +360,7 @@ class ProgramConversion:
                 from error
         self.observed_seconds = time.perf_counter() - start
         self._reference_module = None
-        self._underflow = _underflow_to_zero(reads, self.seen, self.dtype_name)
+        self._underflow = _underflow_to_zero(program.graph, self.seen, self.dtype_name)
 
     # --- the job interface ------------------------------------------------------------------------------------
 
@@ -645,60 +644,33 @@ def _outputs_of(node: torch.fx.Node) -> List[torch.fx.Node]:
     return [node]
 
 
-class _ZeroSensitiveRead(NamedTuple):
-    """A read where a 0 gives inf or NaN (core/op_facts: a divisor, rsqrt's or log's argument, the base of a negative
-    power): the reader, the views and copies passing the value on to it, and the node computing the value."""
+def _underflow_to_zero(graph: torch.fx.Graph, seen: Dict[str, _Seen], dtype: str) -> Dict[str, Dict[str, Any]]:
+    """The underflow-to-zero verdict by node name (core/underflow_to_zero, as convert's numeric guards ask it) over
+    the FX graph's view: its ATen calls, the tensor values each reads, the float scalars each reads."""
+    calls = [node for node in graph.nodes
+             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)]
+    call_index = {node.name: i for i, node in enumerate(calls)}
+    values: List[Tuple[str, int, float]] = []
+    value_index: Dict[str, int] = {}
 
-    path: List[torch.fx.Node]  # reader first, producer last
-    values: List[torch.fx.Node]  # the values along the path, whose smallest magnitudes count
-    scalars: List[float]  # the magnitudes of the float scalars the producer reads (clamp_min(norm, 1e-12))
+    def index_of(value: torch.fx.Node) -> int:
+        if value.name not in value_index:
+            observed = seen.get(value.name)
+            smallest = observed.smallest if observed is not None and observed.dtype == torch.float32 else math.inf
+            value_index[value.name] = len(values)
+            values.append((value.name, call_index.get(value.name, -1), smallest))
+        return value_index[value.name]
 
-
-def _zero_sensitive_reads(graph: torch.fx.Graph) -> List[_ZeroSensitiveRead]:
-    sensitive = _C.zero_sensitive_ops()
-    reads = []
-    for node in graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-            continue
-        entry = sensitive.get(node.target._schema.name)
-        if entry is None:
-            continue
-        index, negative_exponent_only = entry
-        if index >= len(node.args) or not isinstance(node.args[index], torch.fx.Node):
-            continue
+    nodes = []
+    for node in calls:
+        arguments = list(node.args) + list(node.kwargs.values())
         exponent = node.args[1] if len(node.args) > 1 else None
-        if negative_exponent_only and isinstance(exponent, (int, float)) and exponent >= 0:
-            continue
-        path, value = [node], node.args[index]
-        values = [value]
-        while value.op == "call_function" and isinstance(value.target, torch._ops.OpOverload) \
-                and _C.op_facts(value.target._schema.name)["preserves_dtype"] and value.args \
-                and isinstance(value.args[0], torch.fx.Node):
-            path.append(value)
-            value = value.args[0]
-            values.append(value)
-        scalars = []
-        if value.op == "call_function":
-            path.append(value)
-            scalars = [abs(a) for a in list(value.args) + list(value.kwargs.values()) if isinstance(a, float) and a]
-        reads.append(_ZeroSensitiveRead(path, values, scalars))
-    return reads
-
-
-def _underflow_to_zero(reads: List[_ZeroSensitiveRead], seen: Dict[str, _Seen], dtype: str) -> Dict[str, Any]:
-    """The underflow-to-zero verdict, by node name, for each node of a zero-sensitive read whose value can be smaller
-    than the low dtype's smallest number, observed so or computed from a scalar that small (jit/plan/numeric_guards'
-    underflowToZero)."""
-    limit = _C.smallest_non_zero(dtype)
-    verdicts: Dict[str, Dict[str, Any]] = {}
-    for read in reads:
-        observed = [seen[v.name].smallest for v in read.values if v.name in seen and seen[v.name].dtype == torch.float32]
-        least = min(observed + read.scalars + [math.inf])
-        if least < limit:
-            verdict = {"kind": "underflow to zero", "value": read.values[-1].name, "seen": least, "limit": limit}
-            for member in read.path:
-                verdicts.setdefault(member.name, verdict)
-    return verdicts
+        nodes.append((node.target._schema.name,
+                      [index_of(a) if isinstance(a, torch.fx.Node) and isinstance(_val(a), torch.Tensor) else -1
+                       for a in node.args],
+                      [abs(a) for a in arguments if isinstance(a, float) and a],
+                      not (isinstance(exponent, (int, float)) and exponent >= 0)))
+    return {calls[i].name: verdict for i, verdict in _C.underflow_to_zero(nodes, values, dtype).items()}
 
 
 def _flops(planned: _Planned, seen: Dict[str, _Seen]) -> int:

@@ -22,6 +22,7 @@
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "core/stored_weights.h"
+#include "core/underflow_to_zero.h"
 #include "jit/ir/tensor_statistics.h"
 #include "jit/pipeline.h"
 #include "jit/plan/numeric_guards.h"
@@ -363,16 +364,6 @@ std::vector<std::tuple<std::string, std::string, std::string, py::object>> class
   return decisions;
 }
 
-// Per op with an input a 0 changes (core/op_facts): (that input's index, whether only a negative exponent matters).
-std::map<std::string, std::pair<int, bool>> zeroSensitiveOps() {
-  std::map<std::string, std::pair<int, bool>> ops;
-  for (const core::OpFacts* facts : core::zeroSensitiveOps()) {
-    ops[facts->op] = {facts->zeroSensitiveInput,
-                      facts->zeroSensitivity == core::ZeroSensitivity::kNegativeExponent};
-  }
-  return ops;
-}
-
 void bindCoreForExport(py::module_& m) {
   m.def("plan_dataflow", &planDataflow, py::arg("categories"), py::arg("values"), py::arg("planner") = "min-cut",
         "Plans a dataflow graph with the core planner: categories per node, (producer, cast bytes, consumers) per "
@@ -443,8 +434,6 @@ void bindCoreForExport(py::module_& m) {
   m.def("sums_nothing", &core::sumsNothing, py::arg("op"), py::arg("einsum_equation"), py::arg("first_input_sizes"),
         "Whether a product sums nothing (core/flop_formulas): an einsum every index of which reaches the output, or a "
         "matmul / mm / bmm / linear whose first input's last dim is 1. It then follows instead of running low.");
-  m.def("zero_sensitive_ops", &zeroSensitiveOps,
-        "{op: (input index, only with a negative exponent)} for the ops whose result a 0 there makes inf or NaN.");
   m.def(
       "describe_guard",
       [](const std::string& kind, std::string value, double seen, double limit, const std::string& dtype) {
@@ -471,6 +460,38 @@ void bindCoreForExport(py::module_& m) {
       py::arg("tensors"),
       "How each stored tensor is kept (core/stored_weights), from (bytes, holds fp32, read low, read not low) per "
       "tensor: 'low', 'fp32', 'both' or 'as is'.");
+  m.def(
+      "underflow_to_zero",
+      [](const std::vector<std::tuple<std::string, std::vector<int>, std::vector<double>, bool>>& nodes,
+         const std::vector<std::tuple<std::string, int, double>>& values, const std::string& dtype) {
+        std::vector<core::GraphViewNode> viewNodes;
+        for (const auto& [op, inputs, scalars, exponentMayBeNegative] : nodes) {
+          viewNodes.push_back({op, inputs, scalars, exponentMayBeNegative});
+        }
+        std::vector<core::GraphViewValue> viewValues;
+        for (const auto& [name, producer, smallest] : values) {
+          TORCH_CHECK_VALUE(producer < static_cast<int>(viewNodes.size()), "torch_mp: value ", name,
+                            " produced by node ", producer, " of ", viewNodes.size());
+          viewValues.push_back({name, producer});
+        }
+        for (const core::GraphViewNode& node : viewNodes) {
+          for (int input : node.inputs) {
+            TORCH_CHECK_VALUE(input < static_cast<int>(viewValues.size()), "torch_mp: node ", node.op, " reads value ",
+                              input, " of ", viewValues.size());
+          }
+        }
+        py::dict verdicts;
+        const auto found = core::underflowToZero(
+            viewNodes, viewValues, [&](int value) { return std::get<2>(values[value]); }, lowDtypeNamed(dtype));
+        for (const auto& [node, verdict] : found) {
+          verdicts[py::int_(node)] = guardDict(verdict);
+        }
+        return verdicts;
+      },
+      py::arg("nodes"), py::arg("values"), py::arg("dtype"),
+      "core/underflow_to_zero over a graph's view: per node (op, the value index per input or -1, the non-zero float "
+      "scalars' magnitudes, whether a pow's exponent may be negative), per value (name, producing node or -1, "
+      "smallest non-zero magnitude); returns {node index: guard dict}.");
   m.def("classify_nodes", &classifyNodes, py::arg("nodes"), py::arg("policy"), py::arg("dtype"),
         py::arg("node_rule") = py::none(),
         "core::classifyNode (the rule order both fronts share) over the facts of every node, each a dict keyed as "

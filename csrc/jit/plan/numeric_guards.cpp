@@ -5,10 +5,13 @@
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <cmath>
+#include <functional>
+#include <map>
 #include <utility>
 
 #include "core/numeric_limits.h"
 #include "core/op_facts.h"
+#include "core/underflow_to_zero.h"
 
 namespace torch_mp::jit {
 namespace {
@@ -18,18 +21,6 @@ using core::GuardVerdict;
 using torch::jit::Block;
 using torch::jit::Node;
 using torch::jit::Value;
-
-// The ops with a zero-sensitive input, by kind.
-const std::unordered_map<c10::Symbol, const core::OpFacts*>& zeroSensitiveKinds() {
-  static const std::unordered_map<c10::Symbol, const core::OpFacts*> kinds = [] {
-    std::unordered_map<c10::Symbol, const core::OpFacts*> map;
-    for (const core::OpFacts* facts : core::zeroSensitiveOps()) {
-      map.emplace(c10::Symbol::fromQualString(facts->op), facts);
-    }
-    return map;
-  }();
-  return kinds;
-}
 
 // pow's exponent, where the node is pow: whether it may be negative (a constant that is not, or not known).
 bool mayBeNegative(const Value* exponent) {
@@ -168,51 +159,57 @@ double NumericGuards::smallestMagnitude(const Value* value) const {
       : std::numeric_limits<double>::infinity();
 }
 
-// For each zero-sensitive read: the value read, followed back through the views and copies that pass it on to the
-// node that computes it; the smallest magnitude seen along the way, or of a float scalar that node reads.
+// The graph as core::underflowToZero sees it: every node but constants and the graph's inputs, each tensor value they
+// read (constants and graph inputs have no producer).
 void NumericGuards::findUnderflowToZero(const Block* block) {
-  const auto& kinds = zeroSensitiveKinds();
-  const double limit = smallestNonZero(lowDtype_);
-  for (const Node* node : block->nodes()) {
-    for (const Block* sub : node->blocks()) {
-      findUnderflowToZero(sub);
+  std::vector<const Node*> members;
+  std::unordered_map<const Node*, int> nodeIndex;
+  std::function<void(const Block*)> collect = [&](const Block* inner) {
+    for (const Node* node : inner->nodes()) {
+      if (node->kind() != c10::prim::Constant) {
+        nodeIndex.emplace(node, static_cast<int>(members.size()));
+        members.push_back(node);
+      }
+      for (const Block* sub : node->blocks()) {
+        collect(sub);
+      }
     }
-    auto sensitive = kinds.find(node->kind());
-    if (sensitive == kinds.end()) {
-      continue;
+  };
+  collect(block);
+  std::vector<core::GraphViewNode> nodes(members.size());
+  std::vector<core::GraphViewValue> values;
+  std::vector<const Value*> valueOf;
+  std::unordered_map<const Value*, int> valueIndex;
+  auto indexOf = [&](const Value* value) {
+    auto [it, added] = valueIndex.emplace(value, static_cast<int>(values.size()));
+    if (added) {
+      auto producer = nodeIndex.find(value->node());
+      values.push_back({value->debugName(), producer == nodeIndex.end() ? -1 : producer->second});
+      valueOf.push_back(value);
     }
-    const core::OpFacts& facts = *sensitive->second;
-    const size_t index = static_cast<size_t>(facts.zeroSensitiveInput);
-    if (index >= node->inputs().size() || node->input(index)->type()->kind() != c10::TypeKind::TensorType ||
-        (facts.zeroSensitivity == core::ZeroSensitivity::kNegativeExponent &&
-         (node->inputs().size() < 2 || !mayBeNegative(node->input(1))))) {
-      continue;
-    }
-    std::vector<const Node*> path{node};
-    const Value* value = node->input(index);
-    double smallest = smallestMagnitude(value);
-    while (core::factsOf(value->node()->kind().toQualString()).preservesDtype && value->node()->inputs().size() > 0) {
-      path.push_back(value->node());
-      value = value->node()->input(0);
-      smallest = std::min(smallest, smallestMagnitude(value));
-    }
-    const Node* producer = value->node();
-    if (producer->kind() != c10::prim::Param && producer->kind() != c10::prim::Constant) {
-      path.push_back(producer);
-      for (const Value* input : producer->inputs()) {
-        if (input->node()->kind() == c10::prim::Constant && input->type()->kind() == c10::TypeKind::FloatType) {
-          const double scalar = std::abs(torch::jit::constant_as<double>(input).value());
-          smallest = scalar > 0.0 ? std::min(smallest, scalar) : smallest;
+    return it->second;
+  };
+  for (size_t n = 0; n < members.size(); ++n) {
+    const Node* node = members[n];
+    core::GraphViewNode& view = nodes[n];
+    view.op = node->kind().toQualString();
+    for (const Value* input : node->inputs()) {
+      view.inputs.push_back(input->type()->kind() == c10::TypeKind::TensorType ? indexOf(input) : -1);
+      if (input->node()->kind() == c10::prim::Constant && input->type()->kind() == c10::TypeKind::FloatType) {
+        const double scalar = std::abs(torch::jit::constant_as<double>(input).value());
+        if (scalar > 0.0) {
+          view.floatScalars.push_back(scalar);
         }
       }
     }
-    if (smallest >= limit) {
-      continue;
+    if (core::factsOf(view.op).zeroSensitivity == core::ZeroSensitivity::kNegativeExponent) {
+      view.exponentMayBeNegative = node->inputs().size() >= 2 && mayBeNegative(node->input(1));
     }
-    const GuardVerdict verdict{GuardKind::kUnderflowToZero, value->debugName(), smallest, limit};
-    for (const Node* member : path) {
-      underflowToZero_->emplace(member, verdict);
-    }
+  }
+  const std::map<int, GuardVerdict> verdicts = core::underflowToZero(
+      nodes, values, [&](int value) { return smallestMagnitude(valueOf[value]); }, toLowDtype(lowDtype_));
+  for (const auto& [node, verdict] : verdicts) {
+    underflowToZero_->emplace(members[node], verdict);
   }
 }
 

@@ -40,7 +40,8 @@ class NumericGuards {
       const std::vector<torch::jit::Node*>& boundaries) const;
   std::optional<core::GuardVerdict> constantOutOfRange(const torch::jit::Node* node);
   std::optional<core::GuardVerdict> scalarLostInLowDtype(const torch::jit::Node* node) const;
-  // The first call walks the node's graph once for every zero-sensitive read.
+  // The first call builds the node's graph's view for core/underflow_to_zero, which walks it once per zero-sensitive
+  // read.
   std::optional<core::GuardVerdict> underflowToZero(const torch::jit::Node* node);
 
  private:
