@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/StringUtil.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -57,10 +58,10 @@ class HostSynchronisationRefused {
 
 // Runs the forward with host synchronisation made an error, so that a forward that cannot be captured is refused
 // before a capture fails on it: a failed capture leaves CUDA's random generators in capture mode for the process.
-void runRefusingHostSynchronisation(torch::jit::Module& module, std::vector<c10::IValue> stack) {
+void runRefusingHostSynchronisation(const Forward& forward, const std::vector<c10::IValue>& stack) {
   try {
     HostSynchronisationRefused refused;
-    module.forward(std::move(stack));
+    forward(stack);
   } catch (const c10::Error& error) {
     throw CaptureRefused(c10::str(
         "torch_mp::cuda::CudaGraphRunner: the forward cannot be recorded as a CUDA graph because it synchronises "
@@ -71,11 +72,33 @@ void runRefusingHostSynchronisation(torch::jit::Module& module, std::vector<c10:
 
 } // namespace
 
-CudaGraphRunner::CudaGraphRunner(torch::jit::Module module, CudaGraphOptions options)
-    : module_(std::move(module)), options_(options), pool_(at::cuda::graph_pool_handle()) {
+CudaGraphRunner::CudaGraphRunner(Forward forward, CudaGraphOptions options)
+    : forward_(std::move(forward)), options_(options), pool_(at::cuda::graph_pool_handle()) {
   TORCH_CHECK_VALUE(options_.warmup >= 1, "torch_mp::cuda::CudaGraphRunner: warmup must be at least 1, got ",
                     options_.warmup);
-  module_.eval();
+}
+
+CudaGraphRunner::CudaGraphRunner(torch::jit::Module module, CudaGraphOptions options)
+    : CudaGraphRunner(
+          [module](const std::vector<c10::IValue>& inputs) mutable { return module.forward(inputs); }, options) {
+  module.eval();
+}
+
+CudaGraphRunner CudaGraphRunner::forPackage(const std::string& path, CudaGraphOptions options) {
+  // single-threaded: the package's calls run on the caller's stream, which the capture records; a pool of runners
+  // would launch on streams of its own
+  auto package = std::make_shared<torch::inductor::AOTIModelPackageLoader>(path, "model", /*run_single_threaded=*/true);
+  return CudaGraphRunner(
+      [package](const std::vector<c10::IValue>& inputs) -> c10::IValue {
+        std::vector<at::Tensor> tensors;
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          TORCH_CHECK_VALUE(inputs[i].isTensor(), "torch_mp::cuda::CudaGraphRunner: an AOTInductor package takes "
+                            "tensors; input ", i, " is a ", inputs[i].tagKind());
+          tensors.push_back(inputs[i].toTensor());
+        }
+        return c10::List<at::Tensor>(package->run(tensors));
+      },
+      options);
 }
 
 CudaGraphRunner::Recording CudaGraphRunner::record(const std::vector<at::Tensor>& inputs) {
@@ -99,13 +122,13 @@ CudaGraphRunner::Recording CudaGraphRunner::record(const std::vector<at::Tensor>
     inputsReady.record(caller);
     inputsReady.block(side);
     for (int i = 0; i < std::max(options_.warmup - 1, 1); ++i) {
-      module_.forward(stack);
+      forward_(stack);
     }
-    runRefusingHostSynchronisation(module_, stack);
+    runRefusingHostSynchronisation(forward_, stack);
     recording.graph = std::make_unique<at::cuda::CUDAGraph>();
     try {
       recording.graph->capture_begin(pool_);
-      recording.staticOutputs = module_.forward(stack);
+      recording.staticOutputs = forward_(stack);
       recording.graph->capture_end();
     } catch (const c10::Error& error) {
       try {
@@ -127,12 +150,12 @@ c10::IValue CudaGraphRunner::forward(const std::vector<c10::IValue>& inputs) {
     return input.isTensor() && input.toTensor().requires_grad();
   };
   if (c10::GradMode::is_enabled() && std::any_of(inputs.begin(), inputs.end(), requiresGrad)) {
-    return module_.forward(inputs);  // a replay's outputs carry no autograd history
+    return forward_(inputs);  // a replay's outputs carry no autograd history
   }
   const std::string unrecordable = whyNotRecordable(inputs);
   if (!unrecordable.empty()) {
     TORCH_CHECK_VALUE(options_.fallBack, "torch_mp::cuda::CudaGraphRunner: ", unrecordable);
-    return module_.forward(inputs);
+    return forward_(inputs);
   }
   std::vector<at::Tensor> tensors;
   Signature signature;
@@ -147,7 +170,7 @@ c10::IValue CudaGraphRunner::forward(const std::vector<c10::IValue>& inputs) {
   auto it = recordings_.find(signature);
   if (it == recordings_.end()) {
     if (refused_.count(signature) > 0) {
-      return module_.forward(inputs);
+      return forward_(inputs);
     }
     if (options_.maxSignatures > 0 && recordings_.size() >= options_.maxSignatures) {
       if (!warnedBound_) {
@@ -155,7 +178,7 @@ c10::IValue CudaGraphRunner::forward(const std::vector<c10::IValue>& inputs) {
         TORCH_WARN("torch_mp::cuda::CudaGraphRunner: ", options_.maxSignatures, " input signatures have CUDA graphs "
                    "(maxSignatures); calls with other signatures run the module without one");
       }
-      return module_.forward(inputs);
+      return forward_(inputs);
     }
     try {
       it = recordings_.emplace(signature, record(tensors)).first;
@@ -166,7 +189,7 @@ c10::IValue CudaGraphRunner::forward(const std::vector<c10::IValue>& inputs) {
         warnedRefusal_ = true;
         TORCH_WARN(refusal.what(), " The module runs without a CUDA graph for these inputs.");
       }
-      return module_.forward(inputs);
+      return forward_(inputs);
     }
   }
   c10::NoGradGuard noGrad;

@@ -1,9 +1,12 @@
-// CUDA-graph replay of a TorchScript module's forward, for C++ servers: one launch per call instead of one per op,
-// which is most of the time at batch 1. The C++ twin of the wrapper torch_mp.load returns on a GPU (Python:
-// torch_mp/cuda_graphs.py, GraphsBySignature).
+// CUDA-graph replay of a TorchScript module's forward or an AOTInductor package's, for C++ servers: one launch per
+// call instead of one per op, which is most of the time at batch 1 (AOTInductor has no CUDA graphs of its own). The
+// C++ twin of the wrapper torch_mp.load returns on a GPU (Python: torch_mp/cuda_graphs.py, GraphsBySignature).
 //
 //   torch_mp::cuda::CudaGraphRunner runner(torch::jit::load("model_fp16.pt", torch::kCUDA));
 //   at::Tensor y = runner.forward({x}).toTensor();   // records a graph for x's signature once, then replays it
+//
+//   auto package = torch_mp::cuda::CudaGraphRunner::forPackage("model.pt2");   // torch_mp.aoti_compile's, for CUDA
+//   at::Tensor y = package.forward({x}).toTensorList()[0];                     // the package's outputs, as a list
 //
 // Each input signature (sizes, strides, dtype, device per tensor) gets its own graph with static input buffers; all
 // graphs share one memory pool. forward copies the inputs in, replays, and returns deep copies of the outputs. At most
@@ -20,10 +23,12 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <torch/csrc/jit/api/module.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace torch_mp::cuda {
@@ -36,9 +41,16 @@ struct CudaGraphOptions {
   bool fallBack = true;  // call the module where a graph cannot be recorded, instead of throwing
 };
 
+// What a runner records and replays: the model's forward, from inputs to outputs.
+using Forward = std::function<c10::IValue(const std::vector<c10::IValue>&)>;
+
 class CudaGraphRunner {
  public:
   explicit CudaGraphRunner(torch::jit::Module module, CudaGraphOptions options = {});
+  // An AOTInductor package (a .pt2 of CUDA code), loaded to run single-threaded on the caller's stream, as a capture
+  // needs; its inputs are tensors, its outputs a list of tensors.
+  static CudaGraphRunner forPackage(const std::string& path, CudaGraphOptions options = {});
+  CudaGraphRunner(Forward forward, CudaGraphOptions options = {});
 
   c10::IValue forward(const std::vector<c10::IValue>& inputs);
 
@@ -61,7 +73,7 @@ class CudaGraphRunner {
 
   Recording record(const std::vector<at::Tensor>& inputs);
 
-  torch::jit::Module module_;
+  Forward forward_;
   CudaGraphOptions options_;
   at::cuda::MempoolId_t pool_;
   std::map<Signature, Recording> recordings_;

@@ -1,9 +1,14 @@
 // torch_mp::cuda::CudaGraphRunner on a GPU (CUDA builds; skipped where none is visible): replays equal the module's
 // own calls bit for bit and are copies; past maxSignatures, for non-tensor inputs and for a forward that synchronises
-// with the host it calls the module (one warning); the model's own errors are thrown as they are.
+// with the host it calls the module (one warning); the model's own errors are thrown as they are. A forward callable
+// and an AOTInductor package (the package's test takes it from TORCH_MP_TEST_CUDA_PACKAGE, which
+// tests/python/test_cuda_package_graphs.py sets) replay the same way.
 #ifdef TORCH_MP_WITH_CUDA
 #include <gtest/gtest.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/torch.h>
+
+#include <cstdlib>
 
 #include <string>
 #include <vector>
@@ -108,6 +113,41 @@ TEST_F(CudaGraphRunnerTest, TheModelsOwnErrorIsThrownAsItIs) {
   }
   EXPECT_EQ(runner.recordedSignatures() + runner.refusedSignatures(), 0u);
   EXPECT_TRUE(warnings.messages.empty());
+}
+
+TEST_F(CudaGraphRunnerTest, AForwardCallableIsRecordedOncePerSignature) {
+  torch::jit::Module module = scriptModule(kAffine);
+  int calls = 0;
+  CudaGraphRunner runner([&](const std::vector<c10::IValue>& inputs) {
+    ++calls;
+    return module.forward(inputs);
+  });
+  const at::Tensor x = torch::randn({4, 8}, torch::kCUDA);
+  EXPECT_TRUE(torch::equal(runner.forward({x}).toTensor(), module.forward({x}).toTensor()));
+  const int recorded = calls;  // the warm-up runs, the synchronisation check, the capture
+  EXPECT_TRUE(torch::equal(runner.forward({x * 3.0}).toTensor(), module.forward({x * 3.0}).toTensor()));
+  EXPECT_EQ(calls, recorded);  // replayed, not called
+  EXPECT_EQ(runner.recordedSignatures(), 1u);
+}
+
+TEST_F(CudaGraphRunnerTest, APackageReplaysEqualItsOwnCalls) {
+  const char* path = std::getenv("TORCH_MP_TEST_CUDA_PACKAGE");
+  if (path == nullptr) {
+    GTEST_SKIP() << "TORCH_MP_TEST_CUDA_PACKAGE names no package (tests/python/test_cuda_package_graphs.py sets it)";
+  }
+  torch::inductor::AOTIModelPackageLoader plain(path);
+  auto runner = CudaGraphRunner::forPackage(path);
+  for (int round = 0; round < 3; ++round) {
+    const at::Tensor x = torch::randn({2, 16}, torch::kCUDA);
+    const std::vector<at::Tensor> expected = plain.run({x});
+    const c10::List<at::Tensor> replayed = runner.forward({x}).toTensorList();
+    ASSERT_EQ(replayed.size(), expected.size());
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(torch::equal(replayed[i], expected[i])) << "round " << round << ", output " << i;
+    }
+  }
+  EXPECT_EQ(runner.recordedSignatures(), 1u);
+  EXPECT_THROW(runner.forward({torch::randn({2, 16}, torch::kCUDA), 1.0}), c10::ValueError);  // a package takes tensors
 }
 
 } // namespace
