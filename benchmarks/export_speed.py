@@ -149,7 +149,7 @@ def measure(name, batch, device, dtype, repeats, folder):
     row["torch_mp_export_s"] = time.perf_counter() - start
     for key, exported in (("aoti_amp", torch.export.export(amp, args)), ("aoti_ours", program)):
         path = os.path.join(folder, f"{name}_{batch}_{key}.pt2")
-        configs = torch_mp.aoti.INDUCTOR_CONFIGS if key == "aoti_ours" else {}
+        configs = torch_mp._export.package.INDUCTOR_CONFIGS if key == "aoti_ours" else {}
         start = time.perf_counter()
         torch._inductor.aoti_compile_and_package(exported, package_path=path, inductor_configs=configs)
         row[f"{key}_compile_s"] = time.perf_counter() - start

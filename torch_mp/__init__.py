@@ -1,8 +1,12 @@
-"""torch_mp: turns an fp32 PyTorch model into a fast mixed-precision frozen TorchScript module.
+"""torch_mp: turns an fp32 PyTorch model into a fast mixed-precision model for inference, through either of two
+fronts on one C++ core: `convert` gives a frozen TorchScript module, `export` a torch.export program with explicit
+casts, which `aoti_compile` packages with AOTInductor for C++ without TorchScript.
 
     mp = torch_mp.convert(model, example_inputs=(x,), dtype=torch.float16)
     torch.jit.save(mp, "model_fp16.pt")   # loads with torch.jit.load / torch::jit::load, no torch_mp needed
-    fast = torch_mp.load("model_fp16.pt", "cuda")   # the same, replaying CUDA graphs where it can
+    program = torch_mp.export(model, (x,), torch.bfloat16)         # a torch.export.ExportedProgram
+    torch_mp.aoti_compile(model, (x,), torch.bfloat16, "model.pt2")  # an AOTInductor package
+    fast = torch_mp.load("model_fp16.pt", "cuda")   # either file, replaying CUDA graphs where it can
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
 
@@ -10,9 +14,10 @@ from . import _C, _compat
 
 _compat.check_extension(_C.BUILT_WITH_TORCH)
 
-from ._convert import ConversionError, InputSpec, ModelRunError, PreparedModel, convert, prepare
-from ._export import export
-from .aoti import aoti_compile
+from ._errors import ConversionError, ModelRunError
+from ._inputs import InputSpec
+from ._convert import PreparedModel, convert, prepare
+from ._export import aoti_compile, export
 from .onnx_front import onnx_export, onnx_typing_problems
 from ._torchscript import TorchScriptDeprecationWarning
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphFallbackWarning, CudaGraphModule, cuda_graphs

@@ -31,9 +31,9 @@ import zipfile
 import torch
 
 import torch_mp
-from torch_mp._export import _scope as scope_of
+from torch_mp._export.ir import _scope as scope_of
 from torch_mp._torchscript import jit_call, load_file
-from torch_mp.aoti import check_package_path, write_package
+from torch_mp._export.package import check_package_path, write_package
 from torch_mp.models import resnet50_ibn_a
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

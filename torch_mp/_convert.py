@@ -5,37 +5,19 @@ import copy
 import re
 import threading
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
-from torch.utils import _pytree as pytree
 
 from . import _C, capture_check
+from ._errors import ConversionError, ModelRunError
+from ._inputs import _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, module_inputs
 from ._torchscript import TorchScriptDeprecationWarning, jit_call
+from .fallback import search_fallback
+from .finite_outputs import repair_non_finite
 from .options import ConversionOptions
 from .policy import check_rules_match
 from .report import Report
-
-
-class ConversionError(RuntimeError):
-    """The conversion itself failed. The user's model is untouched."""
-
-
-ModelRunError = _C.ModelRunError  # a ValueError: the model itself failed on the example or calibration inputs
-
-
-class InputSpec(NamedTuple):
-    """An input given by shape and dtype instead of a tensor: it is filled with random normals (floating dtypes)
-    or zeros (integer and bool dtypes) for the one observed run."""
-
-    shape: Sequence[int]
-    dtype: torch.dtype = torch.float32
-    device: Union[str, torch.device] = "cpu"
-
-    def materialize(self) -> torch.Tensor:
-        if self.dtype.is_floating_point:
-            return torch.randn(*self.shape, dtype=self.dtype, device=self.device)
-        return torch.zeros(*self.shape, dtype=self.dtype, device=self.device)
 
 
 def convert(
@@ -145,26 +127,20 @@ class PreparedModel:
         if options.tolerance is None:
             module, report = job.run(in_place=in_place)
         else:
-            from .fallback import search_fallback
-
             module, report = search_fallback(job, self.calibration or [self.inputs], options.tolerance,
                                              options.metric, options.progress)
-        if report.data.get("non_finite") is not None:
-            from .finite_outputs import repair_non_finite
-
+        if report.data["non_finite"] is not None:
             if in_place and options.tolerance is None:  # the conversion used the preparation up: plan again
                 self._bound = _prepare_scripted(self.scripted, self.inputs, self.calibration)
             module, report = repair_non_finite(job, module, report, [self.inputs] + list(self.calibration))
         report.annotate("capture", self.capture)
-        if options.policy.slow_kernels:
-            report.annotate("slow_kernels", options.policy.slow_kernels)
         return (module, report) if return_report else module
 
 
 class Conversion:
     """A prepared model and the options of its conversions; run() converts a copy, keeping given nodes (by id) in
     fp32 (what the accuracy fallback varies), and always those in `keep_non_finite` (what the repair of non-finite
-    outputs found)."""
+    outputs found). The job interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob)."""
 
     def __init__(self, prepared: PreparedModel, options: ConversionOptions):
         self.prepared = prepared
@@ -204,61 +180,6 @@ class Conversion:
     def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
         """The inputs as the converted module takes them: with low-precision IO, fp32 tensors in the low dtype."""
         return module_inputs(self.options, inputs)
-
-
-def _normalize_calibration(calibration_inputs: Optional[Sequence[Any]]) -> List[Tuple[Any, ...]]:
-    if calibration_inputs is None:
-        return []
-    if isinstance(calibration_inputs, (torch.Tensor, tuple)) or not isinstance(calibration_inputs, Sequence):
-        raise TypeError(
-            "calibration_inputs must be a list of inputs, each a tensor or a tuple like example_inputs, "
-            f"got {type(calibration_inputs).__name__}"
-        )
-    return [_normalize_inputs(item) for item in calibration_inputs]
-
-
-def module_inputs(options: ConversionOptions, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
-    """The inputs as a converted model takes them: with keep_io_dtypes=False, fp32 tensors in the low dtype."""
-    if options.keep_io_dtypes:
-        return inputs
-    return tuple(x.to(options.dtype) if isinstance(x, torch.Tensor) and x.dtype == torch.float32 else x
-                 for x in inputs)
-
-
-def _refuse_autocast() -> None:
-    for device_type in ("cpu", "cuda"):
-        if torch.is_autocast_enabled(device_type):
-            raise RuntimeError(
-                f"torch_mp.convert was called inside an active torch.autocast('{device_type}') region; "
-                "autocast would change the fp32 reference the conversion is planned from. Convert outside it."
-            )
-
-
-def _normalize_inputs(example_inputs: Any) -> Tuple[Any, ...]:
-    if example_inputs is None:
-        return ()
-    if isinstance(example_inputs, (torch.Tensor, InputSpec)):
-        example_inputs = (example_inputs,)
-    if isinstance(example_inputs, list):
-        example_inputs = tuple(example_inputs)
-    if not isinstance(example_inputs, tuple):
-        raise TypeError(
-            "example_inputs must be a tensor or a tuple of the forward's positional inputs, "
-            f"got {type(example_inputs).__name__}"
-        )
-    return tuple(_materialize(item) for item in example_inputs)
-
-
-def _materialize(item: Any) -> Any:
-    if isinstance(item, InputSpec):
-        return item.materialize()
-    if isinstance(item, tuple):
-        return tuple(_materialize(x) for x in item)
-    if isinstance(item, list):
-        return [_materialize(x) for x in item]
-    if isinstance(item, dict):
-        return {k: _materialize(v) for k, v in item.items()}
-    return item
 
 
 def _is_frozen(module: torch.jit.ScriptModule) -> bool:
@@ -424,17 +345,3 @@ _TENSOR_REPR = re.compile(r"tensor\((?:[^()]|\([^()]*\))*\)")
 def _first_line(error: Exception) -> str:
     text = _TENSOR_REPR.sub("<tensor>", str(error)).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def _device_of(inputs: Tuple[Any, ...], model: Any) -> torch.device:
-    for tensor in tensors_of(inputs):
-        return tensor.device
-    if isinstance(model, torch.nn.Module):
-        for parameter in model.parameters():
-            return parameter.device
-    return torch.device("cpu")
-
-
-def tensors_of(value: Any) -> List[torch.Tensor]:
-    """The tensors of a (nested) value, in pytree order."""
-    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]

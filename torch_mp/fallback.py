@@ -30,7 +30,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._convert import ConversionError, tensors_of
+from ._errors import ConversionError
+from ._inputs import tensors_of
+from ._job import ConversionJob
 from .report import Report
 
 Metric = Callable[[Any, Any], float]
@@ -86,7 +88,8 @@ class Progress:
 class Evaluator:
     """Converts with a set of nodes kept in fp32 and measures the worst error over the calibration inputs."""
 
-    def __init__(self, job, calibration: Sequence[Tuple[Any, ...]], tolerance: float, metric: Optional[Metric]):
+    def __init__(self, job: ConversionJob, calibration: Sequence[Tuple[Any, ...]], tolerance: float,
+                 metric: Optional[Metric]):
         self.job = job
         self.calibration = list(calibration)
         self.tolerance = tolerance
@@ -131,7 +134,7 @@ class Evaluator:
         return error <= self.tolerance
 
 
-def rank_by_added_error(job, report: Report, inputs: Tuple[Any, ...]) -> List[Tuple[int, float]]:
+def rank_by_added_error(job: ConversionJob, report: Report, inputs: Tuple[Any, ...]) -> List[Tuple[int, float]]:
     """Low-precision nodes (by id) with the relative error each adds, highest first."""
     low = [n["id"] for n in report.nodes if n["precision"] == "low"]
     module, _ = job.run(keep_node_ids=True, verify=False)  # the same plan, its nodes still numbered
@@ -181,7 +184,7 @@ def _errors(reference: torch.Tensor, value: torch.Tensor) -> Tuple[float, float]
     return difference / max(r.norm().item(), 1e-30), difference / max((r - r.mean()).norm().item(), 1e-30)
 
 
-def search_fallback(job, calibration, tolerance: float, metric: Optional[Metric], progress: bool):
+def search_fallback(job: ConversionJob, calibration, tolerance: float, metric: Optional[Metric], progress: bool):
     """Ranked search (module docstring); returns (module, report) with report.data["fallback"]."""
     start = time.perf_counter()
     evaluator = Evaluator(job, calibration, tolerance, metric)

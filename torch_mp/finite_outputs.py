@@ -19,17 +19,19 @@ from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import torch
 
-from ._convert import ConversionError
+from ._errors import ConversionError
+from ._job import ConversionJob
 from .fallback import producers_read
 from .report import Report
 
 MAX_ROUNDS = 8
 
 
-def repair_non_finite(job, module, report: Report, runs: Sequence[Tuple[Any, ...]]) -> Tuple[Any, Report]:
+def repair_non_finite(job: ConversionJob, module, report: Report, runs: Sequence[Tuple[Any, ...]]
+                      ) -> Tuple[Any, Report]:
     """The conversion, planned again with the nodes responsible for non-finite outputs kept fp32 until the outputs on
     every run (the example inputs first, then the calibration inputs) are finite where fp32's are. `job` is the
-    Conversion that made `module` and `report`; its kept set grows."""
+    conversion (a ConversionJob, on either front) that made `module` and `report`; its kept set grows."""
     where = report.data["non_finite"]
     if where is None:
         return module, report
@@ -64,7 +66,7 @@ def repair_non_finite(job, module, report: Report, runs: Sequence[Tuple[Any, ...
         "where the fp32 model's is finite; convert with the other low dtype")
 
 
-def _responsible_nodes(job, inputs: Tuple[Any, ...]) -> Tuple[List[int], Set[int]]:
+def _responsible_nodes(job: ConversionJob, inputs: Tuple[Any, ...]) -> Tuple[List[int], Set[int]]:
     """The first nodes whose values turn non-finite (by id), and the low nodes to keep fp32 for them."""
     probed, report = job.run(keep_node_ids=True, verify=False)
     ids = [node["id"] for node in report.nodes]

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._convert import ConversionError
+from ._errors import ConversionError
 from ._export import CAST, export
 from .options import ConversionOptions
 from .policy import OpPolicy, target_for

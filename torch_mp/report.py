@@ -87,8 +87,9 @@ class Report:
 
     @property
     def capture(self) -> str:
-        """How convert captured the model: "script", "trace" or "scriptmodule" (given as one)."""
-        return self._annotations.get("capture") or self.data.get("capture", "scriptmodule")
+        """How the model was captured: convert's "script", "trace" or "scriptmodule" (given as one, as the load-time
+        pass's graphs are), or "export"."""
+        return self.data["capture"]
 
     @property
     def low_precision_flop_fraction(self) -> float:
@@ -133,7 +134,7 @@ class Report:
             lines.append(f"  CUDA convolutions: {d['channels_last_convolutions']} channels_last, "
                          f"{d['fused_convolutions']} fused with their relu (and residual add) into cuDNN calls")
         slow = [n for n in self.nodes if n["rule_kind"] == "no fast kernel"]
-        if slow and d.get("slow_kernels"):
+        if slow and d["slow_kernels"]:
             lines.append(f"  {len(slow)} heavy ops {d['slow_kernels']}")
         if self.unknown_ops:
             lines.append(f"  unknown ops kept in fp32: {', '.join(self.unknown_ops)}")

@@ -14,14 +14,27 @@ std::string formatMagnitude(double value) {
   return text;
 }
 
-NodeDecision decided(OpCategory category, RuleKind kind, std::string rule) {
-  return NodeDecision{category, kind, std::move(rule), std::nullopt};
+// The rule reads "<category>: <reason>" unless `heading` names the node otherwise ("input", or nothing at all).
+NodeDecision decided(OpCategory category, RuleKind kind, std::string reason,
+                     std::optional<std::string> heading = std::nullopt) {
+  const std::string head = heading ? *heading : toString(category);
+  std::string rule = head.empty() ? reason : head + ": " + reason;
+  return NodeDecision{category, kind, std::move(rule), std::move(reason), std::nullopt};
 }
 
 NodeDecision guarded(GuardVerdict verdict, LowDtype dtype) {
-  NodeDecision decision = decided(OpCategory::kFp32, RuleKind::kRangeGuard, describeGuard(verdict, dtype));
+  NodeDecision decision = decided(OpCategory::kFp32, RuleKind::kRangeGuard, guardFinding(verdict, dtype), "");
+  decision.rule = describeGuard(verdict, dtype);
   decision.guard = std::move(verdict);
   return decision;
+}
+
+// A demotion of what the rules chose: the new category and kind, the reason said after the rule it overrode.
+void demote(NodeDecision& decision, OpCategory category, RuleKind kind, const char* instead, std::string reason) {
+  decision.category = category;
+  decision.kind = kind;
+  decision.rule += std::string(" [") + instead + ": " + reason + "]";
+  decision.reason = std::move(reason);
 }
 
 // Rule 4's reason, if the user forces the node low (by its id, else by op and module path).
@@ -56,19 +69,19 @@ std::optional<NodeOverride> userChoice(const NodeFacts& facts, const OpPolicy& p
 NodeDecision byPolicy(const NodeFacts& facts, const OpPolicy& policy) {
   const OpPolicy::Match match = policy.match(facts.op);
   if (!match.entry) {
-    return decided(OpCategory::kFp32, RuleKind::kUnknownOp, "fp32: in no list (unknown op)");
+    return decided(OpCategory::kFp32, RuleKind::kUnknownOp, "in no list (unknown op)");
   }
   NodeDecision decision = decided(match.entry->category,
                                   match.entry->noFastKernel ? RuleKind::kNoFastKernel : RuleKind::kPolicy,
-                                  std::string(toString(match.entry->category)) + ": " + match.entry->reason);
+                                  match.entry->reason);
   if (match.via != facts.op) {
     decision.rule += " [in place, as " + match.via + "]";
   }
   const char* lookup = factsOf(facts.op).tableLookup;
   if (lookup && decision.category == OpCategory::kFollow && facts.readsTableStoredLow) {
-    decision.category = OpCategory::kLowPrecision;
-    decision.rule = std::string("low: ") + lookup +
-        " that is a constant: the table is stored once, in the low dtype, and only what is read is cast";
+    decision = decided(OpCategory::kLowPrecision, decision.kind,
+                       std::string(lookup) + " that is a constant: the table is stored once, in the low dtype, and "
+                                             "only what is read is cast");
   }
   return decision;
 }
@@ -80,9 +93,9 @@ NodeDecision classifyNode(const NodeFacts& facts, const OpPolicy& policy, LowDty
   const bool controlFlow = facts.controlFlow != ControlFlow::kNone;
   switch (facts.boundary) {
     case Boundary::kInput:
-      return decided(OpCategory::kFp32, RuleKind::kIo, "input: keeps its dtype");
+      return decided(OpCategory::kFp32, RuleKind::kIo, "keeps its dtype", "input");
     case Boundary::kOutput:
-      return decided(OpCategory::kFp32, RuleKind::kIo, "output: keeps its dtype");
+      return decided(OpCategory::kFp32, RuleKind::kIo, "keeps its dtype", "output");
     case Boundary::kNone:
       break;
   }
@@ -90,14 +103,15 @@ NodeDecision classifyNode(const NodeFacts& facts, const OpPolicy& policy, LowDty
     return decided(OpCategory::kFp32, RuleKind::kUnobserved,
                    controlFlow ? "control flow with a branch not reached by the example inputs: boundaries keep "
                                  "their dtype"
-                               : "dtype unknown: not reached by the example inputs");
+                               : "dtype unknown: not reached by the example inputs",
+                   "");
   }
   if (facts.notFp32) {
-    return decided(OpCategory::kFp32, RuleKind::kNotFp32, "has a floating tensor that is not fp32: left as it is");
+    return decided(OpCategory::kFp32, RuleKind::kNotFp32, "has a floating tensor that is not fp32: left as it is", "");
   }
   const std::optional<GuardVerdict>& guard = facts.observedRange ? facts.observedRange : facts.underflowToZero;
   if (std::optional<std::string> forced = forcedLow(facts, policy)) {
-    NodeDecision decision = decided(OpCategory::kLowPrecision, RuleKind::kForcedLow, "low: forced: " + *forced);
+    NodeDecision decision = decided(OpCategory::kLowPrecision, RuleKind::kForcedLow, *forced, "low: forced");
     decision.guard = guard ? guard : facts.constantRange ? facts.constantRange : facts.lostScalar;  // overridden
     return decision;
   }
@@ -107,14 +121,14 @@ NodeDecision classifyNode(const NodeFacts& facts, const OpPolicy& policy, LowDty
   NodeDecision decision;
   if (facts.controlFlow == ControlFlow::kOpaqueSubgraphs) {
     return decided(OpCategory::kFp32, RuleKind::kControlFlow,
-                   "fp32: control flow whose subgraphs are not planned: what crosses them keeps fp32");
+                   "control flow whose subgraphs are not planned: what crosses them keeps fp32");
   } else if (facts.controlFlow == ControlFlow::kPlannedBlocks) {
     decision = decided(OpCategory::kFollow, RuleKind::kControlFlow,
-                       "follow: control flow; values crossing its block boundaries share one precision");
+                       "control flow; values crossing its block boundaries share one precision");
   } else if (facts.constantRange) {
     return guarded(*facts.constantRange, dtype);
   } else if (std::optional<NodeOverride> chosen = userChoice(facts, policy, nodeRule)) {
-    decision = decided(chosen->category, chosen->kind, std::string(toString(chosen->category)) + ": " + chosen->reason);
+    decision = decided(chosen->category, chosen->kind, chosen->reason);
   } else {
     decision = byPolicy(facts, policy);
     if (decision.kind == RuleKind::kUnknownOp) {
@@ -122,15 +136,13 @@ NodeDecision classifyNode(const NodeFacts& facts, const OpPolicy& policy, LowDty
     }
   }
   if (decision.category == OpCategory::kLowFp32Output && facts.writesTensorList) {
-    decision.category = OpCategory::kFp32;
-    decision.kind = RuleKind::kWritesTensorList;
-    decision.rule += " [fp32 instead: it writes a list or tuple of tensors, which one cast cannot make fp32]";
+    demote(decision, OpCategory::kFp32, RuleKind::kWritesTensorList, "fp32 instead",
+           "it writes a list or tuple of tensors, which one cast cannot make fp32");
   }
   if (computesLow(decision.category) && facts.sumsNothing) {
-    decision.category = OpCategory::kFollow;
-    decision.kind = RuleKind::kSumsNothing;
-    decision.rule += " [follow instead: nothing to sum (an outer product), so low precision would only round its "
-                     "inputs, say positions or timesteps]";
+    demote(decision, OpCategory::kFollow, RuleKind::kSumsNothing, "follow instead",
+           "nothing to sum (an outer product), so low precision would only round its inputs, say positions or "
+           "timesteps");
   }
   if (decision.category != OpCategory::kFp32 && facts.lostScalar) {
     return guarded(*facts.lostScalar, dtype);
@@ -138,7 +150,22 @@ NodeDecision classifyNode(const NodeFacts& facts, const OpPolicy& policy, LowDty
   return decision;
 }
 
+std::string plannedRule(const std::string& rule, OpCategory category, bool forcedToFp32, bool low) {
+  if (forcedToFp32) {
+    return rule + " [forced to fp32: shares a container or mutated tensor with an fp32 op, or reads fp32 into a "
+                  "type-promoting op]";
+  }
+  if (category == OpCategory::kFollow || category == OpCategory::kWidest) {
+    return rule + (low ? " [planned low: fewest cast bytes]" : " [planned fp32: fewest cast bytes]");
+  }
+  return rule;
+}
+
 std::string describeGuard(const GuardVerdict& verdict, LowDtype dtype) {
+  return "range guard: " + guardFinding(verdict, dtype) + ", so the node keeps fp32";
+}
+
+std::string guardFinding(const GuardVerdict& verdict, LowDtype dtype) {
   const std::string value = "%" + verdict.value;
   const std::string name = lowDtypeName(dtype);
   const std::string seen = formatMagnitude(verdict.seen);
@@ -167,7 +194,7 @@ std::string describeGuard(const GuardVerdict& verdict, LowDtype dtype) {
           ", and reaches an input where 0 gives inf or NaN (a divisor, rsqrt, log, a negative power)";
       break;
   }
-  return "range guard: " + why + ", so the node keeps fp32";
+  return why;
 }
 
 } // namespace torch_mp::core

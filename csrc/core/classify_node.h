@@ -57,8 +57,8 @@ struct NodeFacts {
   ControlFlow controlFlow = ControlFlow::kNone;
   bool keptNonFinite = false;   // the verification's repair keeps it fp32
   bool keptByFallback = false;  // the accuracy fallback keeps it fp32
-  std::optional<GuardVerdict> observedRange;
-  std::optional<GuardVerdict> underflowToZero;
+  std::optional<GuardVerdict> observedRange;    // core/range_guards' verdicts on the node's numbers
+  std::optional<GuardVerdict> underflowToZero;  // core/underflow_to_zero's
   std::optional<GuardVerdict> constantRange;
   std::optional<GuardVerdict> lostScalar;
   bool readsTableStoredLow = false;  // its first argument is a constant table OpPolicy::storesTableLow stores low
@@ -69,7 +69,9 @@ struct NodeFacts {
 struct NodeDecision {
   OpCategory category = OpCategory::kFp32;
   RuleKind kind = RuleKind::kPolicy;
-  std::string rule;                   // for people, built from the kind and the reason
+  std::string rule;                   // for people: the category or boundary, then the reason, then a demotion's
+  std::string reason;                 // why, in the words of what decided: the policy entry's reason, the user's, the
+                                      // guard's finding, the demotion's ("keeps its dtype", "matmul: tensor cores")
   std::optional<GuardVerdict> guard;  // the guard that kept it fp32, or the one a forced-low rule overrode
 };
 
@@ -79,8 +81,13 @@ using NodeRuleQuery = std::function<std::optional<NodeOverride>()>;
 NodeDecision classifyNode(const NodeFacts& facts, const OpPolicy& policy, LowDtype dtype,
                           const NodeRuleQuery& nodeRule = {});
 
+// The rule once the planner has run: a node it forced to fp32 says why, a follow / widest node what it was planned.
+std::string plannedRule(const std::string& rule, OpCategory category, bool forcedToFp32, bool low);
+
 // The guard's verdict for people: "range guard: %x observed up to 4e+04, above half of float16's max 6.55e+04, so the
 // node keeps fp32".
 std::string describeGuard(const GuardVerdict& verdict, LowDtype dtype);
+// Its finding alone: "%x observed up to 4e+04, above half of float16's max 6.55e+04".
+std::string guardFinding(const GuardVerdict& verdict, LowDtype dtype);
 
 } // namespace torch_mp::core

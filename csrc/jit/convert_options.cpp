@@ -4,20 +4,23 @@
 
 namespace torch_mp::jit {
 
-void checkLowDtype(c10::ScalarType lowDtype) {
-  TORCH_CHECK_VALUE(
-      lowDtype == c10::ScalarType::Half || lowDtype == c10::ScalarType::BFloat16,
-      "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", lowDtype);
+c10::ScalarType scalarTypeOf(core::LowDtype lowDtype) {
+  switch (lowDtype) {
+    case core::LowDtype::kFloat16:
+      return c10::ScalarType::Half;
+    case core::LowDtype::kBFloat16:
+      return c10::ScalarType::BFloat16;
+  }
+  TORCH_INTERNAL_ASSERT(false, "torch_mp: a LowDtype out of its enum");
 }
 
 ConvertOptions defaultOptions(
     c10::DeviceType device,
-    c10::ScalarType lowDtype,
+    core::LowDtype lowDtype,
     const core::CpuFeatures& cpu,
     std::optional<core::CudaCapability> gpu) {
-  checkLowDtype(lowDtype);
   const core::Target target =
-      core::targetFor(device == c10::DeviceType::CUDA, lowDtype == c10::ScalarType::Half);
+      core::targetFor(device == c10::DeviceType::CUDA, lowDtype == core::LowDtype::kFloat16);
   ConvertOptions options;
   options.lowDtype = lowDtype;
   options.policy = core::OpPolicy::defaults(target, cpu, gpu);

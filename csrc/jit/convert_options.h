@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/fast_kernels.h"
+#include "core/numeric_limits.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "jit/plan/graph_to_dataflow.h"
@@ -22,7 +23,9 @@ enum class Kernels {
 };
 
 struct ConvertOptions {
-  c10::ScalarType lowDtype = c10::ScalarType::Half;
+  // float16 or bfloat16 by its type: an options value cannot hold another dtype (Python's names are parsed where the
+  // options are bound, csrc/python/bindings.cpp).
+  core::LowDtype lowDtype = core::LowDtype::kFloat16;
   // The op table, its module-path exclusions and its name (which the report gives).
   core::OpPolicy policy;
   core::PlanMethod planner = core::PlanMethod::kMinCut;
@@ -54,15 +57,15 @@ struct ConvertOptions {
   bool keepNodeIds = false;
 };
 
-// Throws c10::ValueError unless the dtype is float16 or bfloat16.
-void checkLowDtype(c10::ScalarType lowDtype);
+// The tensor dtype of a low dtype, for the passes that cast.
+c10::ScalarType scalarTypeOf(core::LowDtype lowDtype);
 
 // The default options for the device the model runs on and the low-precision dtype; `cpu` on a CPU, and the
 // capability of the GPU on CUDA (nullopt: not known, taken as fast), say whether the heavy ops have fast
 // low-precision kernels there (core/fast_kernels).
 ConvertOptions defaultOptions(
     c10::DeviceType device,
-    c10::ScalarType lowDtype,
+    core::LowDtype lowDtype,
     const core::CpuFeatures& cpu = core::CpuFeatures::host(),
     std::optional<core::CudaCapability> gpu = std::nullopt);
 

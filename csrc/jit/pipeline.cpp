@@ -87,18 +87,18 @@ void planAndApply(
       prepared.inputs.empty() ? std::nullopt : findStateContainers(*graph, prepared.inputs[0]);
   auto [mapping, plan] = stages.run("plan", graph, [&] {
     DataflowMapping mapping = buildDataflow(
-        graph, prepared.observed, options.policy, options.lowDtype, options.nodeRule, options.keepFp32,
+        graph, prepared.observed, options.policy, scalarTypeOf(options.lowDtype), options.nodeRule, options.keepFp32,
         state ? &*state : nullptr);
     core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.planner);
-    report.nodes = decisionsOf(mapping, plan, prepared.observed, options.lowDtype);
+    report.nodes = decisionsOf(mapping, plan, prepared.observed, scalarTypeOf(options.lowDtype));
     report.unknownOps = mapping.unknownOps;
     report.unobservedNodes = mapping.unobservedNodes;
     return std::make_pair(std::move(mapping), std::move(plan));
   });
   stages.run("apply", graph, [&] {
-    applyPrecisionPlan(graph, mapping, plan, prepared.observed, options.lowDtype, casts);
+    applyPrecisionPlan(graph, mapping, plan, prepared.observed, scalarTypeOf(options.lowDtype), casts);
     if (state) {
-      castStateContainers(*state, mapping, plan, options.lowDtype);
+      castStateContainers(*state, mapping, plan, scalarTypeOf(options.lowDtype));
     }
   });
 }
@@ -108,7 +108,7 @@ void planAndApply(
 void cancelAndFuseCasts(
     std::shared_ptr<Graph>& graph, const PreparedGraph& prepared, const ConvertOptions& options, CastLedger& casts) {
   if (!options.keepIoDtypes) {
-    LowerGraphIO(graph, options.lowDtype, casts);
+    LowerGraphIO(graph, scalarTypeOf(options.lowDtype), casts);
   }
   CancelCasts(graph);
   FoldConstantCasts(graph);
@@ -274,7 +274,7 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
     stages.run("verify", graph, [&] {
       report.nonFinite = verifyConversion(
           graph, prepared.inputs, prepared.outputs, prepared.calibration, prepared.calibrationOutputs,
-          prepared.observed, options.keepIoDtypes ? std::nullopt : std::make_optional(options.lowDtype));
+          prepared.observed, options.keepIoDtypes ? std::nullopt : std::make_optional(scalarTypeOf(options.lowDtype)));
     });
   }
   report.seconds = totalSeconds(report.phases);
@@ -282,7 +282,6 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
 }
 
 ConversionReport ConvertTypedGraph(std::shared_ptr<Graph>& graph, const ConvertOptions& options) {
-  checkLowDtype(options.lowDtype);
   PreparedGraph prepared = prepareTypedGraph(graph);
   ConversionReport report = convertPrepared(prepared, options);
   graph = prepared.graph;
@@ -293,7 +292,6 @@ ConversionReport ConvertObservedGraph(
     std::shared_ptr<Graph>& graph,
     const std::vector<Stack>& runs,
     const ConvertOptions& options) {
-  checkLowDtype(options.lowDtype);
   TORCH_CHECK(!runs.empty(), "torch_mp: no recorded inputs to observe the graph on");
   PreparedGraph prepared = prepareGraph(graph, runs.front(), std::vector<Stack>(runs.begin() + 1, runs.end()));
   ConversionReport report = convertPrepared(prepared, options);
@@ -330,7 +328,6 @@ PreparedModel prepareModule(
 }
 
 ConvertedModule convertPreparedModule(const PreparedModel& prepared, const ConvertOptions& options) {
-  checkLowDtype(options.lowDtype);
   TORCH_CHECK(prepared.forward.graph, "torch_mp: this preparation was used up by a conversion in place");
   PreparedGraph copy;
   copy.phases = prepared.forward.phases;
@@ -359,12 +356,10 @@ ConvertedModule convertModule(
     const std::vector<c10::IValue>& exampleInputs,
     const ConvertOptions& options,
     const std::vector<std::vector<c10::IValue>>& calibrationInputs) {
-  checkLowDtype(options.lowDtype);
   return convertPreparedModule(prepareModule(module, exampleInputs, calibrationInputs), options);
 }
 
 ConvertedModule convertPreparedModule(PreparedModel&& prepared, const ConvertOptions& options) {
-  checkLowDtype(options.lowDtype);
   TORCH_CHECK(prepared.forward.graph, "torch_mp: this preparation was used up by a conversion in place");
   PreparedModel used = std::move(prepared);  // `prepared` holds no graph now: a second use fails the check above
   return convertInto(std::move(used.frozen), used.forward, options);

@@ -21,11 +21,13 @@
 #include "core/op_facts.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
+#include "core/range_guards.h"
 #include "core/stored_weights.h"
 #include "core/underflow_to_zero.h"
 #include "jit/ir/tensor_statistics.h"
 #include "jit/pipeline.h"
 #include "jit/plan/numeric_guards.h"
+#include "jit/report/assemble_report.h"
 #include "jit/report/value_probe.h"
 #include "torch_mp/jit_pass.h"
 
@@ -61,12 +63,12 @@ core::OpCategory parseCategory(const std::string& name) {
   return *category;
 }
 
-c10::ScalarType parseDtype(const std::string& name) {
+core::LowDtype lowDtypeNamed(const std::string& name) {
   if (name == "float16") {
-    return c10::ScalarType::Half;
+    return core::LowDtype::kFloat16;
   }
   if (name == "bfloat16") {
-    return c10::ScalarType::BFloat16;
+    return core::LowDtype::kBFloat16;
   }
   TORCH_CHECK_VALUE(false, "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", name);
 }
@@ -264,7 +266,7 @@ using DataflowValue = std::tuple<int, int64_t, std::vector<int>>;
 std::pair<std::vector<std::string>, std::vector<bool>> planDataflow(
     const std::vector<std::string>& categories,
     const std::vector<DataflowValue>& values,
-    const std::string& planner) {
+    const jit::ConvertOptions& options) {
   core::DataflowGraph graph;
   for (const std::string& category : categories) {
     graph.addNode(parseCategory(category));
@@ -280,7 +282,7 @@ std::pair<std::vector<std::string>, std::vector<bool>> planDataflow(
       graph.addUse(value, consumer);
     }
   }
-  const core::PrecisionPlan plan = core::planPrecision(graph, parsePlanner(planner));
+  const core::PrecisionPlan plan = core::planPrecision(graph, options.planner);
   std::vector<std::string> precision;
   for (core::Precision p : plan.precision) {
     precision.emplace_back(precisionName(p));
@@ -288,9 +290,6 @@ std::pair<std::vector<std::string>, std::vector<bool>> planDataflow(
   return {precision, plan.forcedToFp32};
 }
 
-core::LowDtype lowDtypeNamed(const std::string& name) {
-  return jit::toLowDtype(parseDtype(name));
-}
 
 core::GuardKind guardKindNamed(const std::string& kind) {
   for (const core::GuardKindName& name : core::kGuardKindNames) {
@@ -311,12 +310,29 @@ std::optional<core::GuardVerdict> guardFrom(const py::handle& entry) {
                             guard["seen"].cast<double>(), guard["limit"].cast<double>()};
 }
 
-// The export front's facts of one node, a dict keyed as core::NodeFacts' fields in snake case; a key left out is
-// the field's default.
-core::NodeFacts nodeFactsFrom(const py::dict& entry) {
+// The export front's facts of one node, a dict keyed as core::NodeFacts' fields in snake case, with the numbers
+// core/range_guards judges in place of their verdicts: observed [(value, largest magnitude, only integers)],
+// constants [(value, largest magnitude)], scalars [(name, value)]; a key left out is the field's default.
+core::NodeFacts nodeFactsFrom(const py::dict& entry, core::LowDtype dtype) {
   core::NodeFacts facts;
   auto flag = [&](const char* key) { return entry.contains(key) && entry[key].cast<bool>(); };
   auto guard = [&](const char* key) { return entry.contains(key) ? guardFrom(entry[key]) : std::nullopt; };
+  auto numbers = [&](const char* key) {
+    std::vector<core::NamedNumber> listed;
+    if (entry.contains(key)) {
+      for (const auto& [name, value] : entry[key].cast<std::vector<std::pair<std::string, double>>>()) {
+        listed.push_back({name, value});
+      }
+    }
+    return listed;
+  };
+  std::vector<core::ObservedNumber> observed;
+  if (entry.contains("observed")) {
+    for (const auto& [name, largest, onlyIntegers] :
+         entry["observed"].cast<std::vector<std::tuple<std::string, double, bool>>>()) {
+      observed.push_back({name, {largest, onlyIntegers}});
+    }
+  }
   facts.op = entry["op"].cast<std::string>();
   facts.scope = entry.contains("scope") ? entry["scope"].cast<std::string>() : "";
   facts.id = entry.contains("id") ? entry["id"].cast<std::string>() : "";
@@ -325,25 +341,24 @@ core::NodeFacts nodeFactsFrom(const py::dict& entry) {
   facts.controlFlow = flag("opaque_subgraphs") ? core::ControlFlow::kOpaqueSubgraphs : core::ControlFlow::kNone;
   facts.keptNonFinite = flag("kept_non_finite");
   facts.keptByFallback = flag("kept_by_fallback");
-  facts.observedRange = guard("observed_range");
+  facts.observedRange = core::observedRangeGuard(observed, dtype);
   facts.underflowToZero = guard("underflow_to_zero");
-  facts.constantRange = guard("constant_range");
-  facts.lostScalar = guard("lost_scalar");
+  facts.constantRange = core::constantRangeGuard(numbers("constants"), dtype);
+  facts.lostScalar = core::lostScalarGuard(numbers("scalars"), dtype);
   facts.readsTableStoredLow = flag("reads_table_stored_low");
   facts.writesTensorList = flag("writes_tensor_list");
   facts.sumsNothing = flag("sums_nothing");
   return facts;
 }
 
-// core::classifyNode over every node of an exported program: (category, rule kind, rule, guard dict or None) per
-// node. `nodeRule(i)`, the user's callable for node i, is asked only where the rule order reaches it.
-std::vector<std::tuple<std::string, std::string, std::string, py::object>> classifyNodes(
+// core::classifyNode over every node of an exported program, with the options' policy and dtype: (category, rule
+// kind, rule, reason, guard dict or None) per node. `nodeRule(i)`, the user's callable for node i, is asked only where
+// the rule order reaches it.
+std::vector<core::NodeDecision> classifyNodes(
     const std::vector<py::dict>& nodes,
-    const core::OpPolicy& policy,
-    const std::string& dtype,
+    const jit::ConvertOptions& options,
     const py::object& nodeRule) {
-  const core::LowDtype low = lowDtypeNamed(dtype);
-  std::vector<std::tuple<std::string, std::string, std::string, py::object>> decisions;
+  std::vector<core::NodeDecision> decisions;
   decisions.reserve(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     core::NodeRuleQuery query;
@@ -357,25 +372,111 @@ std::vector<std::tuple<std::string, std::string, std::string, py::object>> class
         return core::NodeOverride{parseCategory(category), core::RuleKind::kCallable, reason};
       };
     }
-    core::NodeDecision decided = core::classifyNode(nodeFactsFrom(nodes[i]), policy, low, query);
-    decisions.emplace_back(core::toString(decided.category), core::toString(decided.kind), std::move(decided.rule),
-                           decided.guard ? py::object(guardDict(*decided.guard)) : py::object(py::none()));
+    decisions.push_back(
+        core::classifyNode(nodeFactsFrom(nodes[i], options.lowDtype), options.policy, options.lowDtype, query));
   }
   return decisions;
 }
 
+// The export front's report (torch_mp/_export/report.py reads it off the converted FX program): the ConversionReport
+// convert's pipeline assembles, its ids indexes into `names` (the FX node names it is written with).
+using ProgramNode = std::tuple<jit::NodeId, std::string, std::string, core::NodeDecision, bool, bool,
+                               std::optional<double>, int64_t>;  // id, op, scope, decision, low, forced, amax, flops
+using ProgramCast = std::tuple<jit::NodeId, std::string, std::string, std::string, int64_t>;  // id, value, from, to, bytes
+using ProgramItem = std::tuple<jit::NodeId, bool, std::string, std::vector<jit::NodeId>, int>;  // id, cast, op, inputs,
+                                                                                                // index in casts
+using ProgramWeight = std::tuple<std::string, int64_t, std::vector<std::string>, std::optional<jit::NodeId>>;
+using ProgramNonFinite = std::tuple<size_t, std::optional<size_t>, std::string>;  // run, output tensor, value
+
+jit::ConversionReport programReport(
+    const jit::ConvertOptions& options,
+    std::vector<std::string> names,
+    const std::vector<ProgramNode>& nodes,
+    const std::vector<ProgramCast>& casts,
+    const std::vector<ProgramItem>& graph,
+    const std::vector<ProgramWeight>& kept,
+    std::pair<int64_t, int64_t> weightBytes,
+    const std::optional<ProgramNonFinite>& nonFinite,
+    std::vector<std::pair<std::string, double>> phases) {
+  const auto named = [&names](jit::NodeId id) {
+    TORCH_CHECK_VALUE(id >= 0 && id < static_cast<jit::NodeId>(names.size()), "torch_mp: report id ", id, " of ",
+                      names.size(), " names");
+    return id;
+  };
+  jit::ConversionReport report = jit::reportFor(options);
+  for (const auto& [id, op, scope, decided, low, forced, amax, flops] : nodes) {
+    jit::NodeDecision node;
+    node.id = named(id);
+    node.op = op;
+    node.output = names[id];
+    node.scope = scope;
+    node.precision = low ? core::Precision::kLow : core::Precision::kFp32;
+    node.category = decided.category;
+    node.forcedToFp32 = forced;
+    node.rule = core::plannedRule(decided.rule, decided.category, forced, low);
+    node.reason = decided.reason;
+    node.ruleKind = decided.kind;
+    node.guard = decided.guard;
+    node.amax = amax.value_or(-1.0);
+    node.flops = flops;
+    if (decided.kind == core::RuleKind::kUnknownOp &&
+        std::find(report.unknownOps.begin(), report.unknownOps.end(), op) == report.unknownOps.end()) {
+      report.unknownOps.push_back(op);
+    }
+    report.nodes.push_back(std::move(node));
+  }
+  for (const auto& [id, value, from, to, bytes] : casts) {
+    report.casts.push_back({.id = named(id), .value = value, .from = from, .to = to, .bytes = bytes, .reached = true});
+    report.castBytes += bytes;
+  }
+  for (const auto& [id, isCast, op, inputs, cast] : graph) {
+    for (jit::NodeId input : inputs) {
+      named(input);
+    }
+    report.graph.push_back({.id = named(id), .kind = isCast ? jit::GraphItem::Kind::kCast : jit::GraphItem::Kind::kNode,
+                            .op = op, .inputs = inputs, .cast = isCast ? cast : -1});
+  }
+  std::vector<jit::KeptFp32Weight> weights;
+  for (const auto& [name, bytes, readers, decidedBy] : kept) {
+    weights.push_back({.name = name, .bytes = bytes, .readers = readers,
+                       .decidedBy = decidedBy ? std::optional<jit::NodeId>(named(*decidedBy)) : std::nullopt});
+  }
+  report.weightBytesBefore = weightBytes.first;
+  report.weightBytesAfter = weightBytes.second;
+  report.setKeptFp32Weights(std::move(weights));
+  if (nonFinite) {
+    const auto& [run, tensor, value] = *nonFinite;
+    report.nonFinite = jit::NonFiniteValue{run, tensor, value};
+  }
+  report.seconds = 0.0;
+  for (const auto& [stage, seconds] : phases) {
+    report.seconds += seconds;
+  }
+  report.phases = std::move(phases);
+  report.capture = "export";
+  report.nodeNames = std::move(names);
+  return report;
+}
+
 void bindCoreForExport(py::module_& m) {
-  m.def("plan_dataflow", &planDataflow, py::arg("categories"), py::arg("values"), py::arg("planner") = "min-cut",
-        "Plans a dataflow graph with the core planner: categories per node, (producer, cast bytes, consumers) per "
+  py::class_<core::NodeDecision>(m, "NodeDecision", "What core::classifyNode decided of a node.")
+      .def_property_readonly("category", [](const core::NodeDecision& d) { return core::toString(d.category); })
+      .def_property_readonly("rule_kind", [](const core::NodeDecision& d) { return core::toString(d.kind); })
+      .def_readonly("rule", &core::NodeDecision::rule)
+      .def_readonly("reason", &core::NodeDecision::reason)
+      .def_property_readonly("guard", [](const core::NodeDecision& d) {
+        return d.guard ? py::object(guardDict(*d.guard)) : py::object(py::none());
+      });
+  m.def("program_report", &programReport, py::arg("options"), py::arg("names"), py::arg("nodes"), py::arg("casts"),
+        py::arg("graph"), py::arg("kept_fp32"), py::arg("weight_bytes"), py::arg("non_finite"), py::arg("phases"),
+        "The export front's ConversionReport, its ids indexes into `names` (FX node names): per planned node (id, op, "
+        "scope, NodeDecision, low, forced to fp32, largest observed magnitude or None, FLOPs); per cast (id, value, "
+        "from, to, bytes); per graph item (id, is a cast, op, input ids, index in casts); per fp32 stored tensor "
+        "(name, bytes, readers' ops, first decided reader's id or None); (bytes before, after); where verification "
+        "found a non-finite value (run, output tensor or None, value name) or None; (stage, seconds) per stage.");
+  m.def("plan_dataflow", &planDataflow, py::arg("categories"), py::arg("values"), py::arg("options"),
+        "Plans a dataflow graph with the options' planner: categories per node, (producer, cast bytes, consumers) per "
         "castable fp32 value; returns (precision per node, forced to fp32 per node).");
-  m.def(
-      "observed_range_verdict",
-      [](double largest, bool onlyIntegers, const std::string& dtype, std::string name) -> py::object {
-        auto verdict = core::observedRangeVerdict({largest, onlyIntegers}, lowDtypeNamed(dtype), std::move(name));
-        return verdict ? py::object(guardDict(*verdict)) : py::object(py::none());
-      },
-      py::arg("largest"), py::arg("only_integers"), py::arg("dtype"), py::arg("name"),
-      "The range guard's verdict on one observed fp32 value (a dict as a report's guard), or None.");
   m.def(
       "value_statistics",
       [](const at::Tensor& tensor, bool checkIntegers) {
@@ -389,20 +490,6 @@ void bindCoreForExport(py::module_& m) {
       "and the largest magnitude exceeds 256), all finite).");
   m.def("all_finite", &jit::allFinite, py::arg("tensor"),
         "Whether a floating tensor holds no NaN or inf (dense fp32, bf16 and fp16 CPU tensors read in place).");
-  m.def(
-      "largest_finite", [](const std::string& dtype) { return core::largestFinite(lowDtypeNamed(dtype)); },
-      py::arg("dtype"));
-  m.def(
-      "smallest_non_zero", [](const std::string& dtype) { return core::smallestNonZero(lowDtypeNamed(dtype)); },
-      py::arg("dtype"), "Below this magnitude a value may become 0 in the low dtype.");
-  m.def(
-      "lost_scalar_verdict",
-      [](double scalar, const std::string& dtype, std::string name) -> py::object {
-        auto verdict = jit::lostScalarVerdict(scalar, parseDtype(dtype), std::move(name));
-        return verdict ? py::object(guardDict(*verdict)) : py::object(py::none());
-      },
-      py::arg("scalar"), py::arg("dtype"), py::arg("name"),
-      "The range guard's verdict on a float scalar an op reads (a dict as a report's guard), or None.");
   m.def(
       "op_facts",
       [](const std::string& op) {
@@ -435,13 +522,6 @@ void bindCoreForExport(py::module_& m) {
         "Whether a product sums nothing (core/flop_formulas): an einsum every index of which reaches the output, or a "
         "matmul / mm / bmm / linear whose first input's last dim is 1. It then follows instead of running low.");
   m.def(
-      "describe_guard",
-      [](const std::string& kind, std::string value, double seen, double limit, const std::string& dtype) {
-        return core::describeGuard({guardKindNamed(kind), std::move(value), seen, limit}, lowDtypeNamed(dtype));
-      },
-      py::arg("kind"), py::arg("value"), py::arg("seen"), py::arg("limit"), py::arg("dtype"),
-      "The guard's verdict for people, as a report's rule says it.");
-  m.def(
       "storing_of",
       [](const std::vector<std::tuple<int64_t, bool, bool, bool>>& stored) {
         std::vector<core::StoredTensor> tensors;
@@ -463,7 +543,7 @@ void bindCoreForExport(py::module_& m) {
   m.def(
       "underflow_to_zero",
       [](const std::vector<std::tuple<std::string, std::vector<int>, std::vector<double>, bool>>& nodes,
-         const std::vector<std::tuple<std::string, int, double>>& values, const std::string& dtype) {
+         const std::vector<std::tuple<std::string, int, double>>& values, const jit::ConvertOptions& options) {
         std::vector<core::GraphViewNode> viewNodes;
         for (const auto& [op, inputs, scalars, exponentMayBeNegative] : nodes) {
           viewNodes.push_back({op, inputs, scalars, exponentMayBeNegative});
@@ -482,27 +562,30 @@ void bindCoreForExport(py::module_& m) {
         }
         py::dict verdicts;
         const auto found = core::underflowToZero(
-            viewNodes, viewValues, [&](int value) { return std::get<2>(values[value]); }, lowDtypeNamed(dtype));
+            viewNodes, viewValues, [&](int value) { return std::get<2>(values[value]); }, options.lowDtype);
         for (const auto& [node, verdict] : found) {
           verdicts[py::int_(node)] = guardDict(verdict);
         }
         return verdicts;
       },
-      py::arg("nodes"), py::arg("values"), py::arg("dtype"),
-      "core/underflow_to_zero over a graph's view: per node (op, the value index per input or -1, the non-zero float "
+      py::arg("nodes"), py::arg("values"), py::arg("options"),
+      "core/underflow_to_zero, in the options' dtype, over a graph's view: per node (op, the value index per input or -1, the non-zero float "
       "scalars' magnitudes, whether a pow's exponent may be negative), per value (name, producing node or -1, "
       "smallest non-zero magnitude); returns {node index: guard dict}.");
-  m.def("classify_nodes", &classifyNodes, py::arg("nodes"), py::arg("policy"), py::arg("dtype"),
-        py::arg("node_rule") = py::none(),
-        "core::classifyNode (the rule order both fronts share) over the facts of every node, each a dict keyed as "
-        "core::NodeFacts' fields in snake case (op, scope, id, not_fp32, opaque_subgraphs, kept_non_finite, "
-        "kept_by_fallback, observed_range, underflow_to_zero, constant_range, lost_scalar, reads_table_stored_low, "
-        "writes_tensor_list, sums_nothing, unobserved); node_rule(i): (category, reason) or None. Returns "
-        "(category, rule kind, rule, guard or None) per node.");
+  m.def("classify_nodes", &classifyNodes, py::arg("nodes"), py::arg("options"), py::arg("node_rule") = py::none(),
+        "core::classifyNode (the rule order both fronts share) with the options' policy and dtype over the facts of "
+        "every node, each a dict keyed as core::NodeFacts' fields in snake case (op, scope, id, not_fp32, "
+        "opaque_subgraphs, kept_non_finite, kept_by_fallback, underflow_to_zero, reads_table_stored_low, "
+        "writes_tensor_list, sums_nothing, unobserved) and the numbers core/range_guards judges (observed: [(value, "
+        "largest magnitude, only integers)], constants: [(value, largest magnitude)], scalars: [(name, value)]); "
+        "node_rule(i): (category, reason) or None. Returns a NodeDecision per node.");
 }
 
 // The report as Python values (dicts, lists, numbers, strings): what `Report.data` holds and `json` writes.
 py::dict reportDict(const jit::ConversionReport& report) {
+  const auto idOf = [&report](jit::NodeId id) -> py::object {
+    return report.nodeNames.empty() ? py::object(py::int_(id)) : py::object(py::str(report.nodeNames.at(id)));
+  };
   py::dict phases;
   for (const auto& [name, seconds] : report.phases) {
     phases[py::str(name)] = seconds;
@@ -510,7 +593,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
   py::list nodes;
   for (const jit::NodeDecision& node : report.nodes) {
     py::dict entry;
-    entry["id"] = node.id;
+    entry["id"] = idOf(node.id);
     entry["op"] = node.op;
     entry["output"] = node.output;
     entry["scope"] = node.scope;
@@ -519,6 +602,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
     entry["forced_to_fp32"] = node.forcedToFp32;
     entry["rule"] = node.rule;
     entry["rule_kind"] = core::toString(node.ruleKind);
+    entry["reason"] = node.reason;
     entry["amax"] = node.amax < 0 ? py::object(py::none()) : py::object(py::float_(node.amax));
     entry["flops"] = node.flops;
     entry["guard"] = node.guard ? py::object(guardDict(*node.guard)) : py::object(py::none());
@@ -530,7 +614,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
     entry["name"] = weight.name;
     entry["bytes"] = weight.bytes;
     entry["readers"] = py::cast(weight.readers);
-    entry["decided_by"] = weight.decidedBy ? py::object(py::int_(*weight.decidedBy)) : py::object(py::none());
+    entry["decided_by"] = weight.decidedBy ? idOf(*weight.decidedBy) : py::object(py::none());
     entry["rule"] = weight.rule;
     entry["rule_kind"] = ruleKindOrNone(weight.ruleKind);
     weights.append(std::move(entry));
@@ -538,7 +622,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
   py::list casts;
   for (const jit::CastRecord& cast : report.casts) {
     py::dict entry;
-    entry["id"] = cast.id;
+    entry["id"] = idOf(cast.id);
     entry["value"] = cast.value;
     entry["from"] = cast.from;
     entry["to"] = cast.to;
@@ -549,10 +633,14 @@ py::dict reportDict(const jit::ConversionReport& report) {
   py::list graph;
   for (const jit::GraphItem& item : report.graph) {
     py::dict entry;
-    entry["id"] = item.id;
+    entry["id"] = idOf(item.id);
     entry["kind"] = jit::toString(item.kind);
     entry["op"] = item.op;
-    entry["inputs"] = py::cast(item.inputs);
+    py::list inputs;
+    for (jit::NodeId input : item.inputs) {
+      inputs.append(idOf(input));
+    }
+    entry["inputs"] = inputs;
     if (item.kind == jit::GraphItem::Kind::kCast) {
       entry["cast"] = item.cast;
     }
@@ -562,6 +650,8 @@ py::dict reportDict(const jit::ConversionReport& report) {
   data["dtype"] = report.dtype;
   data["policy"] = report.policy;
   data["planner"] = report.planner;
+  data["capture"] = report.capture;
+  data["slow_kernels"] = report.slowKernels ? py::object(py::str(*report.slowKernels)) : py::object(py::none());
   data["seconds"] = report.seconds;
   data["phases"] = phases;
   data["weight_bytes_before"] = report.weightBytesBefore;
@@ -808,7 +898,7 @@ PYBIND11_MODULE(_C, m) {
                        bool verify, bool keepIoDtypes, bool fuseCasts, const std::string& kernels,
                        bool channelsLast, bool fuseConvolutions, py::object nodeRule) {
              return jit::ConvertOptions{
-                 .lowDtype = parseDtype(dtype),
+                 .lowDtype = lowDtypeNamed(dtype),
                  .policy = policy,
                  .planner = parsePlanner(planner),
                  .verifyOutputs = verify,
@@ -837,8 +927,8 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<jit::ConversionReport>(m, "ConversionReport", "What a conversion decided and what it cost.")
       .def("to_dict", &reportDict, "The report as dicts and lists (what Report.data holds).")
-      .def_readonly("seconds", &jit::ConversionReport::seconds)
-      .def("low_precision_nodes", &jit::ConversionReport::lowPrecisionNodes);
+      .def("low_precision_nodes", &jit::ConversionReport::lowPrecisionNodes)
+      .def_readonly("seconds", &jit::ConversionReport::seconds);
 
   py::class_<jit::PreparedModel, std::shared_ptr<jit::PreparedModel>>(
       m, "PreparedModel", "A model frozen, cleaned up and observed once, planned any number of times.")

@@ -70,7 +70,8 @@ int run(const std::string& path, const std::vector<int64_t>& shape) {
 int convert(const std::string& in, const std::string& out, const std::string& dtype, const std::vector<int64_t>& shape) {
   torch::jit::Module module = torch::jit::load(in);
   module.eval();
-  const c10::ScalarType low = dtype == "bf16" ? c10::ScalarType::BFloat16 : c10::ScalarType::Half;
+  const torch_mp::core::LowDtype low =
+      dtype == "bf16" ? torch_mp::core::LowDtype::kBFloat16 : torch_mp::core::LowDtype::kFloat16;
   torch::manual_seed(0);
   torch_mp::jit::ConvertedModule converted = torch_mp::jit::convertModule(
       module, {torch::randn(shape)}, torch_mp::jit::defaultOptions(c10::DeviceType::CPU, low));
@@ -102,7 +103,8 @@ int runMixed(const std::string& path, const std::string& dtype, const std::vecto
   torch::jit::Module fp32 = torch::jit::load(path);
   const at::Tensor reference = runProfiled(fp32, input);
 
-  const c10::ScalarType low = dtype == "bf16" ? at::kBFloat16 : at::kHalf;
+  const torch_mp::core::LowDtype low =
+      dtype == "bf16" ? torch_mp::core::LowDtype::kBFloat16 : torch_mp::core::LowDtype::kFloat16;
   torch_mp::jit::enableMixedPrecisionPass({.conversion = {.lowDtype = low}});
   torch::jit::Module model = torch::jit::load(path);
   const at::Tensor output = runProfiled(model, input);

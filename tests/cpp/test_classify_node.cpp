@@ -33,6 +33,8 @@ TEST(ClassifyNodeTest, ThePolicyDecidesANodeNoOtherRuleApplies) {
   EXPECT_EQ(decided.kind, RuleKind::kPolicy);
   EXPECT_FALSE(decided.guard);
   EXPECT_EQ(decided.rule.rfind("low: ", 0), 0u) << decided.rule;
+  EXPECT_EQ(decided.reason, fastBf16().find("aten::linear")->reason);
+  EXPECT_EQ(decided.rule, "low: " + decided.reason);
 
   NodeFacts unknown = linearIn("fc");
   unknown.op = "my::op";
@@ -121,6 +123,7 @@ TEST(ClassifyNodeTest, ALostScalarCountsOnlyWhereTheNodeWouldNotKeepFp32) {
   EXPECT_EQ(decided.kind, RuleKind::kExclusion);
   EXPECT_FALSE(decided.guard);
   EXPECT_EQ(decided.rule, "fp32: excluded: by hand");
+  EXPECT_EQ(decided.reason, "excluded: by hand");
 }
 
 TEST(ClassifyNodeTest, ControlFlowFollowsWhereItsBlocksArePlannedAndKeepsFp32WhereNot) {
@@ -202,6 +205,41 @@ TEST(ClassifyNodeTest, ATableLookupRunsLowWhereItsTableIsStoredLow) {
   relu.op = "aten::relu";
   relu.readsTableStoredLow = true;
   EXPECT_EQ(classifyNode(relu, fastBf16(), LowDtype::kBFloat16).category, OpCategory::kFollow);
+}
+
+} // namespace
+} // namespace torch_mp::core
+
+namespace torch_mp::core {
+namespace {
+
+TEST(ClassifyNodeTest, AReasonIsWhatDecidedSaysAndTheRuleBuildsOnIt) {
+  NodeFacts input = linearIn("");
+  input.boundary = Boundary::kInput;
+  const NodeDecision io = classifyNode(input, fastBf16(), LowDtype::kBFloat16);
+  EXPECT_EQ(io.reason, "keeps its dtype");
+  EXPECT_EQ(io.rule, "input: keeps its dtype");
+
+  NodeFacts guarded = linearIn("fc");
+  guarded.constantRange = GuardVerdict{GuardKind::kConstantRange, "mask", 1e9, 65504.0};
+  const NodeDecision fp16 = classifyNode(guarded, fastBf16(), LowDtype::kFloat16);
+  EXPECT_EQ(fp16.reason, guardFinding(*guarded.constantRange, LowDtype::kFloat16));
+  EXPECT_EQ(fp16.rule, describeGuard(*guarded.constantRange, LowDtype::kFloat16));
+
+  NodeFacts outer = linearIn("fc");
+  outer.sumsNothing = true;  // a demotion says its own reason
+  const NodeDecision demoted = classifyNode(outer, fastBf16(), LowDtype::kBFloat16);
+  EXPECT_EQ(demoted.kind, RuleKind::kSumsNothing);
+  EXPECT_EQ(demoted.reason.rfind("nothing to sum", 0), 0u) << demoted.reason;
+  EXPECT_NE(demoted.rule.find("[follow instead: " + demoted.reason + "]"), std::string::npos) << demoted.rule;
+}
+
+TEST(ClassifyNodeTest, APlannedRuleSaysWhatThePlannerChose) {
+  EXPECT_EQ(plannedRule("follow: x", OpCategory::kFollow, false, true), "follow: x [planned low: fewest cast bytes]");
+  EXPECT_EQ(plannedRule("widest: x", OpCategory::kWidest, false, false),
+            "widest: x [planned fp32: fewest cast bytes]");
+  EXPECT_NE(plannedRule("follow: x", OpCategory::kFollow, true, false).find("[forced to fp32: "), std::string::npos);
+  EXPECT_EQ(plannedRule("low: x", OpCategory::kLowPrecision, false, true), "low: x");  // decided, not planned
 }
 
 } // namespace

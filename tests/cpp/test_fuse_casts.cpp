@@ -628,7 +628,7 @@ TEST(FuseCastsTest, PipelineFoldsConstantsAndReportsFusedCasts) {
     auto graph = parseGraph(kConvReluSoftmax);
     inlineInputAsConstant(*graph, 1, w);
     auto before = runGraph(graph, {x});
-    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kHalf, core::CpuFeatures::all());
+    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, core::LowDtype::kFloat16, core::CpuFeatures::all());
     options.fuseCasts = fuseCasts;
     ConversionReport report = convertGraphInPlace(graph, {x}, options);
     graph->lint();

@@ -391,7 +391,7 @@ TEST(FusePointwiseTest, PipelineFusesOnlyWhenAsked) {
   auto expected = runGraph(graph, inputs);
   auto convertWith = [&](bool fusedKernels) {
     auto converted = graph->copy();
-    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kBFloat16, core::CpuFeatures::all());
+    ConvertOptions options = defaultOptions(c10::DeviceType::CPU, core::LowDtype::kBFloat16, core::CpuFeatures::all());
     options.kernels = fusedKernels ? Kernels::kFused : Kernels::kPortable;
     ConversionReport report = convertGraphInPlace(converted, inputs, options);
     converted->lint();

@@ -24,7 +24,7 @@ struct Converted {
 };
 
 Converted convert(const std::shared_ptr<torch::jit::Graph>& original, const std::vector<c10::IValue>& inputs,
-                  c10::ScalarType low = at::kHalf, const std::function<void(ConvertOptions&)>& edit = {}) {
+                  core::LowDtype low = core::LowDtype::kFloat16, const std::function<void(ConvertOptions&)>& edit = {}) {
   Converted result;
   result.before = runGraph(original, inputs);
   result.graph = original->copy();
@@ -52,7 +52,7 @@ TEST(PipelineRulesTest, ConvReluSoftmaxCastsOnceInAndOnceOut) {
   auto graph = parseGraph(kConvReluSoftmax);
   inlineInputAsConstant(*graph, 1, torch::randn({4, 3, 3, 3}));
   // Without fusion (test_fuse_casts.cpp has it with): the softmax reads an fp32 copy.
-  auto result = convert(graph, {torch::randn({2, 3, 8, 8})}, at::kHalf, [](ConvertOptions& o) { o.fuseCasts = false; });
+  auto result = convert(graph, {torch::randn({2, 3, 8, 8})}, core::LowDtype::kFloat16, [](ConvertOptions& o) { o.fuseCasts = false; });
   FileCheck()
       .check("Half(4, 3, 3, 3")->check("prim::Constant")
       ->check("HalfTensor = aten::to(%x, ")->check("aten::conv2d")->check("aten::relu")
@@ -226,7 +226,7 @@ TEST(PipelineRulesTest, TupleOutputsKeepFp32) {
       %r : Tensor = aten::relu(%m)
       %t : (Tensor, Tensor) = prim::TupleConstruct(%m, %r)
       return (%t))IR");
-  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, at::kBFloat16);
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, core::LowDtype::kBFloat16);
   FileCheck().check("aten::mm")->check("FloatTensor = aten::to")->check("prim::TupleConstruct")->run(*result.graph);
   for (const c10::IValue& element : result.after[0].toTupleRef().elements()) {
     EXPECT_EQ(element.toTensor().scalar_type(), at::kFloat);
@@ -434,7 +434,7 @@ TEST(PipelineRulesTest, EmbeddingOfAConstantTableRunsLowAndCastsOnlyTheRowsItRea
       %normed : Tensor = aten::layer_norm(%e, %width, %none, %none, %eps, %false)
       %products : Tensor = aten::matmul(%e, %w)
       return (%normed, %products))IR", table, ", %w : Tensor");
-  auto result = convert(graph, {torch::randint(0, 16, {2, 3}), torch::randn({8, 4})}, at::kHalf);
+  auto result = convert(graph, {torch::randint(0, 16, {2, 3}), torch::randn({8, 4})}, core::LowDtype::kFloat16);
   FileCheck()
       .check("HalfTensor = aten::embedding(")
       ->check("FloatTensor = aten::to(")
@@ -453,7 +453,7 @@ TEST(PipelineRulesTest, TiedTableReadByEmbeddingAndMatmulIsStoredOnceLow) {
       %normed : Tensor = aten::layer_norm(%e, %width, %none, %none, %eps, %false)
       %logits : Tensor = aten::linear(%normed, %table, %none)
       return (%logits))IR", table);
-  auto result = convert(graph, {torch::randint(0, 16, {2, 3})}, at::kHalf);
+  auto result = convert(graph, {torch::randint(0, 16, {2, 3})}, core::LowDtype::kFloat16);
   FileCheck().check("HalfTensor = aten::embedding(")->check("HalfTensor = aten::linear(")->run(*result.graph);
   EXPECT_EQ(constantBytesByPrecision(*result.graph), std::make_pair(int64_t{0}, int64_t{16 * 8 * 2}));
   EXPECT_EQ(result.report.weightBytesAfter * 2, result.report.weightBytesBefore);
@@ -468,7 +468,7 @@ TEST(PipelineRulesTest, TiedTableWhoseOtherReaderStaysFp32IsStoredOnceFp32) {
       %normed : Tensor = aten::layer_norm(%e, %width, %none, %none, %eps, %false)
       %logits : Tensor = aten::linear(%normed, %table, %none)
       return (%logits))IR", table);
-  auto result = convert(graph, {torch::randint(0, 16, {2, 3})}, at::kHalf, [](ConvertOptions& o) {
+  auto result = convert(graph, {torch::randint(0, 16, {2, 3})}, core::LowDtype::kFloat16, [](ConvertOptions& o) {
     o.policy = core::OpPolicy::defaults(core::Target::kCpuFloat16, core::CpuFeatures::none());
   });
   EXPECT_EQ(decisionFor(result.report, "aten::embedding").precision, core::Precision::kFp32);
@@ -490,7 +490,7 @@ TEST(PipelineRulesTest, EmbeddingOfATableComputedAtRunTimeFollows) {
       %e : Tensor = aten::embedding(%table, %ids, %minus, %false, %false)
       %normed : Tensor = aten::layer_norm(%e, %width, %none, %none, %eps, %false)
       return (%normed))IR");
-  auto result = convert(graph, {torch::randint(0, 16, {2, 3}), torch::randn({16, 8})}, at::kHalf);
+  auto result = convert(graph, {torch::randint(0, 16, {2, 3}), torch::randn({16, 8})}, core::LowDtype::kFloat16);
   FileCheck().check_not("aten::to")->check("FloatTensor = aten::embedding(")->run(*result.graph);
   expectSameOutputs(result.before, result.after);
 }
@@ -540,7 +540,7 @@ TEST(PipelineRulesTest, RangeGuardKeepsLargeConstantsOutOfFp16) {
   EXPECT_EQ(guarded, 1);
   EXPECT_TRUE(fp16.after[0].toTensor().isfinite().all().item<bool>());
   expectCloseOutputs(fp16.before, fp16.after, 1e-2);
-  auto bf16 = convert(graph, {input}, at::kBFloat16);  // bf16 holds 1e5: no guard
+  auto bf16 = convert(graph, {input}, core::LowDtype::kBFloat16);  // bf16 holds 1e5: no guard
   EXPECT_EQ(bf16.report.lowPrecisionNodes(), 2);
 }
 
@@ -595,7 +595,7 @@ constexpr const char* kMatmulSoftmaxMatmul = R"IR(
 TEST(PipelineRulesTest, NodeRuleOverridesThePolicyWithItsKindAndReason) {
   auto graph = parseGraph(kMatmulSoftmaxMatmul);
   std::vector<NodeDescription> asked;
-  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, at::kHalf, [&](ConvertOptions& o) {
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, core::LowDtype::kFloat16, [&](ConvertOptions& o) {
     o.nodeRule = [&](const NodeDescription& node) -> std::optional<NodeOverride> {
       asked.push_back(node);
       if (node.op == "aten::mm" && node.inputShapes[0] == std::vector<int64_t>{4, 5}) {  // the second mm
@@ -625,7 +625,7 @@ TEST(PipelineRulesTest, NodeRuleWithoutOpinionChangesNothing) {
   auto graph = parseGraph(kMatmulSoftmaxMatmul);
   const std::vector<c10::IValue> inputs{torch::randn({4, 6}), torch::randn({6, 5})};
   auto plain = convert(graph, inputs);
-  auto ruled = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+  auto ruled = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
     o.nodeRule = [](const NodeDescription&) -> std::optional<NodeOverride> { return std::nullopt; };
   });
   EXPECT_EQ(plain.graph->toString(), ruled.graph->toString());
@@ -635,7 +635,7 @@ TEST(PipelineRulesTest, LowPrecisionIOTakesAndReturnsTheLowDtype) {
   auto graph = parseGraph(kMatmulSoftmaxMatmul);
   const at::Tensor a = torch::randn({4, 6});
   const at::Tensor b = torch::randn({6, 5});
-  auto result = convert(graph, {a, b}, at::kHalf, [](ConvertOptions& o) { o.keepIoDtypes = false; });
+  auto result = convert(graph, {a, b}, core::LowDtype::kFloat16, [](ConvertOptions& o) { o.keepIoDtypes = false; });
   // the first mm reads the fp16 inputs directly and the last one returns fp16: only the softmax's output cast
   // remains (its input cast is folded into its dtype= argument)
   FileCheck().check("graph(%a : Half")->check("%b : Half")->check_not("aten::to(%a")->check("aten::mm(%a, %b)")
@@ -657,7 +657,7 @@ TEST(PipelineRulesTest, LowPrecisionIOLeavesIntegerAndFp32OnlyGraphsTyped) {
       return (%t))IR");
   const at::Tensor x = torch::randn({3, 4});
   const at::Tensor i = torch::arange(3);
-  auto result = convert(graph, {x, i}, at::kHalf, [](ConvertOptions& o) { o.keepIoDtypes = false; });
+  auto result = convert(graph, {x, i}, core::LowDtype::kFloat16, [](ConvertOptions& o) { o.keepIoDtypes = false; });
   // the softmax stays fp32 between the input and output casts (the input's folded into its dtype= argument); the
   // integer tensor is never cast
   FileCheck().check("%x : Half")->check("%i : Long")->check_not("aten::to(%x")->check("aten::softmax(%x, %")
@@ -692,7 +692,7 @@ TEST(PipelineRulesTest, LowFp32OutputCastsRightAfterTheOpAndItsReadersStayFp32) 
   auto low = convert(graph, inputs);
   FileCheck().check("aten::matmul")->check("HalfTensor = aten::relu")->check("FloatTensor = aten::to(")
       ->check("aten::layer_norm")->run(*low.graph);
-  auto fp32Output = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+  auto fp32Output = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
     o.policy.set("aten::matmul", core::OpCategory::kLowFp32Output, "feeds a norm");
   });
   // the matmul still reads fp16 (its input cast and the fp16 weight), its result is cast once, on CPU (no
@@ -729,7 +729,7 @@ TEST(PipelineRulesTest, CudaFp16PolicyRunsALayerNormBetweenLowOpsLow) {
   const std::vector<c10::IValue> inputs{torch::randn({3, 4, 6})};
   // the CUDA policies as data, run here on the CPU: under cuda_fp16 the norm follows its fp16 input, so the only
   // casts are the input's and the output's, and its scale and shift are stored fp16
-  auto fp16 = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+  auto fp16 = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
     o.policy = core::OpPolicy::defaults(core::Target::kCudaFloat16, core::CpuFeatures::none());
   });
   FileCheck().check("Half(5")->check("Half(5")->check("HalfTensor = aten::matmul(")->check_not("aten::to(")
@@ -742,7 +742,7 @@ TEST(PipelineRulesTest, CudaFp16PolicyRunsALayerNormBetweenLowOpsLow) {
   EXPECT_EQ(norm.ruleKind, core::RuleKind::kPolicy);
   expectCloseOutputs(fp16.before, fp16.after, 2e-2);
   // cuda_bf16 keeps it fp32, like the CPU policies
-  auto bf16 = convert(graph, inputs, at::kBFloat16, [](ConvertOptions& o) {
+  auto bf16 = convert(graph, inputs, core::LowDtype::kBFloat16, [](ConvertOptions& o) {
     o.policy = core::OpPolicy::defaults(core::Target::kCudaBFloat16, core::CpuFeatures::none());
   });
   EXPECT_EQ(decisionFor(bf16.report, "aten::layer_norm").precision, core::Precision::kFp32);
@@ -751,7 +751,7 @@ TEST(PipelineRulesTest, CudaFp16PolicyRunsALayerNormBetweenLowOpsLow) {
 
 TEST(PipelineRulesTest, LowFp32OutputFeedingSoftmaxFoldsItsCastIntoTheSoftmax) {
   auto graph = parseGraph(kMatmulSoftmaxMatmul);
-  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, at::kHalf, [](ConvertOptions& o) {
+  auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, core::LowDtype::kFloat16, [](ConvertOptions& o) {
     o.policy.set("aten::mm", core::OpCategory::kLowFp32Output, "feeds a softmax");
   });
   // the first mm's fp32 result is what the softmax computes from, in one kernel: softmax(low, dtype=float)
@@ -769,7 +769,7 @@ TEST(PipelineRulesTest, LowFp32OutputWithAListResultRunsInFp32) {
       %parts : Tensor[] = aten::split(%x, %two, %zero)
       %first : Tensor = aten::__getitem__(%parts, %zero)
       return (%first))IR");
-  auto result = convert(graph, {torch::randn({4, 3})}, at::kHalf, [](ConvertOptions& o) {
+  auto result = convert(graph, {torch::randn({4, 3})}, core::LowDtype::kFloat16, [](ConvertOptions& o) {
     o.policy.set("aten::split", core::OpCategory::kLowFp32Output, "asked for");
   });
   FileCheck().check_not("aten::to")->run(*result.graph);
@@ -793,7 +793,7 @@ TEST(PipelineRulesTest, ProductThatSumsNothingFollowsItsNeighbours) {
         return (%c))IR");
   };
   const std::vector<c10::IValue> inputs{torch::arange(200).to(at::kFloat), torch::rand({8})};
-  auto outer = convert(graphFor("i,j->ij"), inputs, at::kBFloat16);
+  auto outer = convert(graphFor("i,j->ij"), inputs, core::LowDtype::kBFloat16);
   FileCheck().check_not("aten::to")->check("aten::einsum")->check("aten::cos")->run(*outer.graph);
   const auto einsum = std::find_if(outer.report.nodes.begin(), outer.report.nodes.end(),
                                    [](const NodeDecision& node) { return node.op == "aten::einsum"; });
@@ -804,7 +804,7 @@ TEST(PipelineRulesTest, ProductThatSumsNothingFollowsItsNeighbours) {
 
   // dot product 3.43, cos -0.96: far from cos's zeros, where a relative tolerance would mean nothing
   const std::vector<c10::IValue> vectors{torch::linspace(0, 1, 8), torch::linspace(0.5, 1, 8)};
-  auto dot = convert(graphFor("i,i->"), vectors, at::kBFloat16);  // sums over i: a low product
+  auto dot = convert(graphFor("i,i->"), vectors, core::LowDtype::kBFloat16);  // sums over i: a low product
   FileCheck().check_count("BFloat16Tensor = aten::to(", 2, /*exactly=*/true)->check("BFloat16Tensor = aten::einsum")
       ->run(*dot.graph);
   expectCloseOutputs(dot.before, dot.after, 2e-2);
@@ -818,19 +818,19 @@ TEST(PipelineRulesTest, IntegerValuesBeyondTheExactRangeKeepFp32) {
       %y : Tensor = aten::linear(%coords, %w, %none)
       return (%y))IR");
   const at::Tensor w = torch::randn({4, 2});
-  auto wide = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat), w}, at::kBFloat16);
+  auto wide = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat), w}, core::LowDtype::kBFloat16);
   FileCheck().check_not("aten::to")->check("aten::linear")->run(*wide.graph);
   ASSERT_TRUE(wide.report.nodes[0].guard);
   EXPECT_EQ(wide.report.nodes[0].guard->kind, core::GuardKind::kObservedIntegers);
   EXPECT_EQ(wide.report.nodes[0].guard->seen, 599.0);
   expectSameOutputs(wide.before, wide.after);
 
-  auto narrow = convert(graph, {torch::arange(200).reshape({100, 2}).to(at::kFloat), w}, at::kBFloat16);
+  auto narrow = convert(graph, {torch::arange(200).reshape({100, 2}).to(at::kFloat), w}, core::LowDtype::kBFloat16);
   FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*narrow.graph);
-  auto fractional = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat) + 0.5, w}, at::kBFloat16);
+  auto fractional = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat) + 0.5, w}, core::LowDtype::kBFloat16);
   FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*fractional.graph);
   // from 2^24 on every fp32 value is an integer: large activations are not taken for positions
-  auto huge = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat) * 65536.0, w}, at::kBFloat16);
+  auto huge = convert(graph, {torch::arange(600).reshape({300, 2}).to(at::kFloat) * 65536.0, w}, core::LowDtype::kBFloat16);
   FileCheck().check("BFloat16Tensor = aten::to(%coords")->check("aten::linear")->run(*huge.graph);
 }
 
@@ -873,7 +873,7 @@ TEST(PipelineRulesTest, ScalarTheLowDtypeLosesKeepsItsReaderFp32) {
 
   auto held = convert(graphWithBound("0.001"), inputs);  // fp16 holds 1e-3 to 0.01%: no guard
   FileCheck().check("HalfTensor = aten::clamp")->run(*held.graph);
-  auto bf16 = convert(graphWithBound("1e-08"), inputs, at::kBFloat16);  // bf16 has fp32's exponent range
+  auto bf16 = convert(graphWithBound("1e-08"), inputs, core::LowDtype::kBFloat16);  // bf16 has fp32's exponent range
   FileCheck().check("BFloat16Tensor = aten::clamp")->run(*bf16.graph);
   EXPECT_TRUE(bf16.after[0].toTensor().isfinite().all().item<bool>());
 }
@@ -890,7 +890,7 @@ TEST(PipelineRulesTest, ForcedLowRunsAGuardedNodeLowAndReportsTheGuardItOverrode
   EXPECT_EQ(decisionFor(guarded.report, "aten::mm").precision, core::Precision::kFp32);
   EXPECT_EQ(decisionFor(guarded.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
 
-  auto forced = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+  auto forced = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
     o.policy.forceLow({"*", std::vector<std::string>{"aten::mm"}, "the user knows"});
   });
   const NodeDecision& mm = decisionFor(forced.report, "aten::mm");
@@ -900,7 +900,7 @@ TEST(PipelineRulesTest, ForcedLowRunsAGuardedNodeLowAndReportsTheGuardItOverrode
   EXPECT_EQ(mm.guard->kind, core::GuardKind::kObservedOverflow);
   FileCheck().check("HalfTensor = aten::mm")->run(*forced.graph);
   // non-firing: a rule for another op leaves the guard as it was
-  auto other = convert(graph, inputs, at::kHalf, [](ConvertOptions& o) {
+  auto other = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
     o.policy.forceLow({"*", std::vector<std::string>{"aten::conv2d"}, "the user knows"});
   });
   EXPECT_EQ(decisionFor(other.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
@@ -908,12 +908,12 @@ TEST(PipelineRulesTest, ForcedLowRunsAGuardedNodeLowAndReportsTheGuardItOverrode
 
   // by node: the id the report gave the guarded mm forces it; another node's id leaves the guard
   const std::string mmId = std::to_string(decisionFor(guarded.report, "aten::mm").id);
-  auto byNode = convert(graph, inputs, at::kHalf, [&](ConvertOptions& o) { o.policy.forceLowNode(mmId, "node"); });
+  auto byNode = convert(graph, inputs, core::LowDtype::kFloat16, [&](ConvertOptions& o) { o.policy.forceLowNode(mmId, "node"); });
   EXPECT_EQ(decisionFor(byNode.report, "aten::mm").ruleKind, core::RuleKind::kForcedLow);
   EXPECT_EQ(decisionFor(byNode.report, "aten::mm").guard->kind, core::GuardKind::kObservedOverflow);
   FileCheck().check("HalfTensor = aten::mm")->run(*byNode.graph);
   const std::string reluId = std::to_string(decisionFor(guarded.report, "aten::relu").id);
-  auto otherNode = convert(graph, inputs, at::kHalf, [&](ConvertOptions& o) { o.policy.forceLowNode(reluId, "n"); });
+  auto otherNode = convert(graph, inputs, core::LowDtype::kFloat16, [&](ConvertOptions& o) { o.policy.forceLowNode(reluId, "n"); });
   EXPECT_EQ(decisionFor(otherNode.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
 }
 
@@ -936,7 +936,7 @@ TEST(PipelineRulesTest, KernelsStageRewritesOnlyConvolutionsThatRanOnCuda) {
     const bool cuda = device != "cpu";
     PreparedGraph prepared = prepareTypedGraph(graph);
     const ConversionReport report = convertPrepared(
-        prepared, defaultOptions(cuda ? c10::kCUDA : c10::kCPU, at::kHalf, core::CpuFeatures::all(),
+        prepared, defaultOptions(cuda ? c10::kCUDA : c10::kCPU, core::LowDtype::kFloat16, core::CpuFeatures::all(),
                                  core::CudaCapability{9, 0}));
     prepared.graph->lint();
     EXPECT_EQ(report.channelsLastConvolutions, cuda ? 1 : 0) << device;
@@ -1000,7 +1000,7 @@ TEST(PipelineRulesTest, IbnUnitTypedOnCudaStaysNhwcThroughEveryStage) {
   const auto before = runGraph(graph, inputs);
   PreparedGraph prepared = prepareTypedGraph(graph);
   const ConversionReport report = convertPrepared(
-      prepared, defaultOptions(c10::kCUDA, at::kHalf, core::CpuFeatures::all(), core::CudaCapability{9, 0}));
+      prepared, defaultOptions(c10::kCUDA, core::LowDtype::kFloat16, core::CpuFeatures::all(), core::CudaCapability{9, 0}));
   prepared.graph->lint();
   EXPECT_EQ(report.channelsLastConvolutions, 2);
   EXPECT_EQ(decisionFor(report, "aten::conv2d").precision, core::Precision::kLow);

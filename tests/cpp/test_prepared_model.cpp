@@ -32,7 +32,7 @@ Module matmulReluSoftmax() {
 }
 
 ConvertOptions halfOptions() {
-  return defaultOptions(c10::kCPU, at::kHalf, core::CpuFeatures::all());
+  return defaultOptions(c10::kCPU, core::LowDtype::kFloat16, core::CpuFeatures::all());
 }
 
 std::string forwardGraph(const Module& module) {

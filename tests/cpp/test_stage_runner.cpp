@@ -36,7 +36,7 @@ TEST(StageRunnerTest, ThePipelinesPhasesComeInOrderAndAddUpToItsSeconds) {
   auto graph = parseGraph(kConvReluSoftmax);
   const at::Tensor x = torch::randn({1, 3, 8, 8});
   inlineInputAsConstant(*graph, 1, torch::randn({4, 3, 3, 3}));
-  const ConvertOptions options = defaultOptions(c10::DeviceType::CPU, at::kBFloat16, core::CpuFeatures::all());
+  const ConvertOptions options = defaultOptions(c10::DeviceType::CPU, core::LowDtype::kBFloat16, core::CpuFeatures::all());
   const ConversionReport report = convertGraphInPlace(graph, {x}, options);
   EXPECT_EQ(namesOf(report.phases),
             (std::vector<std::string>{

@@ -43,7 +43,7 @@ c10::impl::GenericDict cacheOf(const Module& module) {
 }
 
 ConvertedModule convertBf16(const Module& module, const at::Tensor& x) {
-  return convertModule(module, {x}, defaultOptions(c10::kCPU, at::kBFloat16, core::CpuFeatures::all()), {});
+  return convertModule(module, {x}, defaultOptions(c10::kCPU, core::LowDtype::kBFloat16, core::CpuFeatures::all()), {});
 }
 
 TEST(StateContainersTest, CacheDictFilledByTheGraphIsPlannedLowAndItsWeightStoredLow) {

@@ -8,9 +8,11 @@ import torch
 import torch_mp
 from torch.export import ExportedProgram
 from torch.fx.node import map_arg
-from torch_mp import _export
+from torch_mp._export import apply as export_apply
+from torch_mp._export.conversion import ProgramConversion
+from torch_mp._export.ir import _val
 from torch_mp._compat import EXPORT_LSTM_STATE_META_RIGHT
-from torch_mp.inference_form import inference_form
+from torch_mp._export.inference_form import inference_form
 from small_models import CosineAttention
 
 CAST = torch.ops.aten._to_copy.default
@@ -300,8 +302,8 @@ def test_a_program_with_torch_cond_plans_around_its_branches():
         ("cond", "fp32", "control flow"), ("aten::linear", "low", "policy")]
     [cond] = [n for n in program.graph.nodes if n.target is torch.ops.higher_order.cond]
     operands = cond.args[3]
-    assert all(_export._val(o).dtype == torch.float32 for o in operands)
-    assert _export._val(cond)[0].dtype == torch.float32
+    assert all(_val(o).dtype == torch.float32 for o in operands)
+    assert _val(cond)[0].dtype == torch.float32
     for inputs in (x, -x):  # both branches
         with torch.no_grad():
             expected, actual = model(inputs), program.module()(inputs)
@@ -331,14 +333,14 @@ class Recurrent(torch.nn.Module):
 def test_a_low_rnn_takes_its_fp32_layouts_without_a_fake_run(monkeypatch, rnn, dtype):
     # the fake-tensor run of an RNN op unrolls every time step; its low value is its fp32 value's layouts, low
     taken = []
-    relabelled = _export._rnn_result_in_new_dtype
+    relabelled = export_apply._rnn_result_in_new_dtype
 
     def spy(node, before):
         result = relabelled(node, before)
         taken.append((node.name, result is not None))
         return result
 
-    monkeypatch.setattr(_export, "_rnn_result_in_new_dtype", spy)
+    monkeypatch.setattr(export_apply, "_rnn_result_in_new_dtype", spy)
     model = Recurrent(rnn).eval()
     x = torch.randn(3, 7, 12)
     program = torch_mp.export(model, (x,), dtype)
@@ -502,7 +504,7 @@ class ExportsOtherwise(torch.nn.Module):
 def test_a_program_that_does_not_compute_what_the_model_does_is_refused(monkeypatch):
     torch.manual_seed(0)
     planned = []
-    monkeypatch.setattr(_export.ProgramConversion, "run", lambda *a, **k: planned.append(a))
+    monkeypatch.setattr(ProgramConversion, "run", lambda *a, **k: planned.append(a))
     with pytest.raises(ValueError) as caught:
         torch_mp.export(ExportsOtherwise().eval(), (torch.randn(2, 4),), torch.float16)
     message = str(caught.value)

@@ -98,14 +98,35 @@ def test_the_export_front_asks_the_node_rule_only_where_the_rule_order_reaches_i
     ("kept_non_finite", True, "non-finite"),
     ("kept_by_fallback", True, "fallback"),
     ("sums_nothing", True, "sums nothing"),
-    ("lost_scalar", {"kind": "lost scalar", "value": "x", "seen": 1e-9, "limit": 0.0}, "range guard"),
+    ("scalars", [("clamp[1]", 1e-50)], "range guard"),
+    ("constants", [("mask", 1e39)], "range guard"),
+    ("observed", [("x", 3e38, False)], "range guard"),
 ])
 def test_classify_nodes_takes_every_fact_the_export_front_gives(fact, value, kind):
-    policy = torch_mp.OpPolicy.default("cpu_bf16")._c
-    [plain, decided] = _C.classify_nodes([{"op": "aten::linear"}, {"op": "aten::linear", fact: value}], policy,
-                                         "bfloat16")
-    assert plain[:2] == ("low", "policy")
-    assert decided[1] == kind
+    options = torch_mp.ConversionOptions(dtype=torch.bfloat16, policy=torch_mp.OpPolicy.default("cpu_bf16")).bind()
+    [plain, decided] = _C.classify_nodes([{"op": "aten::linear"}, {"op": "aten::linear", fact: value}], options)
+    assert (plain.category, plain.rule_kind, plain.guard) == ("low", "policy", None)
+    assert plain.reason == torch_mp.OpPolicy.default("cpu_bf16")._c.entry("aten::linear")[1]
+    assert decided.rule_kind == kind
+
+
+@pytest.mark.parametrize("fact, value, dtype, guard", [
+    ("scalars", [("clamp[1]", 1e-8)], torch.float16, "lost scalar"),
+    ("constants", [("mask", 1e9)], torch.float16, "constant range"),
+    ("observed", [("x", 40000.0, False)], torch.float16, "observed overflow"),
+    ("observed", [("pos", 300.0, True)], torch.bfloat16, "observed integers"),
+])
+def test_the_range_guards_judge_the_numbers_in_the_options_dtype(fact, value, dtype, guard):
+    """core/range_guards, not the front, decides whether a number fits: the same numbers pass in the other dtype."""
+    def decide(low):
+        target = "cpu_fp16" if low == torch.float16 else "cpu_bf16"
+        options = torch_mp.ConversionOptions(dtype=low, policy=torch_mp.OpPolicy.default(target)).bind()
+        return _C.classify_nodes([{"op": "aten::linear", fact: value}], options)[0]
+
+    decided = decide(dtype)
+    assert decided.rule_kind == "range guard" and decided.guard["kind"] == guard
+    assert decided.guard["value"] == value[0][0]
+    assert decide(torch.bfloat16 if dtype == torch.float16 else torch.float16).rule_kind != "range guard"
 
 
 class RecurrentClassifier(torch.nn.Module):

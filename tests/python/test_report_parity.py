@@ -1,6 +1,6 @@
-"""The report has the same keys on both fronts, each with the true value: export fills what convert's kernel and
-layout passes count with 0 (it leaves kernels and layouts to the compiler that runs its program) and lists the fp32
-weights it keeps, as convert does."""
+"""The report has the same keys on both fronts, each with the true value: both fill one C++ ConversionReport, which
+one serializer writes; export fills what convert's kernel and layout passes count with 0 (it leaves kernels and
+layouts to the compiler that runs its program) and lists the fp32 weights it keeps, as convert does."""
 import torch
 
 import torch_mp
@@ -27,7 +27,10 @@ def test_both_fronts_report_the_same_keys_and_the_fp32_weights_they_keep():
                                                return_report=True)[1]
                for front in ("convert", "export")}
     convert, export = reports["convert"], reports["export"]
+    assert all(isinstance(report._bound, torch_mp._C.ConversionReport) for report in reports.values())
     assert set(export.data) == set(convert.data)
+    assert (convert.capture, export.capture) == ("script", "export")
+    assert convert.data["slow_kernels"] == export.data["slow_kernels"] == policy.slow_kernels
     for key in ("fused_pointwise", "fused_normalizations", "column_major_matmul_weights",
                 "channels_last_convolutions", "fused_convolutions"):
         assert export.data[key] == 0, key
@@ -40,3 +43,29 @@ def test_both_fronts_report_the_same_keys_and_the_fp32_weights_they_keep():
         assert report.data["weight_bytes_kept_fp32"] == (300 * 64 + 300 + 2 * 64) * 4
         assert "MB of them fp32" in report.summary()
     assert export.weights_kept_fp32[0]["name"] == "head.weight"
+
+
+def test_the_export_report_names_its_nodes_casts_and_graph_items_by_fx_node_name():
+    """The ids of the one report type are indexes; the export front's are written as the FX names they index."""
+    model, tokens = TableNormHead().eval(), torch.randint(0, 1000, (2, 8))
+    program, report = torch_mp.export(model, (tokens,), torch.bfloat16, return_report=True)
+    names = {node.name: node for node in program.graph.nodes}
+    assert all(isinstance(n["id"], str) and n["id"] == n["output"] for n in report.nodes)
+    assert {n["id"] for n in report.nodes} <= set(names)
+    assert report.casts and all(names[c["id"]].target is torch.ops.aten._to_copy.default for c in report.casts)
+    items = {item["id"]: item for item in report.data["graph"]}
+    for cast_index, cast in enumerate(report.casts):
+        assert items[cast["id"]]["kind"] == "cast" and items[cast["id"]]["cast"] == cast_index
+    assert all(i in items for item in items.values() for i in item["inputs"])
+    assert report.data["cast_bytes"] == sum(c["bytes"] for c in report.casts)
+
+
+def test_a_default_policy_without_fast_kernels_says_why_in_both_reports():
+    """slow_kernels comes from the options' policy into the C++ report on both fronts (it was a Python annotation
+    that only a policy with slow kernels added)."""
+    model, tokens = TableNormHead().eval(), torch.randint(0, 1000, (2, 8))
+    policy = torch_mp.OpPolicy.default("cpu_bf16", cpu_features=())
+    assert policy.slow_kernels
+    for front in ("convert", "export"):
+        report = getattr(torch_mp, front)(model, (tokens,), torch.bfloat16, policy=policy, return_report=True)[1]
+        assert report.data["slow_kernels"] == policy.slow_kernels, front

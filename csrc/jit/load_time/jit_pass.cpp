@@ -198,7 +198,6 @@ const char* toString(SkipReason reason) {
 }
 
 void enableMixedPrecisionPass(const JitPassOptions& options) {
-  checkLowDtype(options.conversion.lowDtype);
   TORCH_CHECK_VALUE(options.conversion.keepIoDtypes,
                     "torch_mp: the load-time pass keeps input and output dtypes (its callers pass what the fp32 "
                     "model takes); convert the model with keep_io_dtypes=False instead");

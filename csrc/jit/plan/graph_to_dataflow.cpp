@@ -355,7 +355,8 @@ class DataflowBuilder {
       core::NodeDecision& decided = classified->first;
       index = mapping_.dataflow.addNode(decided.category);
       mapping_.planned.push_back(PlannedNode{node, boundaries, id.value_or(-1), decided.kind, std::move(decided.rule),
-                                             std::move(decided.guard), classified->second});
+                                             std::move(decided.reason), std::move(decided.guard),
+                                             classified->second});
       addUses(node, index);
       addOutputs(node, index);
       for (const Node* boundary : boundaries) {

@@ -71,6 +71,7 @@ struct PlannedNode {
   NodeId id = -1;                                   // its node's id, -1 where it has none
   core::RuleKind ruleKind = core::RuleKind::kPolicy;  // which kind of rule decided it
   std::string rule;                                 // why it has its category, for people
+  std::string reason;                               // the rule's reason alone (core::NodeDecision::reason)
   std::optional<core::GuardVerdict> guard;          // the numeric guard that kept it fp32 (kRangeGuard)
   bool unobserved = false;                          // left alone because its dtypes are unknown
 };

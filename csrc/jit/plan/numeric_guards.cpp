@@ -1,7 +1,5 @@
 #include "jit/plan/numeric_guards.h"
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <cmath>
@@ -11,6 +9,7 @@
 
 #include "core/numeric_limits.h"
 #include "core/op_facts.h"
+#include "core/range_guards.h"
 #include "core/underflow_to_zero.h"
 
 namespace torch_mp::jit {
@@ -55,86 +54,65 @@ double smallestNonZero(c10::ScalarType lowDtype) {
 std::optional<GuardVerdict> NumericGuards::observedOutOfRange(
     const Node* node,
     const std::vector<Node*>& boundaries) const {
-  std::optional<GuardVerdict> verdict;
-  auto check = [&](const Value* value) {
+  std::vector<core::ObservedNumber> values;
+  auto add = [&](const Value* value) {
     auto it = observed_.find(value);
     // constants are checked by constantOutOfRange: a tiny bias is harmless, it is added to larger values
-    if (verdict || value->node()->kind() == c10::prim::Constant || it == observed_.end() ||
-        it->second.dtype != c10::ScalarType::Float) {
-      return;
+    if (value->node()->kind() != c10::prim::Constant && it != observed_.end() &&
+        it->second.dtype == c10::ScalarType::Float) {
+      values.push_back({value->debugName(), {it->second.largestMagnitude, it->second.onlyIntegers}});
     }
-    verdict = core::observedRangeVerdict({it->second.largestMagnitude, it->second.onlyIntegers}, toLowDtype(lowDtype_),
-                                         value->debugName());
   };
-  auto checkNode = [&](const Node* member) {
+  auto addNode = [&](const Node* member) {
     for (const Value* input : member->inputs()) {
-      check(input);
+      add(input);
       if (input->node()->kind() == c10::prim::ListConstruct) {  // einsum, cat, stack read tensors in a list
         for (const Value* element : input->node()->inputs()) {
-          check(element);
+          add(element);
         }
       }
     }
     for (const Value* output : member->outputs()) {
-      check(output);
+      add(output);
     }
   };
-  checkNode(node);
+  addNode(node);
   for (const Node* member : boundaries) {
-    checkNode(member);
+    addNode(member);
   }
-  return verdict;
+  return core::observedRangeGuard(values, toLowDtype(lowDtype_));
 }
 
-// bf16's max, 3.39e38, is below fp32's, so masks of torch.finfo(torch.float32).min do not fit either.
 std::optional<GuardVerdict> NumericGuards::constantOutOfRange(const Node* node) {
+  std::vector<core::NamedNumber> largest;
   for (const Value* input : node->inputs()) {
     if (input->node()->kind() != c10::prim::Constant) {
       continue;
     }
     auto cached = largestConstantMagnitude_.find(input);
     if (cached == largestConstantMagnitude_.end()) {
-      double largest = 0.0;
+      double magnitude = 0.0;
       const c10::IValue value = torch::jit::toIValue(input).value();
       if (value.isDouble() && std::isfinite(value.toDouble())) {
-        largest = std::abs(value.toDouble());
+        magnitude = std::abs(value.toDouble());
       } else if (value.isTensor() && value.toTensor().scalar_type() == c10::ScalarType::Float) {
-        largest = largestFiniteMagnitude(value.toTensor());
+        magnitude = largestFiniteMagnitude(value.toTensor());
       }
-      cached = largestConstantMagnitude_.emplace(input, largest).first;
+      cached = largestConstantMagnitude_.emplace(input, magnitude).first;
     }
-    if (cached->second > largestFinite(lowDtype_)) {
-      return GuardVerdict{GuardKind::kConstantRange, input->debugName(), cached->second, largestFinite(lowDtype_)};
-    }
+    largest.push_back({input->debugName(), cached->second});
   }
-  return std::nullopt;
+  return core::constantRangeGuard(largest, toLowDtype(lowDtype_));
 }
 
-// Kernels convert a scalar to the tensor's dtype (clamp does). A scalar more than 1/16 off after rounding (for fp16
-// below 2^-20, about 9.5e-7) keeps the node in fp32.
 std::optional<GuardVerdict> NumericGuards::scalarLostInLowDtype(const Node* node) const {
+  std::vector<core::NamedNumber> scalars;
   for (const Value* input : node->inputs()) {
-    if (input->node()->kind() != c10::prim::Constant || input->type()->kind() != c10::TypeKind::FloatType) {
-      continue;
-    }
-    if (auto verdict = lostScalarVerdict(torch::jit::constant_as<double>(input).value(), lowDtype_,
-                                         input->debugName())) {
-      return verdict;
+    if (input->node()->kind() == c10::prim::Constant && input->type()->kind() == c10::TypeKind::FloatType) {
+      scalars.push_back({input->debugName(), torch::jit::constant_as<double>(input).value()});
     }
   }
-  return std::nullopt;
-}
-
-std::optional<GuardVerdict> lostScalarVerdict(double scalar, c10::ScalarType lowDtype, std::string name) {
-  if (scalar == 0.0 || !std::isfinite(scalar)) {
-    return std::nullopt;
-  }
-  const double rounded = lowDtype == c10::ScalarType::Half ? static_cast<float>(c10::Half(scalar))
-                                                          : static_cast<float>(c10::BFloat16(scalar));
-  if (std::abs(rounded - scalar) > std::abs(scalar) / 16) {
-    return GuardVerdict{GuardKind::kLostScalar, std::move(name), scalar, rounded};
-  }
-  return std::nullopt;
+  return core::lostScalarGuard(scalars, toLowDtype(lowDtype_));
 }
 
 std::optional<GuardVerdict> NumericGuards::underflowToZero(const Node* node) {

@@ -4,6 +4,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/classify_node.h"
 #include "jit/ir/ir_utils.h"
 #include "jit/ir/module_scope.h"
 #include "jit/plan/flop_estimate.h"
@@ -198,31 +199,20 @@ void reportWeights(const Graph& graph, const NodeIds& ids, ConversionReport& rep
       auto decided = numbered != ids.end() ? decisionOf.find(numbered->second) : decisionOf.end();
       if (!weight.decidedBy && decided != decisionOf.end()) {
         weight.decidedBy = numbered->second;
-        weight.rule = decided->second->rule;
-        weight.ruleKind = decided->second->ruleKind;
       }
     }
   });
-  report.weightBytesKeptFp32 = 0;
-  report.weightsKeptFp32.clear();
-  for (KeptFp32Weight& weight : kept) {
-    report.weightBytesKeptFp32 += weight.bytes;
-    if (weight.bytes > kKeptFp32ListedBytes) {
-      report.weightsKeptFp32.push_back(std::move(weight));
-    }
-  }
-  std::stable_sort(report.weightsKeptFp32.begin(), report.weightsKeptFp32.end(),
-                   [](const KeptFp32Weight& a, const KeptFp32Weight& b) { return a.bytes > b.bytes; });
+  report.setKeptFp32Weights(std::move(kept));
 }
 
 } // namespace
 
 ConversionReport reportFor(const ConvertOptions& options) {
-  checkLowDtype(options.lowDtype);
   ConversionReport report;
-  report.dtype = core::lowDtypeName(toLowDtype(options.lowDtype));
+  report.dtype = core::lowDtypeName(options.lowDtype);
   report.policy = options.policy.name();
   report.planner = options.planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
+  report.slowKernels = options.policy.slowKernels();
   return report;
 }
 
@@ -252,20 +242,15 @@ std::vector<NodeDecision> decisionsOf(
     decision.precision = low ? core::Precision::kLow : core::Precision::kFp32;
     decision.category = mapping.dataflow.nodes[n].category;
     decision.forcedToFp32 = plan.forcedToFp32[n];
-    decision.rule = planned.rule;
     decision.ruleKind = planned.ruleKind;
+    decision.reason = planned.reason;
     decision.guard = planned.guard;
     if (const ObservedValue* seen = node->outputs().empty() ? nullptr : observedFp32(observed, node->output(0));
         seen && seen->rangeObserved) {
       decision.amax = seen->largestMagnitude;
     }
     decision.flops = estimateFlops(node, observed);
-    if (decision.forcedToFp32) {
-      decision.rule += " [forced to fp32: shares a container or mutated tensor with an fp32 op, or reads fp32 "
-                       "into a type-promoting op]";
-    } else if (decision.category == core::OpCategory::kFollow || decision.category == core::OpCategory::kWidest) {
-      decision.rule += low ? " [planned low: fewest cast bytes]" : " [planned fp32: fewest cast bytes]";
-    }
+    decision.rule = core::plannedRule(planned.rule, decision.category, decision.forcedToFp32, low);
     decisions.push_back(std::move(decision));
   }
   return decisions;

@@ -17,8 +17,8 @@
 
 namespace torch_mp::jit {
 
-// The report of a conversion with these options, before it runs: the dtype, policy and planner it names. Throws
-// c10::ValueError for a dtype that is not a low-precision one.
+// The report of a conversion with these options, before it runs: the dtype, policy and planner it names, and why the
+// policy keeps heavy ops fp32 where it does (slowKernels).
 ConversionReport reportFor(const ConvertOptions& options);
 
 // One decision per planner node (graph inputs and outputs excepted): its precision and the rule behind it. A node

@@ -2,6 +2,8 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 
+#include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 namespace torch_mp::jit {
@@ -49,6 +51,29 @@ int ConversionReport::lowPrecisionNodes() const {
     count += node.precision == core::Precision::kLow;
   }
   return count;
+}
+
+void ConversionReport::setKeptFp32Weights(std::vector<KeptFp32Weight> kept) {
+  std::unordered_map<NodeId, const NodeDecision*> decisionOf;
+  for (const NodeDecision& node : nodes) {
+    decisionOf.emplace(node.id, &node);
+  }
+  weightBytesKeptFp32 = 0;
+  weightsKeptFp32.clear();
+  for (KeptFp32Weight& weight : kept) {
+    weightBytesKeptFp32 += weight.bytes;
+    if (weight.bytes <= kKeptFp32ListedBytes) {
+      continue;
+    }
+    auto decided = weight.decidedBy ? decisionOf.find(*weight.decidedBy) : decisionOf.end();
+    if (decided != decisionOf.end()) {
+      weight.rule = decided->second->rule;
+      weight.ruleKind = decided->second->ruleKind;
+    }
+    weightsKeptFp32.push_back(std::move(weight));
+  }
+  std::stable_sort(weightsKeptFp32.begin(), weightsKeptFp32.end(),
+                   [](const KeptFp32Weight& a, const KeptFp32Weight& b) { return a.bytes > b.bytes; });
 }
 
 double ConversionReport::lowPrecisionFlopFraction() const {

@@ -28,6 +28,7 @@ struct NodeDecision {
   core::OpCategory category = core::OpCategory::kFp32;  // what its rule made it (follow and widest: the planner chose)
   bool forcedToFp32 = false;  // a follow/widest node the planner had to put in fp32 (a shared container, a write)
   std::string rule;       // why, for people
+  std::string reason;     // the rule's reason alone: the policy entry's, the user's, the guard's finding
   core::RuleKind ruleKind = core::RuleKind::kPolicy;  // which kind of rule decided
   std::optional<core::GuardVerdict> guard;  // with kRangeGuard: which guard, the value, what was seen, the limit
   double amax = -1.0;     // largest finite |x| of the first output observed in fp32 (-1: not an observed fp32 tensor)
@@ -49,7 +50,7 @@ struct KeptFp32Weight {
   int64_t bytes = 0;                 // its storage
   std::vector<std::string> readers;  // the ops reading it
   std::optional<NodeId> decidedBy;   // the first reader the plan decided (its id), if any
-  std::string rule;                  // that reader's rule ("" if none)
+  std::string rule;                  // that reader's rule ("" if none; ConversionReport::setKeptFp32Weights)
   std::optional<core::RuleKind> ruleKind;  // and that rule's kind
 };
 
@@ -74,10 +75,18 @@ struct NonFiniteValue {
   std::string value;                   // else the intermediate's debug name
 };
 
+// Both fronts fill it: convert's pipeline (assemble_report) and the export front (bindings' program_report).
 struct ConversionReport {
   std::string dtype;
   std::string policy;
   std::string planner;
+  // how the front captured the model: convert's "script", "trace" or "scriptmodule" (given one, as the load-time
+  // pass's graphs are), "export"
+  std::string capture = "scriptmodule";
+  std::optional<std::string> slowKernels;  // the policy's (OpPolicy::slowKernels): why its heavy ops stay fp32
+  // The export front's node names (FX): where not empty, every id in the report (a node's, a cast's, a graph item's
+  // and its inputs', decidedBy) indexes them, and the report is written with the names; TorchScript's ids are numbers.
+  std::vector<std::string> nodeNames;
   std::vector<NodeDecision> nodes;
   std::vector<CastRecord> casts;
   std::vector<GraphItem> graph;  // the converted graph, for the picture
@@ -107,6 +116,10 @@ struct ConversionReport {
   // removal, dead code, constant pooling, common subexpressions), kernels, report, verify (convert() only: the
   // load-time pass runs nothing).
   std::vector<std::pair<std::string, double>> phases;
+
+  // The fp32 tensors the converted graph holds, each storage once, with its first decided reader's id: counts their
+  // bytes, lists those over kKeptFp32ListedBytes largest first, each with that reader's rule from `nodes`.
+  void setKeptFp32Weights(std::vector<KeptFp32Weight> kept);
 
   int lowPrecisionNodes() const;
   // Fraction of the heavy ops' FLOPs that run in low precision (1 when the graph has none).

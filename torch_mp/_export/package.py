@@ -9,8 +9,8 @@ from typing import Any, Dict, Optional
 
 import torch
 
-from ._compat import INDUCTOR_CPU_ROUNDS_AT_CASTS
-from ._export import export
+from .._compat import INDUCTOR_CPU_ROUNDS_AT_CASTS
+from .conversion import export
 
 # What keeps the plan's rounding in Inductor's kernels. Inductor fuses a cast into the pointwise kernel around it and
 # would otherwise compute in fp32 straight through an fp32 -> low -> fp32 round trip; emulate_precision_casts rounds

@@ -31,7 +31,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import TensorArgument
 
-from ._compat import LazyGraphModule
+from .._compat import LazyGraphModule
 from .functional_writes import fake_result, make_writes_functional, writes
 
 BATCH_NORM = torch.ops.aten.batch_norm.default

@@ -1,0 +1,324 @@
+"""Apply: a new program with the plan in it, as explicit `aten._to_copy` casts (one per value and dtype, before its
+first reader that needs it), each node's value recomputed where its inputs' dtypes changed (an RNN's from its fp32
+layouts, without a fake run); the stored tensors (parameters, buffers, lifted constants) kept low, fp32 or in both
+by core/stored_weights' rule (_C.storing_of), a low copy beside an fp32 one as a lifted constant; the stored
+tensors nothing reads dropped, as freezing drops them. Takes the fp32 program, the _Planned records and the plan;
+hands on the program, its casts, its weight bytes and fp32 weights, the report's graph (as _C.program_report takes
+them, by FX node name)."""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+from torch.fx.node import map_arg
+
+from .. import _C
+from .._compat import EXPORT_LSTM_STATE_META_RIGHT
+from .facts import _Planned
+from .inference_form import graph_module_copy, quiet_spec_copies, renamed_outputs
+from .ir import CAST, _STORED, _fp32_tensor, _op_name, _val
+from .observe import _Seen
+
+
+_DTYPE_NAMES = {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float64: "Double"}
+
+
+def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[str, str], low: torch.dtype,
+           low_io: bool, seen: Dict[str, _Seen], stored_readers: Dict[str, List[torch.fx.Node]]):
+    """A new program with the plan applied: a cast wherever a reader needs another dtype than its producer writes
+    (low nodes read the low dtype where the fp32 program had fp32, every other reader what the fp32 program had), made
+    once per value and dtype before its first reader; the stored tensors only low nodes read, in the low dtype
+    (`stored_readers`: each fp32 stored placeholder's name -> the readers of its tensor, ProgramConversion's).
+    Returns (program, casts: (name, value, from, to, bytes) each, (weight bytes before, after, fp32 tensors), the
+    report's graph)."""
+    module = graph_module_copy(program)
+    graph = module.graph
+    before = {node.name: _val(node) for node in graph.nodes}
+    fake_mode = torch._guards.detect_fake_mode([before[n.name] for n in graph.nodes if n.op == "placeholder"])
+    low_nodes = {name for name, chosen in precision.items() if chosen == "low"}
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+    state_dict, constants = dict(program.state_dict), dict(program.constants)
+
+    def table_of(name: str) -> Dict[str, Any]:
+        return state_dict if specs[name].target in state_dict else constants
+
+    # how each stored tensor is kept is core/stored_weights' rule, from who reads it; one tensor may be held by
+    # several placeholders (tied weights)
+    stored_low, stored_both = _storing(stored_readers, low_nodes, lambda name: table_of(name)[specs[name].target])
+    low_copies, copy_specs = _low_copy_placeholders(graph, specs, stored_both, low, fake_mode)
+    specs.update(copy_specs)
+
+    def wanted(value: torch.fx.Node, reader_low: bool) -> Optional[torch.dtype]:
+        original = before.get(value.name)
+        if not isinstance(original, torch.Tensor) or not original.is_floating_point():
+            return None
+        return low if reader_low and original.dtype == torch.float32 else original.dtype
+
+    casts: List[Tuple[str, str, str, str, int]] = []
+    made: Dict[Tuple[str, torch.dtype], torch.fx.Node] = {}
+
+    def read(value: Any, reader: torch.fx.Node, reader_low: bool) -> Any:
+        if not isinstance(value, torch.fx.Node) or not isinstance(_val(value), torch.Tensor):
+            return value
+        dtype = wanted(value, reader_low)
+        if dtype is None or _val(value).dtype == dtype:
+            return value
+        if dtype == low and value.name in low_copies:  # stored in both dtypes
+            return low_copies[value.name]
+        key = (value.name, dtype)
+        if key not in made:
+            with graph.inserting_before(reader):
+                cast = graph.call_function(CAST, (value,), {"dtype": dtype})
+            with fake_mode:
+                cast.meta["val"] = CAST(_val(value), dtype=dtype)
+            made[key] = cast
+            numel = seen[value.name].numel if value.name in seen else 0
+            casts.append((cast.name, value.name, _DTYPE_NAMES.get(_val(value).dtype, "?"), _DTYPE_NAMES.get(dtype, "?"),
+                          numel * (_val(value).dtype.itemsize + dtype.itemsize)))
+        return made[key]
+
+    for node in list(graph.nodes):
+        if node.op == "placeholder":
+            if node in low_copies.values():
+                continue
+            if node.name in stored_low or (low_io and specs[node.name].kind == InputKind.USER_INPUT
+                                           and _fp32_tensor(node)):
+                with fake_mode:
+                    node.meta["val"] = CAST(_val(node), dtype=low)
+            continue
+        if node.op not in ("call_function", "output"):
+            continue
+        if node.op == "output":  # with low-precision IO, fp32 outputs are read as a low node reads them
+            node.args = map_arg(node.args, lambda v: read(v, node, low_io))
+            continue
+        if node.target is not operator.getitem:  # a getitem takes what its call made
+            reader_low = node.name in low_nodes
+            node.args = map_arg(node.args, lambda v: read(v, node, reader_low))
+            node.kwargs = map_arg(node.kwargs, lambda v: read(v, node, reader_low))
+        if any(_val(i) is not before.get(i.name) for i in node.all_input_nodes):  # a cast, or a dtype changed
+            with fake_mode:
+                node.meta["val"] = _recomputed(node, before)
+
+    read_before = _read_state(program, specs, graph)
+    lowered: Dict[int, torch.Tensor] = {}  # one low tensor per fp32 one
+    for name in sorted(stored_low):
+        table, target = table_of(name), specs[name].target
+        tensor = table[target]
+        if id(tensor) not in lowered:
+            copy_ = tensor.detach().to(low)
+            lowered[id(tensor)] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) \
+                if isinstance(tensor, torch.nn.Parameter) else copy_
+        table[target] = lowered[id(tensor)]
+    for name, copy_node in low_copies.items():  # the low copy beside the fp32 tensor, one per tensor
+        tensor = table_of(name)[specs[name].target]
+        lowered.setdefault(id(tensor), tensor.detach().to(low))
+        constants[copy_node.name] = lowered[id(tensor)]
+    signature = _with_inputs(program.graph_signature, copy_specs)
+    signature = _without_unread_state(signature, specs, graph, state_dict, constants)
+    weights = (_stored_bytes(*read_before), _stored_bytes(state_dict, constants),
+               _kept_fp32(program, state_dict, constants, stored_readers))
+    with quiet_spec_copies():
+        converted = program._update(module, renamed_outputs(signature, graph), state_dict=state_dict,
+                                    constants=constants)
+    return converted, casts, weights, _graph_items(graph, planned, made)
+
+
+def _storing(stored_readers: Dict[str, List[torch.fx.Node]], low_nodes: Set[str],
+             tensor_of: Callable[[str], torch.Tensor]) -> Tuple[Set[str], Set[str]]:
+    """The stored placeholders kept low, and those kept in both dtypes, by core/stored_weights' rule over each fp32
+    tensor (the placeholders of tied weights share one list of readers)."""
+    groups: Dict[int, Tuple[List[torch.fx.Node], List[str]]] = {}
+    for name, readers in stored_readers.items():
+        groups.setdefault(id(readers), (readers, []))[1].append(name)
+    entries = list(groups.values())
+    how = _C.storing_of([(tensor_of(names[0]).untyped_storage().nbytes(), True,
+                          any(r.name in low_nodes for r in readers), any(r.name not in low_nodes for r in readers))
+                         for readers, names in entries])
+    stored_low = {name for (_, names), kept in zip(entries, how) if kept == "low" for name in names}
+    stored_both = {name for (_, names), kept in zip(entries, how) if kept == "both" for name in names}
+    return stored_low, stored_both
+
+
+def _low_copy_placeholders(graph: torch.fx.Graph, specs, stored_both: Set[str], low: torch.dtype, fake_mode):
+    """A lifted constant placeholder for the low copy of each stored placeholder in `stored_both`, before the
+    program's user inputs (where torch.export puts its constants): {fp32 placeholder's name: the copy's node} and the
+    copies' input specs by name, in the graph's order."""
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    first_user = next((node for node in placeholders if specs[node.name].kind == InputKind.USER_INPUT), None)
+    last = placeholders[-1] if placeholders else None
+    copies: Dict[str, torch.fx.Node] = {}
+    copy_specs: Dict[str, InputSpec] = {}
+    for node in placeholders:
+        if node.name not in stored_both:
+            continue
+        with graph.inserting_before(first_user) if first_user is not None else graph.inserting_after(last):
+            copy_node = graph.placeholder(f"{node.name}_{_DTYPE_NAMES[low].lower()}")
+        last = copy_node
+        with fake_mode:
+            copy_node.meta["val"] = CAST(_val(node), dtype=low)
+        copies[node.name] = copy_node
+        copy_specs[copy_node.name] = InputSpec(kind=InputKind.CONSTANT_TENSOR,
+                                               arg=TensorArgument(name=copy_node.name), target=copy_node.name)
+    return copies, copy_specs
+
+
+def _with_inputs(signature, added: Dict[str, InputSpec]):
+    """The signature with the `added` constants' input specs before its user inputs, in the graph's order."""
+    if not added:
+        return signature
+    specs = list(signature.input_specs)
+    first_user = next((i for i, spec in enumerate(specs) if spec.kind == InputKind.USER_INPUT), len(specs))
+    return dataclasses.replace(signature, input_specs=specs[:first_user] + list(added.values()) + specs[first_user:])
+
+
+def _unread_state(specs, graph: torch.fx.Graph, state_dict: Dict[str, Any], constants: Dict[str, Any]
+                  ) -> List[torch.fx.Node]:
+    """The placeholders of parameters, buffers and lifted constants that nothing in the graph reads, but those holding
+    a tensor another placeholder is read through (a tied weight's second name costs nothing)."""
+    def tensor_of(node):
+        target = specs[node.name].target
+        return state_dict.get(target, constants.get(target))
+
+    stored = [node for node in graph.nodes if node.op == "placeholder" and specs[node.name].kind in _STORED]
+    read = {id(tensor_of(node)) for node in stored if node.users}
+    return [node for node in stored if not node.users and id(tensor_of(node)) not in read]
+
+
+def _read_state(program: ExportedProgram, specs, graph: torch.fx.Graph) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The program's state_dict and constants without the tensors nothing reads."""
+    unread = {specs[node.name].target
+              for node in _unread_state(specs, graph, program.state_dict, program.constants)}
+    return ({k: v for k, v in program.state_dict.items() if k not in unread},
+            {k: v for k, v in program.constants.items() if k not in unread})
+
+
+def _without_unread_state(signature, specs, graph: torch.fx.Graph, state_dict: Dict[str, Any],
+                          constants: Dict[str, Any]):
+    """Drops the stored tensors nothing reads from the graph, `state_dict`, `constants` and the signature, as
+    freezing drops them from a TorchScript module: the converted program carries no dead weights (a module's unused
+    parameters) and its weight bytes are those convert counts."""
+    unread = _unread_state(specs, graph, state_dict, constants)
+    names = {node.name for node in unread}
+    for node in unread:
+        graph.erase_node(node)
+    kept = [spec for spec in signature.input_specs if spec.arg.name not in names]
+    still_read = {spec.target for spec in kept if spec.kind in _STORED}
+    for spec in signature.input_specs:
+        if spec.arg.name in names and spec.target not in still_read:
+            (state_dict if spec.target in state_dict else constants).pop(spec.target, None)
+    return dataclasses.replace(signature, input_specs=kept)
+
+
+def _recomputed(node: torch.fx.Node, before: Dict[str, Any]) -> Any:
+    """The node's value for its inputs' new values (under the program's fake mode), `before` holding the fp32
+    program's values by name. A low kernel may lay its result out otherwise than the fp32 one did (attention's output),
+    and a view the fp32 layout allowed may then be impossible: such a view becomes a reshape (the same values; a copy
+    where the layout needs one)."""
+    if node.target in _RNNS:
+        result = _rnn_result_in_new_dtype(node, before)
+        if result is not None:
+            return result
+    args, kwargs = map_arg(node.args, _value_or_module), map_arg(node.kwargs, _value_or_module)
+    if node.target is torch.ops.aten.view.default:
+        try:
+            return node.target(*args, **kwargs)
+        except (RuntimeError, ValueError):  # the new layout allows no view
+            node.target = torch.ops.aten.reshape.default
+    return node.target(*args, **kwargs)
+
+
+def _value_or_module(node: torch.fx.Node) -> Any:
+    """What the node gives its readers: its value, or for a submodule (a torch.cond or while_loop branch) the module."""
+    if node.op == "get_attr":
+        return operator.attrgetter(node.target)(node.graph.owning_module)
+    return _val(node)
+
+
+# The RNN ops torch.export keeps whole. Their fake-tensor run unrolls every time step (the GRU classifier's: most of
+# its plan), and their results' shapes and strides do not depend on the dtype they are computed in (test_export
+# checks each against that run). An LSTM's fp32 value is right from torch 2.13 only (_compat); before, its fake run
+# gives the right one.
+_RNNS = {torch.ops.aten.gru.input, torch.ops.aten.rnn_tanh.input, torch.ops.aten.rnn_relu.input} | \
+    ({torch.ops.aten.lstm.input} if EXPORT_LSTM_STATE_META_RIGHT else set())
+
+
+def _rnn_result_in_new_dtype(node: torch.fx.Node, before: Dict[str, Any]) -> Optional[Tuple[torch.Tensor, ...]]:
+    """An RNN's value where its inputs changed only their dtype, all to one: its fp32 value's tensors in that dtype
+    (None where they changed otherwise)."""
+    # an input not in `before` is a cast made by _apply, of the value the node read in the fp32 program
+    new = [_val(i) for i in node.all_input_nodes]
+    old = [before[i.name] if i.name in before else before.get(i.args[0].name) for i in node.all_input_nodes]
+    dtypes = {value.dtype for value in new if isinstance(value, torch.Tensor)}
+    if len(dtypes) != 1 or not all(isinstance(n, torch.Tensor) and isinstance(o, torch.Tensor) and n.shape == o.shape
+                                   and n.stride() == o.stride() and n.storage_offset() == o.storage_offset()
+                                   for n, o in zip(new, old)):
+        return None
+    result = before[node.name]
+    if not all(t.dtype == old[0].dtype and t.storage_offset() == 0 for t in result):
+        return None
+    dtype = dtypes.pop()
+    requires_grad = torch.is_grad_enabled() and any(value.requires_grad for value in new)  # as autograd sets it
+    return tuple(torch.empty_strided(t.shape, t.stride(), dtype=dtype, device=t.device, requires_grad=requires_grad)
+                 for t in result)
+
+
+class _KeptFp32(NamedTuple):
+    """A stored fp32 tensor of the converted program: its first name (state_dict or constants key), its bytes and
+    the nodes that read it (of the fp32 program)."""
+    name: str
+    bytes: int
+    readers: List[torch.fx.Node]
+
+
+def _kept_fp32(program: ExportedProgram, state_dict: Dict[str, Any], constants: Dict[str, Any],
+               stored_readers: Dict[str, List[torch.fx.Node]]) -> List[_KeptFp32]:
+    """The converted program's fp32 stored tensors (the report's weight_bytes_kept_fp32 and weights_kept_fp32), one
+    per storage, with the readers of every placeholder holding it, in graph order."""
+    holders: Dict[str, List[str]] = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind in _STORED:
+            holders.setdefault(spec.target, []).append(spec.arg.name)
+    kept: Dict[int, _KeptFp32] = {}
+    for table in (state_dict, constants):
+        for target, tensor in table.items():
+            if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.float32:
+                continue
+            storage = tensor.untyped_storage()
+            weight = kept.setdefault(storage.data_ptr(), _KeptFp32(target, storage.nbytes(), []))
+            for holder in holders.get(target, []):
+                weight.readers.extend(r for r in stored_readers.get(holder, []) if r not in weight.readers)
+    return list(kept.values())
+
+
+def _stored_bytes(*tables: Dict[str, Any]) -> int:
+    storages = {}
+    for table in tables:
+        for tensor in table.values():
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
+def _graph_items(graph: torch.fx.Graph, planned: List[_Planned], made) -> List[Tuple[str, bool, str, List[str], int]]:
+    """The report's graph: planned nodes and casts, each (name, is a cast, op, the names of the items whose values it
+    reads (through getitems, to the call that computed the value), its index in the casts or -1)."""
+    casts = {cast.name: index for index, cast in enumerate(made.values())}
+    names = {p.node.name for p in planned}
+
+    def source(node: torch.fx.Node) -> Optional[str]:
+        while node.target is operator.getitem:
+            node = node.args[0]
+        return node.name if node.name in names or node.name in casts else None
+
+    items = []
+    for node in graph.nodes:
+        if node.name in names or node.name in casts:
+            reads = [source(i) for i in node.all_input_nodes]
+            items.append((node.name, node.name in casts, _op_name(node), [r for r in reads if r is not None],
+                          casts.get(node.name, -1)))
+    return items

@@ -1,0 +1,167 @@
+"""torch_mp.export and the job that sequences the export front's stages (as csrc/jit/pipeline.cpp sequences
+convert's): capture (capture.py, with the inference form), observe (observe.py), then per conversion facts and
+decisions (facts.py), plan (plan.py), apply (apply.py), verify (verify.py) and report (report.py); the accuracy
+fallback and the repair of non-finite outputs around them, through the job interface (ProgramConversion, a
+_job.ConversionJob). The order is written here and nowhere else; the work is in the stages' modules."""
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import torch
+from torch.export import ExportedProgram
+
+from .._errors import ConversionError, ModelRunError
+from .._inputs import _device_of, _normalize_calibration, _refuse_autocast, module_inputs
+from ..fallback import search_fallback
+from ..finite_outputs import repair_non_finite
+from ..options import ConversionOptions
+from ..policy import check_rules_match
+from ..report import Report
+from .apply import _apply
+from .capture import _check_capture, _first_line, _program_of
+from .facts import ProgramFacts
+from .ir import _STORED, _stored_groups
+from .observe import _observe, _probe
+from .plan import _plan
+from .report import _report
+from .verify import _verify
+
+
+def export(
+    model: Any,
+    example_inputs: Any = None,
+    dtype: Optional[torch.dtype] = None,
+    *,
+    calibration_inputs: Optional[Sequence[Any]] = None,
+    dynamic_shapes: Any = None,
+    return_report: bool = False,
+    options: Optional[ConversionOptions] = None,
+    **option_fields,
+):
+    """Exports a model (torch.export.export) and applies a mixed-precision plan to the program.
+
+    Args:
+        model: an nn.Module in eval mode, or a torch.export.ExportedProgram. It is not modified.
+        example_inputs: the positional inputs of one forward call (as for convert); for a program, default its own
+            example inputs.
+        dtype, calibration_inputs, return_report: as for torch_mp.convert.
+        dynamic_shapes: passed to torch.export.export.
+        options, option_fields: a ConversionOptions and fields replacing its own, as for torch_mp.convert: policy,
+            planner, keep_io_dtypes, tolerance, metric, progress, verify (the TorchScript front's fuse_casts,
+            kernels, channels_last and fuse_convolutions only at their defaults).
+
+    Returns:
+        the torch.export.ExportedProgram, or (program, Report) with return_report=True.
+    """
+    chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+    chosen.refuse_torchscript_only("torch_mp.export")
+    _refuse_autocast()
+    start = time.perf_counter()
+    program, inputs, eager = _program_of(model, example_inputs, dynamic_shapes)
+    calibration = _normalize_calibration(calibration_inputs)
+    chosen = chosen.for_device(_device_of(inputs, None))
+    try:
+        captured = time.perf_counter() - start
+        job = ProgramConversion(program, inputs, calibration, chosen)
+        job.captured_seconds = captured
+        if eager is not None:
+            _check_capture(model, program, eager, job.reference_outputs[0])
+        eager = None  # checked: the model's outputs (a decoder's logits) need not stay alive through the conversion
+        if chosen.tolerance is None:
+            converted, report = job.run()
+        else:
+            converted, report = search_fallback(job, calibration or [inputs], chosen.tolerance, chosen.metric,
+                                                chosen.progress)
+        if report.data["non_finite"] is not None:
+            converted, report = repair_non_finite(job, converted, report, [inputs] + list(calibration))
+    except (ValueError, TypeError, ConversionError):
+        raise
+    except Exception as error:  # noqa: BLE001 - an internal failure: the user's model and program are untouched
+        name = type(model).__name__
+        raise ConversionError(f"torch_mp could not convert the program of {name}: {_first_line(error)}") from error
+    return (converted.program, report) if return_report else converted.program
+
+
+class ConvertedProgram:
+    """A converted program and its runnable module (made on first call): what job.run returns to the fallback and
+    the repair, which call it."""
+
+    def __init__(self, program: ExportedProgram):
+        self.program = program
+        self._module = None
+
+    def __call__(self, *args):
+        if self._module is None:
+            self._module = self.program.module()
+        return self._module(*args)
+
+
+class ProgramConversion:
+    """A functional program, its observations and the options of its conversions; run() converts it, keeping given
+    nodes (by FX name) in fp32 (what the accuracy fallback varies), and always those in `keep_non_finite`. The job
+    interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), as _convert.Conversion for
+    TorchScript."""
+
+    def __init__(self, program: ExportedProgram, inputs, calibration, options: ConversionOptions):
+        self.program = program
+        self.options = options
+        self.bound = options.bind()  # once, as convert binds its options: every core call takes them
+        self.policy = options.policy
+        self.keep_non_finite: Set[str] = set()
+        self.captured_seconds = 0.0
+        self._rules_checked = False
+        self._stored_names = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind in _STORED}
+        self._stored_readers: Dict[str, List[torch.fx.Node]] = {}  # a stored placeholder -> readers of its tensor
+        for group in _stored_groups(program).values():
+            readers = [user for holder in group for user in holder.users]
+            self._stored_readers.update((holder.name, readers) for holder in group)
+        start = time.perf_counter()
+        self.runs = [inputs] + list(calibration)
+        try:
+            self.seen, self.reference_outputs = _observe(program, self.runs)
+        except Exception as error:  # noqa: BLE001 - the program's own failure on its inputs (their shapes, ...)
+            which = "example or calibration inputs" if calibration else "example inputs"
+            raise ModelRunError(f"torch_mp: running the program on the {which} failed: {_first_line(error)}") \
+                from error
+        self.observed_seconds = time.perf_counter() - start
+        self._reference_module = None
+        self._facts = ProgramFacts(program, self.seen, self.policy, self.bound, self._stored_names,
+                                   self._stored_readers)
+
+    # --- the job interface ------------------------------------------------------------------------------------
+
+    def scripted(self, *inputs):
+        """The fp32 program's output (the fallback's reference)."""
+        if self._reference_module is None:
+            self._reference_module = self.program.module()
+        return self._reference_module(*inputs)
+
+    def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        return module_inputs(self.options, inputs)
+
+    def probe(self, converted: ConvertedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]):
+        return _probe(converted.program, self.module_inputs(inputs), ids)
+
+    def probe_reference(self, inputs: Tuple[Any, ...], ids: Sequence[str]):
+        return _probe(self.program, inputs, ids)
+
+    def run(self, keep_fp32: Iterable[str] = (), keep_node_ids: bool = False, in_place: bool = False,
+            verify: bool = True) -> Tuple[ConvertedProgram, Report]:
+        """Plans and applies; FX node names stay as they are, so `keep_node_ids` and `in_place` change nothing."""
+        start = time.perf_counter()
+        planned = self._facts._decide(set(keep_fp32), self.keep_non_finite)
+        precision, forced = _plan(self.program, planned, self.seen, self.options, self.bound, self._facts._stored)
+        program, casts, weights, graph = _apply(self.program, planned, precision, self.options.dtype,
+                                                not self.options.keep_io_dtypes, self.seen, self._stored_readers)
+        converted = ConvertedProgram(program)
+        applied = time.perf_counter()
+        non_finite = _verify(converted.program, self.runs, self.seen, self.reference_outputs, self.module_inputs) \
+            if verify and self.options.verify else None
+        phases = {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan": applied - start,
+                  "verify": time.perf_counter() - applied}
+        report = _report(self.bound, self.seen, planned, precision, forced, casts, weights, graph, non_finite, phases)
+        if not self._rules_checked:
+            check_rules_match(self.policy, report.nodes)
+            self._rules_checked = True
+        return converted, report

@@ -1,0 +1,77 @@
+"""What every stage of the export front asks of an FX graph (as csrc/jit/ir is for the TorchScript passes): the cast
+op, the kinds of stored inputs, a node's value and op name, its module path, whether it is a view, the nodes holding
+its tensors, and the program's stored tensors with the placeholders that hold each."""
+from __future__ import annotations
+
+import operator
+from typing import Any, Dict, List
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+
+from .._inputs import tensors_of
+
+
+CAST = torch.ops.aten._to_copy.default
+_STORED = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _floating_dtypes(value: Any) -> List[torch.dtype]:
+    return [t.dtype for t in tensors_of(value) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _fp32_tensor(node: Any) -> bool:
+    value = _val(node)
+    return isinstance(value, torch.Tensor) and value.dtype == torch.float32
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    return target._schema.name if isinstance(target, torch._ops.OpOverload) else getattr(target, "__name__", str(target))
+
+
+def _scope(node: torch.fx.Node) -> str:
+    """The module path of the innermost module the node ran in ("layer1.0.conv1"), as named_modules() names it."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path = list(stack.values())[-1][0]
+    for prefix in ("L['self'].", "L__self__."):  # strict export's spelling
+        path = path[len(prefix):] if path.startswith(prefix) else path
+    return path.replace("['", ".").replace("']", "").replace("[", ".").replace("]", "")
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """Whether a call returns a view of its first input (its schema's result aliases it, unwritten: t, view,
+    permute, ...)."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is None or len(schema.returns) != 1 or not schema.arguments:
+        return False
+    returned, first = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    return returned is not None and not returned.is_write and first is not None and \
+        returned.before_set == first.before_set
+
+
+def _outputs_of(node: torch.fx.Node) -> List[torch.fx.Node]:
+    """The nodes holding a call's tensors: itself, or for one returning several, the getitems that take them."""
+    if isinstance(_val(node), (tuple, list)):
+        return [user for user in node.users if user.target is operator.getitem]
+    return [node]
+
+
+def _stored_groups(program: ExportedProgram) -> Dict[int, List[torch.fx.Node]]:
+    """The fp32 stored tensors (parameters, buffers, lifted constants) of the program, each with the placeholders that
+    hold it: tied weights are one tensor held by several placeholders."""
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+    groups: Dict[int, List[torch.fx.Node]] = {}
+    for node in program.graph.nodes:
+        if node.op == "placeholder" and specs[node.name].kind in _STORED and _fp32_tensor(node):
+            target = specs[node.name].target
+            tensor = program.state_dict[target] if target in program.state_dict else program.constants[target]
+            groups.setdefault(id(tensor), []).append(node)
+    return groups

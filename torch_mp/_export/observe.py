@@ -1,0 +1,87 @@
+"""Observation: the program's graph module run by an FX interpreter on the example and calibration inputs, every
+floating value's dtype, size and statistics recorded per node name (_Seen: the statistics the TorchScript front's
+value_observer keeps, by the same C++ function), and the values of named nodes read on one input (_probe, the job
+interface's probe). Takes a functional program and its inputs; hands on {node name: _Seen} and each run's outputs."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.export import ExportedProgram
+
+from .. import _C
+from .._inputs import tensors_of
+
+
+class _Seen:
+    """What the runs showed of one value: its dtype, and for an fp32 tensor its size and the statistics the
+    TorchScript front's observer keeps (_C.value_statistics, the one C++ function both fronts observe with): the
+    largest finite and smallest finite non-zero magnitudes, integrality, finiteness."""
+
+    __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.dtype = tensor.dtype
+        self.shape = None if tensor.is_nested else list(tensor.shape)  # on the example inputs
+        self.numel = tensor.numel()
+        self.largest, self.smallest, self.only_integers, self.finite = 0.0, float("inf"), True, True
+        self.add(tensor)
+
+    def add(self, tensor: torch.Tensor) -> None:
+        if self.dtype != torch.float32 or tensor.is_nested or tensor.numel() == 0:
+            return
+        largest, smallest, only_integers, finite = _C.value_statistics(tensor.detach(), self.only_integers)
+        self.largest, self.smallest = max(self.largest, largest), min(self.smallest, smallest)
+        self.only_integers, self.finite = self.only_integers and only_integers, self.finite and finite
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs a program's graph module, calling `record(node, value)` for every placeholder and call."""
+
+    def __init__(self, module: torch.fx.GraphModule, record: Callable[[torch.fx.Node, Any], None]):
+        super().__init__(module)
+        self.record = record
+
+    def run_node(self, node: torch.fx.Node) -> Any:
+        value = super().run_node(node)
+        if node.op in ("placeholder", "call_function"):
+            self.record(node, value)
+        return value
+
+
+def _flat_inputs(program: ExportedProgram, inputs: Tuple[Any, ...]) -> List[Any]:
+    """The graph module's arguments for the program's forward(*inputs): its parameters, buffers and constants, then
+    the inputs, flat."""
+    return program._graph_module_flat_inputs(inputs, {})
+
+
+def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]]):
+    """What each run showed of every floating value, by node name, and each run's outputs."""
+    seen: Dict[str, _Seen] = {}
+
+    def record(node: torch.fx.Node, value: Any) -> None:
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            if node.name in seen:
+                seen[node.name].add(value)
+            else:
+                seen[node.name] = _Seen(value)
+
+    outputs = []
+    with torch.no_grad():
+        for inputs in runs:
+            outputs.append(_Recorder(program.graph_module, record).run(*_flat_inputs(program, inputs)))
+    return seen, outputs
+
+
+def _probe(program: ExportedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]) -> List[Optional[torch.Tensor]]:
+    """The first tensor each named node computes on `inputs` (None where it computes none)."""
+    wanted, values = set(ids), {}
+
+    def record(node: torch.fx.Node, value: Any) -> None:
+        if node.name in wanted:
+            first = next(iter(tensors_of(value)), None)
+            values[node.name] = None if first is None else first.detach().clone()
+
+    with torch.no_grad():
+        _Recorder(program.graph_module, record).run(*_flat_inputs(program, inputs))
+    return [values.get(name) for name in ids]

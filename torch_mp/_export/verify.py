@@ -1,0 +1,40 @@
+"""Verify: the converted program run by the observation's interpreter on the example and calibration inputs (as the
+converted model takes them), looking for NaN or inf where the fp32 program's values are finite: the first output
+tensor, or else the first intermediate value the fp32 runs saw finite (the report's non_finite, which
+finite_outputs.py's repair starts from)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch.export import ExportedProgram
+
+from .. import _C
+from .._inputs import tensors_of
+from .observe import _Recorder, _Seen, _flat_inputs
+
+
+def _verify(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]], seen: Dict[str, _Seen],
+            reference_outputs: Sequence[Any], module_inputs: Callable[[Tuple[Any, ...]], Tuple[Any, ...]]
+            ) -> Optional[Dict[str, Any]]:
+    """Where the converted program computes NaN or inf where the fp32 one is finite: the first output tensor, or
+    else the first intermediate value the fp32 runs saw finite; None when nowhere."""
+    for run, inputs in enumerate(runs):
+        bad: List[str] = []
+
+        def record(node, value, bad=bad):
+            observed = seen.get(node.name)
+            if not bad and observed is not None and observed.finite and isinstance(value, torch.Tensor) \
+                    and value.is_floating_point() and value.numel() and not _C.all_finite(value):
+                bad.append(node.name)
+
+        with torch.no_grad():
+            outputs = _Recorder(program.graph_module, record).run(*_flat_inputs(program, module_inputs(inputs)))
+        pairs = [(o, r) for o, r in zip(tensors_of(outputs), tensors_of(reference_outputs[run]))
+                 if o.is_floating_point()]
+        for position, (output, reference) in enumerate(pairs):
+            if not _C.all_finite(output) and bool((~torch.isfinite(output) & torch.isfinite(reference)).any()):
+                return {"run": run, "tensor": position, "value": ""}
+        if bad:
+            return {"run": run, "tensor": None, "value": bad[0]}
+    return None
