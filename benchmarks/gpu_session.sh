@@ -3,7 +3,10 @@
 #   (a) build the extension (pip, no network: --no-deps --no-build-isolation)   -> $OUT/build.log
 #   (a2) benchmarks/cuda_division_probe.py: how ATen's CUDA division takes a number (printed in the summary)
 #   (a3) benchmarks/cuda_norm_probe.py: mixed-dtype norms on CUDA, all-low norms against fp32 (in the summary)
-#   (b) the CUDA tests: python3 -m pytest -q -m cuda tests/python               -> $OUT/tests.log
+#   (a4) the C++ tests of the CUDA code paths (torch_mp_cuda_tests: CudaGraphRunner, ...) built in build/ (needs
+#        GTest there: libgtest-dev, or its .deb carried)                           -> $OUT/build.log
+#   (b) the CUDA tests: build/torch_mp_cuda_tests, then
+#       python3 -m pytest -q -m cuda tests/python                              -> $OUT/tests.log
 #   (b2) benchmarks/cuda_timing_probe.py: per-module or drifting TorchScript timings -> $OUT/probe.log
 #   (c) benchmarks/cuda_speed.py, JSON written after every cell                 -> $OUT/cuda_speed.json, bench.log
 #       per cell: call time, GPU time (queue pre-filled), host enqueue time, kernels per forward (one profiled call)
@@ -126,7 +129,22 @@ note "$("$PY" benchmarks/cuda_division_probe.py 2>&1 | tail -n 1)"
 # (a3) which CUDA norms take fp32 parameters with a low input, and how close all-low norms come to fp32
 note "$("$PY" benchmarks/cuda_norm_probe.py 2>&1 | tail -n 1)"
 
+# (a4) the C++ CUDA tests, in the build/ the extension's library was built in (its objects are not compiled again)
+if [ "$SKIP_TESTS" = 0 ]; then
+  start=$SECONDS
+  if { cmake -S . -B build -DTORCH_MP_BUILD_TESTS=ON && cmake --build build -j 16 --target torch_mp_cuda_tests; } \
+      >> "$OUT/build.log" 2>&1; then
+    note "C++ CUDA tests: built ($((SECONDS - start)) s)"
+  else
+    note "C++ CUDA tests: build FAILED ($((SECONDS - start)) s; build.log's tail: $(tail -n 1 "$OUT/build.log"))"
+  fi
+fi
+
 # (b) CUDA tests
+if [ "$SKIP_TESTS" = 0 ] && [ -x build/torch_mp_cuda_tests ]; then
+  timeout -k 10 "$TESTS_TIMEOUT" build/torch_mp_cuda_tests > "$OUT/tests.log" 2>&1
+  note "C++ CUDA tests (rc $?): $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/tests.log" | tr '\n' ' ')"
+fi
 if [ "$SKIP_TESTS" = 0 ]; then
   if ! "$PY" -c "import pytest" 2> /dev/null; then
     note "tests: pytest is not installed here; skipped"
@@ -136,7 +154,7 @@ if [ "$SKIP_TESTS" = 0 ]; then
     # --continue-on-collection-errors: a module needing a package the machine lacks (graphviz) skips no CUDA test
     timeout -k 10 "$TESTS_TIMEOUT" "$PY" -m pytest -q -m cuda -p no:cacheprovider --continue-on-collection-errors -rfE \
       --tb=short tests/python "${targs[@]}" \
-      > "$OUT/tests.log" 2>&1
+      >> "$OUT/tests.log" 2>&1
     rc=$?
     result=$(grep -E "(passed|failed|error|skipped|no tests ran)" "$OUT/tests.log" | tail -n 1)
     [ $rc = 124 ] && result="TIMED OUT after ${TESTS_TIMEOUT} s; ${result}"
