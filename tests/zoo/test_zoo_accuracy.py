@@ -69,8 +69,7 @@ def test_zoo_model_against_fp32(name, dtype):
 
 
 def assert_within_tolerances(result, entry, name, dtype, limit=tolerance):
-    """What both fronts assert of a zoo model against fp32 (test_zoo_export.py too, with its own limit(metric, name,
-    dtype))."""
+    """What both fronts assert of a zoo model against fp32 (test_zoo_export.py and test_zoo_onnx.py too)."""
     assert result.dtypes_kept
     assert result.finite
     assert result.cosine >= limit("cosine", name, dtype), result

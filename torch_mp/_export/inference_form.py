@@ -158,4 +158,5 @@ def _eval_identity(node: torch.fx.Node) -> bool:
 
 def _eval_batch_norm(node: torch.fx.Node) -> bool:
     return node.op == "call_function" and node.target is BATCH_NORM and len(node.args) >= 8 \
-        and node.args[5] is False and all(isinstance(a, torch.fx.Node) for a in node.args[1:5])
+        and node.args[5] is False and all(isinstance(a, torch.fx.Node) for a in node.args[3:5]) \
+        and all(a is None or isinstance(a, torch.fx.Node) for a in node.args[1:3])  # without affine: None

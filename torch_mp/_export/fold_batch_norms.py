@@ -1,0 +1,150 @@
+"""Fold: a convolution whose one reader is an eval-mode batch norm (its inference op,
+aten._native_batch_norm_legit_no_training, which inference_form.py gives) becomes one convolution with the norm
+folded into its weight and bias, as torch.jit.freeze folds it for convert:
+
+    w' = w * gamma / sqrt(var + eps)  (per output channel),   b' = (b - mean) * gamma / sqrt(var + eps) + beta
+
+computed in float64, stored fp32 as lifted constants (the old tensors, read by nothing then, leave the program when
+the plan is applied). The program then computes one op fewer per convolution and, in low precision, one rounding
+fewer: the convolution's output is no longer rounded before its scale and shift. That rounding is what an
+AOTInductor package keeps per op (emulate_precision_casts) and what made the CPU package of a ResNeXt-50 slower than
+its peers (benchmarks/EXPORT_SPEED.md, "where the package's time goes").
+
+Folded only where it changes nothing else: a convolution that is not transposed, whose output the norm alone reads
+and whose weight (and bias) only it reads, no other stored name holding that tensor; the norm's statistics (and
+scale and shift, if any) stored fp32 tensors; only the norm's output read, not its saved statistics.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+
+from .inference_form import INFERENCE_BATCH_NORM, graph_module_copy, quiet_spec_copies, renamed_outputs
+from .ir import _STORED
+
+# Convolutions and where their bias argument is; aten.convolution's transposed flag is argument 6.
+CONVOLUTIONS = {
+    torch.ops.aten.conv1d.default: 2,
+    torch.ops.aten.conv2d.default: 2,
+    torch.ops.aten.conv3d.default: 2,
+    torch.ops.aten.convolution.default: 2,
+}
+
+
+def fold_batch_norms(program: ExportedProgram) -> ExportedProgram:
+    """The program with each foldable convolution + batch norm pair folded: itself where there is none, else a new
+    program (the given one, its tensors included, is not changed)."""
+    stored = _StoredTensors(program)
+    pairs = [(node.args[0], node) for node in program.graph.nodes if _foldable(node, stored)]
+    if not pairs:
+        return program
+    module = graph_module_copy(program)
+    graph = module.graph
+    by_name = {node.name: node for node in graph.nodes}
+    constants = dict(program.constants)
+    added: List[InputSpec] = []
+    first_user = next((node for node in graph.nodes if node.op == "placeholder"
+                       and stored.specs[node.name].kind == InputKind.USER_INPUT), None)
+    for conv_original, norm_original in pairs:
+        conv, norm = by_name[conv_original.name], by_name[norm_original.name]
+        weight, bias = _folded(conv, norm, stored)
+        inputs = []
+        for suffix, tensor in (("weight", weight), ("bias", bias)):
+            with graph.inserting_before(first_user):
+                placeholder = graph.placeholder(f"{conv.name}_folded_{suffix}")
+            name = placeholder.name
+            placeholder.meta["val"] = stored.fake(conv.args[1], tensor)
+            constants[name] = tensor
+            added.append(InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=name), target=name))
+            inputs.append(placeholder)
+        arguments = list(conv.args)
+        arguments += [None] * (CONVOLUTIONS[conv.target] + 1 - len(arguments))
+        arguments[1], arguments[CONVOLUTIONS[conv.target]] = inputs
+        conv.args = tuple(arguments)
+        for reader in list(norm.users):
+            reader.replace_all_uses_with(conv)
+            graph.erase_node(reader)
+        graph.erase_node(norm)
+    specs = list(program.graph_signature.input_specs)
+    position = next((i for i, spec in enumerate(specs) if spec.kind == InputKind.USER_INPUT), len(specs))
+    signature = renamed_outputs(program.graph_signature, graph)
+    signature = dataclasses.replace(signature, input_specs=specs[:position] + added + specs[position:])
+    with quiet_spec_copies():
+        return program._update(module, signature, state_dict=dict(program.state_dict), constants=constants)
+
+
+class _StoredTensors:
+    """The program's stored placeholders: their specs, tensors, and the fake mode their values live in."""
+
+    def __init__(self, program: ExportedProgram):
+        self.specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
+        self._state = program.state_dict
+        self._constants = program.constants
+        held: Dict[int, int] = {}
+        for name, spec in self.specs.items():
+            if spec.kind in _STORED:
+                tensor = self._tensor_of(name)
+                held[id(tensor)] = held.get(id(tensor), 0) + 1
+        self._holders = held
+        self._fake_mode = torch._guards.detect_fake_mode(
+            [node.meta.get("val") for node in program.graph.nodes if node.op == "placeholder"])
+
+    def tensor(self, node: Any) -> Optional[torch.Tensor]:
+        """A stored fp32 tensor's value, else None."""
+        if not isinstance(node, torch.fx.Node) or node.op != "placeholder" or node.name not in self.specs \
+                or self.specs[node.name].kind not in _STORED:
+            return None
+        tensor = self._tensor_of(node.name)
+        return tensor if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float32 else None
+
+    def read_only_here(self, node: Any) -> bool:
+        """Whether a stored tensor is read by one node alone, through this one name."""
+        return self.tensor(node) is not None and len(node.users) == 1 \
+            and self._holders[id(self._tensor_of(node.name))] == 1
+
+    def fake(self, like: torch.fx.Node, tensor: torch.Tensor):
+        """The meta value of a new placeholder holding `tensor`, on the device `like`'s has."""
+        with self._fake_mode:
+            return torch.empty(tensor.shape, dtype=tensor.dtype, device=like.meta["val"].device)
+
+    def _tensor_of(self, name: str):
+        target = self.specs[name].target
+        return self._state[target] if target in self._state else self._constants.get(target)
+
+
+def _foldable(norm: torch.fx.Node, stored: _StoredTensors) -> bool:
+    if norm.op != "call_function" or norm.target is not INFERENCE_BATCH_NORM:
+        return False
+    conv, gamma, beta, mean, var = norm.args[:5]
+    if not isinstance(conv, torch.fx.Node) or conv.op != "call_function" or conv.target not in CONVOLUTIONS \
+            or len(conv.users) != 1 or conv.kwargs:
+        return False
+    if conv.target is torch.ops.aten.convolution.default and conv.args[6]:
+        return False  # transposed: its weight's channels are laid out otherwise
+    bias = conv.args[2] if len(conv.args) > 2 else None
+    return stored.read_only_here(conv.args[1]) and (bias is None or stored.read_only_here(bias)) \
+        and all(stored.tensor(t) is not None for t in (mean, var)) \
+        and all(t is None or stored.tensor(t) is not None for t in (gamma, beta)) \
+        and all(user.target is operator.getitem and user.args[1] == 0 for user in norm.users)
+
+
+def _folded(conv: torch.fx.Node, norm: torch.fx.Node, stored: _StoredTensors):
+    """The folded weight and bias, computed in float64 from the stored fp32 tensors, stored fp32."""
+    gamma, beta, mean, var = (None if t is None else stored.tensor(t).detach() for t in norm.args[1:5])
+    eps = norm.args[6]
+    weight = stored.tensor(conv.args[1]).detach().double()
+    bias_node = conv.args[2] if len(conv.args) > 2 else None
+    bias = stored.tensor(bias_node).detach().double() if bias_node is not None \
+        else torch.zeros(weight.shape[0], dtype=torch.float64, device=weight.device)
+    scale = torch.rsqrt(var.double() + eps)
+    if gamma is not None:
+        scale = scale * gamma.double()
+    shift = -mean.double() * scale + (beta.double() if beta is not None else 0.0)
+    folded_weight = weight * scale.reshape(-1, *([1] * (weight.dim() - 1)))
+    folded_bias = bias * scale + shift
+    return folded_weight.float().contiguous(), folded_bias.float().contiguous()
