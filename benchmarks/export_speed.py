@@ -2,7 +2,8 @@
 process: results for benchmarks/EXPORT_SPEED.md.
 
     python benchmarks/export_speed.py [--device cpu|cuda] [--dtype bf16|fp16] [--batches 1 8]
-                                      [--models resnet50 resnet50_ibn_a bert_base vit_b_16] [--out EXPORT_SPEED.md]
+                                      [--models resnet50 resnet50_ibn_a bert_base vit_b_16 resnext50 roberta_4l]
+                                      [--out EXPORT_SPEED.md]
 
 Columns (median call time, the columns timed in turn, one call each per round; accuracy as cosine of the first output
 against fp32):
@@ -61,7 +62,23 @@ def definition(name: str, batch: int, device: str):
         from torchvision_shim import import_torchvision
 
         return import_torchvision().models.vit_b_16().eval().to(device), (torch.randn(batch, 3, 224, 224, device=device),)
+    if name == "resnext50":
+        from torchvision_shim import import_torchvision
+
+        return (import_torchvision().models.resnext50_32x4d().eval().to(device),
+                (torch.randn(batch, 3, 224, 224, device=device),))
+    if name == "roberta_4l":  # a 4-layer RoBERTa-like encoder, base width
+        from torchvision_shim import import_torchvision
+
+        import_torchvision()  # transformers imports torchvision where it is installed
+        from transformers import RobertaConfig, RobertaModel
+
+        model = RobertaModel(RobertaConfig(num_hidden_layers=4, attn_implementation="sdpa")).eval().to(device)
+        return Returning(model), (torch.randint(3, 50265, (batch, 128), device=device),)
     if name == "bert_base":
+        from torchvision_shim import import_torchvision
+
+        import_torchvision()
         from transformers import BertConfig, BertModel
 
         model = BertModel(BertConfig(attn_implementation="sdpa")).eval().to(device)
@@ -218,10 +235,14 @@ def main():
     header = (f"## {args.device}, {dtype_name}\n\nMachine: {machine}, {os.cpu_count()} CPU cores; date "
               f"{datetime.date.today()}; torch {torch.__version__}.\nCommand: `python benchmarks/export_speed.py "
               + " ".join(sys.argv[1:]) + "`\n")
-    text = header + "\n" + table(rows, args.device) + "\n"
+    publish(header + "\n" + table(rows, args.device) + "\n", args.out)
+
+
+def publish(text: str, out) -> None:
+    """Prints the results and appends them to the markdown file `out` (if given)."""
     print(text)
-    if args.out:
-        with open(args.out, "a") as f:
+    if out:
+        with open(out, "a") as f:
             f.write("\n" + text)
 
 
