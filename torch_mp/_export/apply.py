@@ -20,7 +20,7 @@ from .. import _C
 from .._compat import EXPORT_LSTM_STATE_META_RIGHT
 from .facts import _Planned
 from .inference_form import graph_module_copy, quiet_spec_copies, renamed_outputs
-from .ir import CAST, _STORED, _fp32_tensor, _op_name, _val
+from .ir import CAST, _STORED, _fp32_tensor, _op_name, _val, _with_inputs
 from .observe import _Seen
 
 
@@ -164,15 +164,6 @@ def _low_copy_placeholders(graph: torch.fx.Graph, specs, stored_both: Set[str], 
         copy_specs[copy_node.name] = InputSpec(kind=InputKind.CONSTANT_TENSOR,
                                                arg=TensorArgument(name=copy_node.name), target=copy_node.name)
     return copies, copy_specs
-
-
-def _with_inputs(signature, added: Dict[str, InputSpec]):
-    """The signature with the `added` constants' input specs before its user inputs, in the graph's order."""
-    if not added:
-        return signature
-    specs = list(signature.input_specs)
-    first_user = next((i for i, spec in enumerate(specs) if spec.kind == InputKind.USER_INPUT), len(specs))
-    return dataclasses.replace(signature, input_specs=specs[:first_user] + list(added.values()) + specs[first_user:])
 
 
 def _unread_state(specs, graph: torch.fx.Graph, state_dict: Dict[str, Any], constants: Dict[str, Any]

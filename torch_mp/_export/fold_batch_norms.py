@@ -16,24 +16,20 @@ scale and shift, if any) stored fp32 tensors; only the norm's output read, not i
 """
 from __future__ import annotations
 
-import dataclasses
 import operator
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from .inference_form import INFERENCE_BATCH_NORM, graph_module_copy, quiet_spec_copies, renamed_outputs
-from .ir import _STORED
+from .ir import _stored_groups, _stored_tensor, _with_inputs
 
-# Convolutions and where their bias argument is; aten.convolution's transposed flag is argument 6.
-CONVOLUTIONS = {
-    torch.ops.aten.conv1d.default: 2,
-    torch.ops.aten.conv2d.default: 2,
-    torch.ops.aten.conv3d.default: 2,
-    torch.ops.aten.convolution.default: 2,
-}
+# The convolutions folded into: (input, weight, bias, ...) each; aten.convolution's transposed flag is argument 6.
+CONVOLUTIONS = {torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default, torch.ops.aten.conv3d.default,
+                torch.ops.aten.convolution.default}
+_BIAS = 2  # the bias argument's position
 
 
 def fold_batch_norms(program: ExportedProgram) -> ExportedProgram:
@@ -47,7 +43,7 @@ def fold_batch_norms(program: ExportedProgram) -> ExportedProgram:
     graph = module.graph
     by_name = {node.name: node for node in graph.nodes}
     constants = dict(program.constants)
-    added: List[InputSpec] = []
+    added: Dict[str, InputSpec] = {}
     first_user = next((node for node in graph.nodes if node.op == "placeholder"
                        and stored.specs[node.name].kind == InputKind.USER_INPUT), None)
     for conv_original, norm_original in pairs:
@@ -60,61 +56,46 @@ def fold_batch_norms(program: ExportedProgram) -> ExportedProgram:
             name = placeholder.name
             placeholder.meta["val"] = stored.fake(conv.args[1], tensor)
             constants[name] = tensor
-            added.append(InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=name), target=name))
+            added[name] = InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=name), target=name)
             inputs.append(placeholder)
         arguments = list(conv.args)
-        arguments += [None] * (CONVOLUTIONS[conv.target] + 1 - len(arguments))
-        arguments[1], arguments[CONVOLUTIONS[conv.target]] = inputs
+        arguments += [None] * (_BIAS + 1 - len(arguments))
+        arguments[1], arguments[_BIAS] = inputs
         conv.args = tuple(arguments)
         for reader in list(norm.users):
             reader.replace_all_uses_with(conv)
             graph.erase_node(reader)
         graph.erase_node(norm)
-    specs = list(program.graph_signature.input_specs)
-    position = next((i for i, spec in enumerate(specs) if spec.kind == InputKind.USER_INPUT), len(specs))
-    signature = renamed_outputs(program.graph_signature, graph)
-    signature = dataclasses.replace(signature, input_specs=specs[:position] + added + specs[position:])
+    signature = _with_inputs(renamed_outputs(program.graph_signature, graph), added)
     with quiet_spec_copies():
         return program._update(module, signature, state_dict=dict(program.state_dict), constants=constants)
 
 
 class _StoredTensors:
-    """The program's stored placeholders: their specs, tensors, and the fake mode their values live in."""
+    """The program's fp32 stored placeholders (ir._stored_groups), their tensors, and the fake mode their values live
+    in."""
 
     def __init__(self, program: ExportedProgram):
+        self.program = program
         self.specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
-        self._state = program.state_dict
-        self._constants = program.constants
-        held: Dict[int, int] = {}
-        for name, spec in self.specs.items():
-            if spec.kind in _STORED:
-                tensor = self._tensor_of(name)
-                held[id(tensor)] = held.get(id(tensor), 0) + 1
-        self._holders = held
+        self._holders = {node.name: len(group) for group in _stored_groups(program).values() for node in group}
         self._fake_mode = torch._guards.detect_fake_mode(
             [node.meta.get("val") for node in program.graph.nodes if node.op == "placeholder"])
 
     def tensor(self, node: Any) -> Optional[torch.Tensor]:
         """A stored fp32 tensor's value, else None."""
-        if not isinstance(node, torch.fx.Node) or node.op != "placeholder" or node.name not in self.specs \
-                or self.specs[node.name].kind not in _STORED:
+        if not isinstance(node, torch.fx.Node) or node.name not in self._holders:
             return None
-        tensor = self._tensor_of(node.name)
-        return tensor if isinstance(tensor, torch.Tensor) and tensor.dtype == torch.float32 else None
+        return _stored_tensor(self.program, self.specs[node.name].target)
 
     def read_only_here(self, node: Any) -> bool:
-        """Whether a stored tensor is read by one node alone, through this one name."""
-        return self.tensor(node) is not None and len(node.users) == 1 \
-            and self._holders[id(self._tensor_of(node.name))] == 1
+        """Whether a stored fp32 tensor is read by one node alone, through this one name."""
+        return self.tensor(node) is not None and len(node.users) == 1 and self._holders[node.name] == 1
 
     def fake(self, like: torch.fx.Node, tensor: torch.Tensor):
         """The meta value of a new placeholder holding `tensor`, on the device `like`'s has."""
         with self._fake_mode:
             return torch.empty(tensor.shape, dtype=tensor.dtype, device=like.meta["val"].device)
-
-    def _tensor_of(self, name: str):
-        target = self.specs[name].target
-        return self._state[target] if target in self._state else self._constants.get(target)
 
 
 def _foldable(norm: torch.fx.Node, stored: _StoredTensors) -> bool:
@@ -126,7 +107,7 @@ def _foldable(norm: torch.fx.Node, stored: _StoredTensors) -> bool:
         return False
     if conv.target is torch.ops.aten.convolution.default and conv.args[6]:
         return False  # transposed: its weight's channels are laid out otherwise
-    bias = conv.args[2] if len(conv.args) > 2 else None
+    bias = conv.args[_BIAS] if len(conv.args) > _BIAS else None
     return stored.read_only_here(conv.args[1]) and (bias is None or stored.read_only_here(bias)) \
         and all(stored.tensor(t) is not None for t in (mean, var)) \
         and all(t is None or stored.tensor(t) is not None for t in (gamma, beta)) \
@@ -138,7 +119,7 @@ def _folded(conv: torch.fx.Node, norm: torch.fx.Node, stored: _StoredTensors):
     gamma, beta, mean, var = (None if t is None else stored.tensor(t).detach() for t in norm.args[1:5])
     eps = norm.args[6]
     weight = stored.tensor(conv.args[1]).detach().double()
-    bias_node = conv.args[2] if len(conv.args) > 2 else None
+    bias_node = conv.args[_BIAS] if len(conv.args) > _BIAS else None
     bias = stored.tensor(bias_node).detach().double() if bias_node is not None \
         else torch.zeros(weight.shape[0], dtype=torch.float64, device=weight.device)
     scale = torch.rsqrt(var.double() + eps)

@@ -1,14 +1,16 @@
 """What every stage of the export front asks of an FX graph (as csrc/jit/ir is for the TorchScript passes): the cast
 op, the kinds of stored inputs, a node's value and op name, its module path, whether it is a view, the nodes holding
-its tensors, and the program's stored tensors with the placeholders that hold each."""
+its tensors, the program's stored tensors with the placeholders that hold each, and a signature with constants
+added."""
 from __future__ import annotations
 
+import dataclasses
 import operator
 from typing import Any, Dict, List
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import InputKind, InputSpec
 
 from .._inputs import tensors_of
 
@@ -71,7 +73,19 @@ def _stored_groups(program: ExportedProgram) -> Dict[int, List[torch.fx.Node]]:
     groups: Dict[int, List[torch.fx.Node]] = {}
     for node in program.graph.nodes:
         if node.op == "placeholder" and specs[node.name].kind in _STORED and _fp32_tensor(node):
-            target = specs[node.name].target
-            tensor = program.state_dict[target] if target in program.state_dict else program.constants[target]
-            groups.setdefault(id(tensor), []).append(node)
+            groups.setdefault(id(_stored_tensor(program, specs[node.name].target)), []).append(node)
     return groups
+
+
+def _stored_tensor(program: ExportedProgram, target: str) -> Any:
+    """The tensor a stored input spec's target names: a parameter or buffer, else a lifted constant."""
+    return program.state_dict[target] if target in program.state_dict else program.constants[target]
+
+
+def _with_inputs(signature, added: Dict[str, InputSpec]):
+    """The signature with the `added` constants' input specs before its user inputs, in the graph's order."""
+    if not added:
+        return signature
+    specs = list(signature.input_specs)
+    first_user = next((i for i, spec in enumerate(specs) if spec.kind == InputKind.USER_INPUT), len(specs))
+    return dataclasses.replace(signature, input_specs=specs[:first_user] + list(added.values()) + specs[first_user:])

@@ -80,7 +80,7 @@ std::optional<GuardVerdict> NumericGuards::observedOutOfRange(
   for (const Node* member : boundaries) {
     addNode(member);
   }
-  return core::observedRangeGuard(values, toLowDtype(lowDtype_));
+  return core::observedRangeGuard(values, lowDtype_);
 }
 
 std::optional<GuardVerdict> NumericGuards::constantOutOfRange(const Node* node) {
@@ -102,7 +102,7 @@ std::optional<GuardVerdict> NumericGuards::constantOutOfRange(const Node* node) 
     }
     largest.push_back({input->debugName(), cached->second});
   }
-  return core::constantRangeGuard(largest, toLowDtype(lowDtype_));
+  return core::constantRangeGuard(largest, lowDtype_);
 }
 
 std::optional<GuardVerdict> NumericGuards::scalarLostInLowDtype(const Node* node) const {
@@ -112,7 +112,7 @@ std::optional<GuardVerdict> NumericGuards::scalarLostInLowDtype(const Node* node
       scalars.push_back({input->debugName(), torch::jit::constant_as<double>(input).value()});
     }
   }
-  return core::lostScalarGuard(scalars, toLowDtype(lowDtype_));
+  return core::lostScalarGuard(scalars, lowDtype_);
 }
 
 std::optional<GuardVerdict> NumericGuards::underflowToZero(const Node* node) {
@@ -185,7 +185,7 @@ void NumericGuards::findUnderflowToZero(const Block* block) {
     }
   }
   const std::map<int, GuardVerdict> verdicts = core::underflowToZero(
-      nodes, values, [&](int value) { return smallestMagnitude(valueOf[value]); }, toLowDtype(lowDtype_));
+      nodes, values, [&](int value) { return smallestMagnitude(valueOf[value]); }, lowDtype_);
   for (const auto& [node, verdict] : verdicts) {
     underflowToZero_->emplace(members[node], verdict);
   }

@@ -23,9 +23,12 @@
 
 namespace torch_mp::jit {
 
+core::LowDtype toLowDtype(c10::ScalarType lowDtype);
+
 class NumericGuards {
  public:
-  NumericGuards(const ObservedValues& observed, c10::ScalarType lowDtype) : observed_(observed), lowDtype_(lowDtype) {}
+  NumericGuards(const ObservedValues& observed, c10::ScalarType lowDtype)
+      : observed_(observed), lowDtype_(toLowDtype(lowDtype)) {}
 
   // `boundaries`: the block input and output nodes planned with the node (a prim::If's or prim::Loop's).
   std::optional<core::GuardVerdict> observedOutOfRange(
@@ -43,12 +46,11 @@ class NumericGuards {
   double smallestMagnitude(const torch::jit::Value* value) const;
 
   const ObservedValues& observed_;
-  c10::ScalarType lowDtype_;
+  core::LowDtype lowDtype_;
   std::unordered_map<const torch::jit::Value*, double> largestConstantMagnitude_;  // constants read so far
   std::optional<std::unordered_map<const torch::jit::Node*, core::GuardVerdict>> underflowToZero_;
 };
 
-core::LowDtype toLowDtype(c10::ScalarType lowDtype);
 // core/numeric_limits' limits, for a c10 dtype
 double largestFinite(c10::ScalarType lowDtype);
 double smallestNonZero(c10::ScalarType lowDtype);
