@@ -106,7 +106,7 @@ class BuildOverCMake(BuildExtension):
 
 bindings = CppExtension(
     name="torch_mp._C",
-    sources=[os.path.join("csrc", "python", "bindings.cpp")],
+    sources=[os.path.join("csrc", "python", "bindings.cpp"), os.path.join("csrc", "python", "int8_bindings.cpp")],
     include_dirs=[os.path.join(ROOT, "csrc")],
     library_dirs=[BUILD],
     libraries=["torch_mp"],

@@ -14,7 +14,7 @@ from . import _C, _compat
 
 _compat.check_extension(_C.BUILT_WITH_TORCH)
 
-from ._errors import ConversionError, ModelRunError
+from ._errors import ConversionError, Int8Warning, ModelRunError
 from ._inputs import InputSpec
 from ._convert import PreparedModel, convert, prepare
 from ._export import aoti_compile, export
@@ -32,6 +32,7 @@ __all__ = [
     "CATEGORIES",
     "TARGETS",
     "ConversionError",
+    "Int8Warning",
     "ConversionOptions",
     "CudaGraphCaptureError",
     "CudaGraphFallbackWarning",

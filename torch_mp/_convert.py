@@ -50,6 +50,7 @@ def convert(
         the converted torch.jit.ScriptModule, or (module, Report) with return_report=True.
     """
     chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+    chosen.refuse_int8("torch_mp.convert")
     prepared = prepare(model, example_inputs, calibration_inputs=calibration_inputs)
     return prepared._convert(chosen, return_report, in_place=True)
 
@@ -119,6 +120,7 @@ class PreparedModel:
         """Converts a copy of the prepared model: the arguments of torch_mp.convert but the model, its inputs and
         calibration inputs, which the preparation holds. The preparation stays as it is."""
         chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+        chosen.refuse_int8("PreparedModel.convert")
         return self._convert(chosen, return_report, in_place=False)
 
     def _convert(self, options: ConversionOptions, return_report: bool, in_place: bool):

@@ -37,6 +37,7 @@ from .report import Report
 
 Metric = Callable[[Any, Any], float]
 PRUNE_BUDGET = 24  # conversions the pruning step may spend
+BELOW_FP32 = ("low", "int8")  # the report's precisions the fallback may move up: int8 -> the float plan, low -> fp32
 
 
 class OutOfBudget(Exception):
@@ -135,8 +136,8 @@ class Evaluator:
 
 
 def rank_by_added_error(job: ConversionJob, report: Report, inputs: Tuple[Any, ...]) -> List[Tuple[int, float]]:
-    """Low-precision nodes (by id) with the relative error each adds, highest first."""
-    low = [n["id"] for n in report.nodes if n["precision"] == "low"]
+    """Low-precision and int8 nodes (by id) with the relative error each adds, highest first."""
+    low = [n["id"] for n in report.nodes if n["precision"] in BELOW_FP32]
     module, _ = job.run(keep_node_ids=True, verify=False)  # the same plan, its nodes still numbered
     readers = producers_read(report, set(low))
     ids = sorted(set(low) | {node for reads in readers.values() for node in reads})
@@ -198,7 +199,7 @@ def search_fallback(job: ConversionJob, calibration, tolerance: float, metric: O
                                "added_error": score} for node, score in ranking[:20]]
         ranked = {node for node, _ in ranking}
         # nodes the probe cannot read (inside if/loop blocks) come last, in graph order
-        unranked = [n["id"] for n in report.nodes if n["precision"] == "low" and n["id"] not in ranked]
+        unranked = [n["id"] for n in report.nodes if n["precision"] in BELOW_FP32 and n["id"] not in ranked]
         order = [node for node, _ in ranking] + unranked
         bar = Progress(progress, total=2 * max(1, len(order)).bit_length() + 4)
         tried: Dict[Tuple[int, ...], float] = {(): error}  # errors only: a converted model per set would add up

@@ -55,7 +55,9 @@ class jit_pass:
 
     def __init__(self, dtype: torch.dtype = torch.float16, *, calibrate: bool = True,
                  options: Optional[ConversionOptions] = None, **option_fields):
-        self._options = (_checked(ConversionOptions.of(options, dtype=dtype, **option_fields)), bool(calibrate))
+        chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+        chosen.refuse_int8("torch_mp.jit_pass")
+        self._options = (_checked(chosen), bool(calibrate))
         self._previous: Optional[Tuple[ConversionOptions, bool]] = None
 
     def __enter__(self) -> "jit_pass":

@@ -81,6 +81,7 @@ def onnx_export(model: Any, example_inputs: Any, path: Any, dtype: Optional[torc
 
     path = _checked_path(path, external_data_threshold, opset)
     chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+    chosen.refuse_int8("torch_mp.onnx_export")
     if chosen.dtype is None:
         chosen = dataclasses.replace(chosen, dtype=torch.float16)
     if chosen.policy is None:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from . import _C
-from .policy import OpPolicy, device_dtype, target_for
+from .policy import OpPolicy, device_dtype, fast_float_dtype, target_for
 
 LOW_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 PLANNERS = _C.PLANNERS  # ("min-cut", "greedy"), as the C++ options parse them
@@ -26,7 +26,8 @@ class ConversionOptions:
     """What a conversion is asked to do, whatever it converts.
 
     dtype: torch.float16 or torch.bfloat16; None: the device's choice (policy.device_dtype: fp16 on CUDA, on a CPU the
-        one it has fast kernels for).
+        one it has fast kernels for); torch.int8 (torch_mp.export and aoti_compile, on a CPU): int8 kernels where the
+        int8 planner finds they pay, the CPU's fast low float dtype or fp32 elsewhere.
     policy: an OpPolicy; None: the default for the device and dtype.
     planner: "min-cut" (fewest cast bytes, exact) or "greedy" (painting, for comparison).
     verify: run the result on the example and calibration inputs: outputs keep their dtypes, nothing turns NaN or
@@ -38,6 +39,8 @@ class ConversionOptions:
     keep_io_dtypes: inputs and outputs keep their dtypes; False: fp32 ones take the low dtype.
     tolerance, metric: the accuracy fallback (metric(reference, converted) <= tolerance on every calibration input).
     progress: show the fallback's progress on stderr.
+    int8_float_dtype: with dtype=torch.int8, the float plan's low dtype (set by for_device: the CPU's fast one, else
+        bf16, whose default policy then keeps the heavy ops fp32).
     """
 
     dtype: Optional[torch.dtype] = None
@@ -52,6 +55,7 @@ class ConversionOptions:
     tolerance: Optional[float] = None
     metric: Optional[Callable[[Any, Any], float]] = None
     progress: bool = True
+    int8_float_dtype: Optional[torch.dtype] = None
 
     # Options only the TorchScript front has, with the value the export front works as.
     TORCHSCRIPT_ONLY = {"fuse_casts": True, "kernels": "portable", "channels_last": True, "fuse_convolutions": True}
@@ -59,10 +63,13 @@ class ConversionOptions:
     def __post_init__(self):
         if self.dtype is not None:
             if not isinstance(self.dtype, torch.dtype):
-                raise TypeError(f"dtype must be torch.float16, torch.bfloat16 or None, got {self.dtype!r}")
-            if self.dtype not in LOW_DTYPES:
-                raise ValueError("dtype must be a low-precision floating dtype (torch.float16 or torch.bfloat16), "
-                                 f"got {self.dtype}")
+                raise TypeError(f"dtype must be torch.float16, torch.bfloat16, torch.int8 or None, got {self.dtype!r}")
+            if self.dtype not in LOW_DTYPES and self.dtype != torch.int8:
+                raise ValueError("dtype must be a low-precision floating dtype (torch.float16 or torch.bfloat16) or "
+                                 f"torch.int8, got {self.dtype}")
+        if self.int8_float_dtype is not None and (self.dtype != torch.int8 or self.int8_float_dtype not in LOW_DTYPES):
+            raise ValueError("int8_float_dtype goes with dtype=torch.int8 and is torch.float16 or torch.bfloat16, got "
+                             f"{self.int8_float_dtype} with dtype={self.dtype}")
         if self.policy is not None and not isinstance(self.policy, OpPolicy):
             raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(self.policy).__name__}")
         if self.planner not in PLANNERS:
@@ -93,8 +100,15 @@ class ConversionOptions:
         return dataclasses.replace(options, **given) if given else options
 
     def for_device(self, device: Union[str, torch.device]) -> "ConversionOptions":
-        """With the dtype and the policy the device gets where they were left to it."""
+        """With the dtype and the policy the device gets where they were left to it (for int8: the float plan's)."""
         device = torch.device(device)
+        if self.int8:
+            if device.type != "cpu":
+                raise ValueError(f"dtype=torch.int8 converts for x86 CPUs (oneDNN int8 kernels); the inputs are on "
+                                 f"{device.type}, where torch_mp has no int8 path: use dtype=torch.float16 there")
+            float_dtype = self.int8_float_dtype or fast_float_dtype(device)
+            planned = dataclasses.replace(self, dtype=float_dtype, int8_float_dtype=None).for_device(device)
+            return dataclasses.replace(planned, dtype=torch.int8, int8_float_dtype=float_dtype)
         dtype = self.dtype if self.dtype is not None else device_dtype(device)
         policy = self.policy
         if policy is None:
@@ -108,6 +122,23 @@ class ConversionOptions:
             if getattr(self, name) != value:
                 raise ValueError(f"{front} does not take {name}={getattr(self, name)!r}: it is an option of the "
                                  "TorchScript front (torch_mp.convert)")
+
+    def refuse_int8(self, front: str) -> None:
+        """A ValueError where a front without an int8 path is asked for dtype=torch.int8."""
+        if self.int8:
+            raise ValueError(f"{front} does not convert to int8: int8 runs through torch.export and Inductor's oneDNN "
+                             "int8 kernels; use torch_mp.export(model, inputs, torch.int8) or torch_mp.aoti_compile("
+                             "model, inputs, torch.int8, 'model.pt2')")
+
+    @property
+    def int8(self) -> bool:
+        return self.dtype == torch.int8
+
+    def float_plan(self) -> "ConversionOptions":
+        """An int8 conversion's float part (after for_device): these options with the float plan's dtype."""
+        if not self.int8 or self.int8_float_dtype is None:
+            raise ValueError("float_plan() is for dtype=torch.int8 options made for a device (for_device)")
+        return dataclasses.replace(self, dtype=self.int8_float_dtype, int8_float_dtype=None)
 
     @property
     def dtype_name(self) -> str:

@@ -81,6 +81,13 @@ class SlowKernelsWarning(UserWarning):
     """The device has no fast kernels for the low dtype: the default policy keeps the heavy ops fp32 there."""
 
 
+def fast_float_dtype(device: Union[str, torch.device]) -> torch.dtype:
+    """device_dtype without its warning: an int8 conversion's float plan, where no fast low float dtype is no news."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SlowKernelsWarning)
+        return device_dtype(device)
+
+
 def device_dtype(device: Union[str, torch.device]) -> torch.dtype:
     """The low dtype to convert to when none is given, as torch.autocast picks it per device: fp16 on a CUDA GPU;
     on a CPU bf16 where it has fast bf16 kernels, else fp16 where it has fast fp16 kernels. Where the device has

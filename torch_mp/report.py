@@ -106,13 +106,18 @@ class Report:
     def summary(self) -> str:
         d = self.data
         low = sum(1 for n in self.nodes if n["precision"] == "low")
+        int8 = sum(1 for n in self.nodes if n["precision"] == "int8")
         skipped = len(self.casts) - self.reached_casts
         heavy = (f"{self.low_precision_flop_fraction * 100:.1f}% of the heavy ops' FLOPs in low precision"
+                 + (" or int8" if int8 else "")
                  if any(n["flops"] for n in self.nodes) else "no heavy op with a FLOP estimate ran")
+        target = (f"int8 (uint8 activations{', reduced range' if d['int8']['reduced_range'] else ''}), else "
+                  f"{d['dtype']}" if "int8" in d else d["dtype"])
         lines = [
-            f"torch_mp conversion to {d['dtype']} (policy {d['policy']}, planner {d['planner']}, "
+            f"torch_mp conversion to {target} (policy {d['policy']}, planner {d['planner']}, "
             f"{d['seconds'] * 1e3:.1f} ms)",
-            f"  nodes: {low} low precision, {len(self.nodes) - low} fp32; {heavy}",
+            f"  nodes: " + (f"{int8} int8, " if int8 else "") + f"{low} low precision, {len(self.nodes) - low - int8} "
+            f"fp32; {heavy}",
             f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference"
             f" ({d['fused_casts']} more fused into their readers, saving"
             f" {d['fused_cast_bytes'] / 1e6:.3f} MB)"

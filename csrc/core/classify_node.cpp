@@ -39,7 +39,7 @@ void demote(NodeDecision& decision, OpCategory category, RuleKind kind, const ch
 
 // Rule 4's reason, if the user forces the node low (by its id, else by op and module path).
 std::optional<std::string> forcedLow(const NodeFacts& facts, const OpPolicy& policy) {
-  if (facts.controlFlow != ControlFlow::kNone || facts.keptNonFinite || facts.keptByFallback) {
+  if (facts.controlFlow != ControlFlow::kNone || facts.keptNonFinite || facts.keptByFallback || facts.runsInt8) {
     return std::nullopt;  // measured to need fp32 (the repair, the fallback): that wins over the user's wish
   }
   if (const std::string* reason = facts.id.empty() ? nullptr : policy.forcedLowNode(facts.id)) {
@@ -51,6 +51,10 @@ std::optional<std::string> forcedLow(const NodeFacts& facts, const OpPolicy& pol
 
 // Rule 8, first match wins.
 std::optional<NodeOverride> userChoice(const NodeFacts& facts, const OpPolicy& policy, const NodeRuleQuery& nodeRule) {
+  if (facts.runsInt8) {
+    return NodeOverride{OpCategory::kFp32, RuleKind::kInt8,
+                        "int8: runs as an int8 kernel; its float neighbours meet it in fp32"};
+  }
   if (facts.keptNonFinite) {
     return NodeOverride{OpCategory::kFp32, RuleKind::kNonFinite,
                         "verification: in low precision its output was NaN or inf where fp32's is finite"};

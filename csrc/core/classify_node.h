@@ -1,6 +1,6 @@
 // The rule order, written once for both fronts: which rule decides a node's category, from what a front knows of the
 // node (NodeFacts) and the op policy. A front gathers the facts of its IR (jit/plan/graph_to_dataflow for TorchScript,
-// torch_mp/_export.py through _C.classify_nodes for torch.export programs) and takes the decision as it comes.
+// torch_mp/_export/facts.py through _C.classify_nodes for torch.export programs) and takes the decision as it comes.
 //
 // First match wins:
 //   1. a graph input or output keeps its dtype (io)
@@ -11,8 +11,9 @@
 //   5. the observed-range guard, then the underflow-to-zero guard (range guard)
 //   6. control flow: planned with its blocks' boundaries, it follows; with subgraphs the front cannot plan, fp32
 //   7. the constant-range guard (range guard)
-//   8. the user's choices: the verification's repair, the accuracy fallback, the policy's exclusions, the per-node
-//      callable (non-finite, fallback, exclusion, callable)
+//   8. an int8 conversion's int8 nodes keep fp32 at their float boundary (int8); the user's choices: the verification's
+//      repair, the accuracy fallback, the policy's exclusions, the per-node callable (non-finite, fallback, exclusion,
+//      callable)
 //   9. the op policy's entry (policy, no fast kernel); a table lookup it lets follow runs low where its table is a
 //      constant stored once in the low dtype
 //  10. an op in no list keeps fp32 (unknown op)
@@ -57,6 +58,7 @@ struct NodeFacts {
   ControlFlow controlFlow = ControlFlow::kNone;
   bool keptNonFinite = false;   // the verification's repair keeps it fp32
   bool keptByFallback = false;  // the accuracy fallback keeps it fp32
+  bool runsInt8 = false;        // an int8 conversion runs it int8 (core/int8_planner): float neighbours meet it in fp32
   std::optional<GuardVerdict> observedRange;    // core/range_guards' verdicts on the node's numbers
   std::optional<GuardVerdict> underflowToZero;  // core/underflow_to_zero's
   std::optional<GuardVerdict> constantRange;

@@ -19,6 +19,7 @@ namespace {
 constexpr CpuFeature kAllFeatures[] = {
     CpuFeature::kAvx512Fp16, CpuFeature::kAmxFp16, CpuFeature::kAvx512Bf16,
     CpuFeature::kAmxBf16,    CpuFeature::kArmFp16, CpuFeature::kArmBf16,
+    CpuFeature::kAvx512Vnni, CpuFeature::kAvxVnni, CpuFeature::kAmxInt8,
 };
 
 // The instruction sets that give a CPU target's heavy ops fast kernels in its low dtype; any one suffices.
@@ -75,6 +76,7 @@ CpuFeatures detect() {
     return features;
   }
   const unsigned leaf7Edx = edx;
+  const unsigned leaf7Ecx = ecx;
   const unsigned maxSubleaf = eax;
   unsigned leaf7Sub1Eax = 0;
   if (maxSubleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
@@ -94,6 +96,15 @@ CpuFeatures detect() {
   }
   if (amxState && (leaf7Sub1Eax & (1u << 21))) {
     features.add(CpuFeature::kAmxFp16);
+  }
+  if (avx512State && (leaf7Ecx & (1u << 11))) {
+    features.add(CpuFeature::kAvx512Vnni);
+  }
+  if ((state & 0x6) == 0x6 && (leaf7Sub1Eax & (1u << 4))) {  // SSE and AVX state
+    features.add(CpuFeature::kAvxVnni);
+  }
+  if (amxState && (leaf7Edx & (1u << 25))) {
+    features.add(CpuFeature::kAmxInt8);
   }
   return features;
 }
@@ -204,6 +215,12 @@ const char* toString(CpuFeature feature) {
       return "asimdhp";
     case CpuFeature::kArmBf16:
       return "bf16";
+    case CpuFeature::kAvx512Vnni:
+      return "avx512_vnni";
+    case CpuFeature::kAvxVnni:
+      return "avx_vnni";
+    case CpuFeature::kAmxInt8:
+      return "amx_int8";
   }
   return "?";
 }

@@ -22,6 +22,9 @@ enum class CpuFeature : uint8_t {
   kAmxBf16,     // x86 AMX-BF16 (Sapphire Rapids)
   kArmFp16,     // Arm half-precision SIMD arithmetic (FEAT_FP16, asimdhp)
   kArmBf16,     // Arm BFloat16 instructions (FEAT_BF16)
+  kAvx512Vnni,  // x86 AVX512-VNNI: u8 x s8 dot products with 32-bit sums (Cascade Lake, Zen 4): full-range int8
+  kAvxVnni,     // x86 AVX-VNNI: the same on 256-bit registers (Alder Lake, Sapphire Rapids)
+  kAmxInt8,     // x86 AMX-INT8 tiles (Sapphire Rapids)
 };
 
 // A set of CPU features.

@@ -173,6 +173,7 @@ enum class RuleKind : uint8_t {
   kNoFastKernel,  // the op policy's entry for a heavy op kept fp32: the device has no fast kernels for the low dtype
   kWritesTensorList,  // low_fp32_output, but it writes a tensor list, which one cast cannot make fp32: fp32
   kSumsNothing,       // low, but a product that sums nothing (core::sumsNothing): follows
+  kInt8,              // an int8 conversion runs it as an int8 kernel or on uint8 (core/int8_planner)
 };
 struct RuleKindName {
   RuleKind kind;
@@ -194,6 +195,7 @@ inline constexpr RuleKindName kRuleKindNames[] = {
     {RuleKind::kNoFastKernel, "no fast kernel"},
     {RuleKind::kWritesTensorList, "writes a tensor list"},
     {RuleKind::kSumsNothing, "sums nothing"},
+    {RuleKind::kInt8, "int8"},
 };
 const char* toString(RuleKind kind);
 

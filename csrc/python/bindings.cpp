@@ -29,6 +29,7 @@
 #include "jit/plan/numeric_guards.h"
 #include "jit/report/assemble_report.h"
 #include "jit/report/value_probe.h"
+#include "python/int8_bindings.h"
 #include "torch_mp/jit_pass.h"
 
 namespace py = pybind11;
@@ -249,6 +250,14 @@ py::object ruleKindOrNone(const std::optional<core::RuleKind>& kind) {
 }
 
 // A numeric guard's verdict: {"kind": "underflow to zero", "value": "26", "seen": 1e-12, "limit": 5.96e-08}.
+py::dict int8Dict(const core::Int8NodePlan& plan) {
+  py::dict entry;
+  entry["reason"] = core::toString(plan.reason);
+  entry["saved_seconds"] = plan.savedSeconds;
+  entry["quantize_seconds"] = plan.quantizeSeconds;
+  return entry;
+}
+
 py::dict guardDict(const core::GuardVerdict& guard) {
   py::dict entry;
   entry["kind"] = core::toString(guard.kind);
@@ -341,6 +350,7 @@ core::NodeFacts nodeFactsFrom(const py::dict& entry, core::LowDtype dtype) {
   facts.controlFlow = flag("opaque_subgraphs") ? core::ControlFlow::kOpaqueSubgraphs : core::ControlFlow::kNone;
   facts.keptNonFinite = flag("kept_non_finite");
   facts.keptByFallback = flag("kept_by_fallback");
+  facts.runsInt8 = flag("runs_int8");
   facts.observedRange = core::observedRangeGuard(observed, dtype);
   facts.underflowToZero = guard("underflow_to_zero");
   facts.constantRange = core::constantRangeGuard(numbers("constants"), dtype);
@@ -381,7 +391,8 @@ std::vector<core::NodeDecision> classifyNodes(
 // The export front's report (torch_mp/_export/report.py reads it off the converted FX program): the ConversionReport
 // convert's pipeline assembles, its ids indexes into `names` (the FX node names it is written with).
 using ProgramNode = std::tuple<jit::NodeId, std::string, std::string, core::NodeDecision, bool, bool,
-                               std::optional<double>, int64_t>;  // id, op, scope, decision, low, forced, amax, flops
+                               std::optional<double>, int64_t, std::optional<core::Int8NodePlan>>;
+// id, op, scope, decision, low, forced, amax, flops, the int8 planner's verdict
 using ProgramCast = std::tuple<jit::NodeId, std::string, std::string, std::string, int64_t>;  // id, value, from, to, bytes
 using ProgramItem = std::tuple<jit::NodeId, bool, std::string, std::vector<jit::NodeId>, int>;  // id, cast, op, inputs,
                                                                                                 // index in casts
@@ -404,7 +415,7 @@ jit::ConversionReport programReport(
     return id;
   };
   jit::ConversionReport report = jit::reportFor(options);
-  for (const auto& [id, op, scope, decided, low, forced, amax, flops] : nodes) {
+  for (const auto& [id, op, scope, decided, low, forced, amax, flops, int8] : nodes) {
     jit::NodeDecision node;
     node.id = named(id);
     node.op = op;
@@ -419,6 +430,12 @@ jit::ConversionReport programReport(
     node.guard = decided.guard;
     node.amax = amax.value_or(-1.0);
     node.flops = flops;
+    node.int8 = int8;
+    if (node.runsInt8()) {
+      node.rule = std::string("int8: ") + core::int8FactsOf(op)->reason;
+      node.reason = core::int8FactsOf(op)->reason;
+      node.ruleKind = core::RuleKind::kInt8;
+    }
     if (decided.kind == core::RuleKind::kUnknownOp &&
         std::find(report.unknownOps.begin(), report.unknownOps.end(), op) == report.unknownOps.end()) {
       report.unknownOps.push_back(op);
@@ -575,7 +592,7 @@ void bindCoreForExport(py::module_& m) {
   m.def("classify_nodes", &classifyNodes, py::arg("nodes"), py::arg("options"), py::arg("node_rule") = py::none(),
         "core::classifyNode (the rule order both fronts share) with the options' policy and dtype over the facts of "
         "every node, each a dict keyed as core::NodeFacts' fields in snake case (op, scope, id, not_fp32, "
-        "opaque_subgraphs, kept_non_finite, kept_by_fallback, underflow_to_zero, reads_table_stored_low, "
+        "opaque_subgraphs, kept_non_finite, kept_by_fallback, runs_int8, underflow_to_zero, reads_table_stored_low, "
         "writes_tensor_list, sums_nothing, unobserved) and the numbers core/range_guards judges (observed: [(value, "
         "largest magnitude, only integers)], constants: [(value, largest magnitude)], scalars: [(name, value)]); "
         "node_rule(i): (category, reason) or None. Returns a NodeDecision per node.");
@@ -597,7 +614,8 @@ py::dict reportDict(const jit::ConversionReport& report) {
     entry["op"] = node.op;
     entry["output"] = node.output;
     entry["scope"] = node.scope;
-    entry["precision"] = precisionName(node.precision);
+    entry["precision"] = node.runsInt8() ? "int8" : precisionName(node.precision);
+    entry["int8"] = node.int8 ? py::object(int8Dict(*node.int8)) : py::object(py::none());
     entry["category"] = core::toString(node.category);
     entry["forced_to_fp32"] = node.forcedToFp32;
     entry["rule"] = node.rule;
@@ -784,6 +802,7 @@ std::vector<at::Tensor> probeNodes(
 PYBIND11_MODULE(_C, m) {
   using namespace torch_mp;
   m.doc() = "torch_mp: mixed-precision conversion of TorchScript graphs";
+  python::bindInt8(m);
   // torch_mp.ModelRunError: the model's own failure on its inputs, a ValueError, with c10's message minus backtrace
   static const py::handle modelRunError =
       py::exception<jit::ModelRunError>(m, "ModelRunError", PyExc_ValueError).release();

@@ -126,7 +126,7 @@ def test_detected_features_match_the_kernel_flags(monkeypatch):
         for line in cpuinfo:
             if line.startswith(("flags", "Features")):
                 flags.update(line.split(":", 1)[1].split())
-    known = {"avx512_fp16", "amx_fp16", "avx512_bf16", "amx_bf16", "asimdhp", "bf16"}
+    known = {"avx512_fp16", "amx_fp16", "avx512_bf16", "amx_bf16", "asimdhp", "bf16", "avx512_vnni", "avx_vnni", "amx_int8"}
     assert set(torch_mp.cpu_features()) == flags & known
 
 

@@ -6,24 +6,28 @@ _job.ConversionJob). The order is written here and nowhere else; the work is in 
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch.export import ExportedProgram
 
-from .._errors import ConversionError, ModelRunError
-from .._inputs import _device_of, _normalize_calibration, _refuse_autocast, module_inputs
+from .. import _C
+from .._errors import ConversionError, Int8Warning, ModelRunError
+from .._inputs import _device_of, _normalize_calibration, _refuse_autocast, module_inputs, tensors_of
 from ..fallback import search_fallback
 from ..finite_outputs import repair_non_finite
 from ..options import ConversionOptions
 from ..policy import check_rules_match
 from ..report import Report
-from .apply import _apply
+from .apply import _apply, _kept_fp32, _stored_bytes
 from .capture import _check_capture, _first_line, _program_of
 from .facts import ProgramFacts
+from .int8_plan import Int8Plan, plan_int8
 from .ir import _STORED, _stored_groups
 from .observe import _observe, _probe
 from .plan import _plan
+from .quantize import _quantize
 from .report import _report
 from .verify import _verify
 
@@ -61,6 +65,8 @@ def export(
     program, inputs, eager = _program_of(model, example_inputs, dynamic_shapes)
     calibration = _normalize_calibration(calibration_inputs)
     chosen = chosen.for_device(_device_of(inputs, None))
+    if chosen.int8:
+        _check_int8_calibration(inputs, calibration)
     try:
         captured = time.perf_counter() - start
         job = ProgramConversion(program, inputs, calibration, chosen)
@@ -75,6 +81,8 @@ def export(
                                                 chosen.progress)
         if report.data["non_finite"] is not None:
             converted, report = repair_non_finite(job, converted, report, [inputs] + list(calibration))
+        if chosen.int8:
+            _warn_without_int8(model, report)
     except (ValueError, TypeError, ConversionError):
         raise
     except Exception as error:  # noqa: BLE001 - an internal failure: the user's model and program are untouched
@@ -105,6 +113,11 @@ class ProgramConversion:
 
     def __init__(self, program: ExportedProgram, inputs, calibration, options: ConversionOptions):
         self.program = program
+        self.int8 = options.int8
+        if self.int8:  # the float plan's options; the int8 plan is this job's own stage
+            options = options.float_plan()
+            self.int8_cost_model = _C.Int8CostModel.for_cpu()
+            self.int8_reduced_range = _C.Int8CostModel.reduced_range()
         self.options = options
         self.bound = options.bind()  # once, as convert binds its options: every core call takes them
         self.policy = options.policy
@@ -119,7 +132,7 @@ class ProgramConversion:
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
         try:
-            self.seen, self.reference_outputs = _observe(program, self.runs)
+            self.seen, self.reference_outputs = _observe(program, self.runs, ranges=self.int8)
         except Exception as error:  # noqa: BLE001 - the program's own failure on its inputs (their shapes, ...)
             which = "example or calibration inputs" if calibration else "example inputs"
             raise ModelRunError(f"torch_mp: running the program on the {which} failed: {_first_line(error)}") \
@@ -150,18 +163,70 @@ class ProgramConversion:
             verify: bool = True) -> Tuple[ConvertedProgram, Report]:
         """Plans and applies; FX node names stay as they are, so `keep_node_ids` and `in_place` change nothing."""
         start = time.perf_counter()
-        planned = self._facts._decide(set(keep_fp32), self.keep_non_finite)
+        keep = set(keep_fp32)
+        planned = self._facts._decide(keep, self.keep_non_finite)
+        int8 = None
+        if self.int8:
+            int8, keep = self._int8_plan(keep)
+            planned = self._facts._decide(keep, self.keep_non_finite, int8.int8_nodes)
         precision, forced = _plan(self.program, planned, self.seen, self.options, self.bound, self._facts._stored)
         program, casts, weights, graph = _apply(self.program, planned, precision, self.options.dtype,
                                                 not self.options.keep_io_dtypes, self.seen, self._stored_readers)
+        if int8 is not None and int8.int8_nodes:
+            program, _ = _quantize(program, int8)
+            weights = (weights[0], _stored_bytes(program.state_dict, program.constants),
+                       _kept_fp32(self.program, program.state_dict, program.constants, self._stored_readers))
         converted = ConvertedProgram(program)
         applied = time.perf_counter()
         non_finite = _verify(converted.program, self.runs, self.seen, self.reference_outputs, self.module_inputs) \
             if verify and self.options.verify else None
         phases = {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan": applied - start,
                   "verify": time.perf_counter() - applied}
-        report = _report(self.bound, self.seen, planned, precision, forced, casts, weights, graph, non_finite, phases)
+        report = _report(self.bound, self.seen, planned, precision, forced, casts, weights, graph, non_finite, phases,
+                         int8)
+        if int8 is not None:
+            report.annotate("int8", {"float_dtype": self.options.dtype_name, "reduced_range": int8.reduced_range,
+                                     "int8_nodes": len(int8.int8_nodes), "quantized_values": len(int8.quantized)})
         if not self._rules_checked:
             check_rules_match(self.policy, report.nodes)
             self._rules_checked = True
         return converted, report
+
+    def _int8_plan(self, keep: Set[str]) -> Tuple[Int8Plan, Set[str]]:
+        """The int8 plan, and what the float plan keeps fp32. A node the accuracy fallback keeps goes one step towards
+        fp32: from int8 to the float plan's precision where it would be int8, else to fp32."""
+        unkept = self._facts._decide(set(), self.keep_non_finite)
+        would_be_int8 = plan_int8(unkept, self.seen, self._facts._stored, set(), self.int8_cost_model,
+                                  self.int8_reduced_range).int8_nodes
+        leaves_int8 = keep & would_be_int8
+        return (plan_int8(unkept, self.seen, self._facts._stored, leaves_int8, self.int8_cost_model,
+                          self.int8_reduced_range), keep - leaves_int8)
+
+
+def _check_int8_calibration(inputs, calibration) -> None:
+    """int8 scales come from the observed ranges: non-finite data would make them meaningless (a ValueError), and one
+    batch alone may not show the ranges later inputs reach (an Int8Warning)."""
+    for run, batch in enumerate([inputs] + list(calibration)):
+        for tensor in tensors_of(batch):
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                which = "the example inputs" if run == 0 else f"calibration input {run - 1}"
+                raise ValueError(f"torch_mp int8: {which} hold NaN or inf; int8 scales come from the observed ranges, "
+                                 "which they would make infinite: pass finite data")
+    if not calibration:
+        warnings.warn("torch_mp int8: no calibration_inputs, so the activation ranges (and int8 scales) come from the "
+                      "example inputs alone; pass calibration_inputs=[...] with a few representative batches",
+                      Int8Warning, stacklevel=3)
+
+
+def _warn_without_int8(model, report: Report) -> None:
+    """An Int8Warning where no node runs int8, with how many nodes each reason kept float."""
+    verdicts = [node["int8"]["reason"] for node in report.nodes if node["int8"] is not None]
+    if any(reason == "int8" for reason in verdicts):
+        return
+    if not verdicts:
+        why = "it has no op with an int8 kernel (conv2d, linear; see core/int8_kernels)"
+    else:
+        counts = {reason: verdicts.count(reason) for reason in dict.fromkeys(verdicts)}
+        why = "of its nodes with an int8 form, " + ", ".join(f"{n} {reason}" for reason, n in counts.items())
+    warnings.warn(f"torch_mp int8: no node of {type(model).__name__} runs int8 ({why}); the program is the float "
+                  "plan alone", Int8Warning, stacklevel=3)

@@ -43,9 +43,10 @@ class ProgramFacts:
         self._stored_readers = stored_readers  # a stored placeholder -> readers of its tensor
         self._underflow = _underflow_to_zero(program.graph, seen, self._bound)
 
-    def _decide(self, keep_fp32: Set[str], keep_non_finite: Set[str]) -> List[_Planned]:
+    def _decide(self, keep_fp32: Set[str], keep_non_finite: Set[str], runs_int8: Set[str] = frozenset()
+                ) -> List[_Planned]:
         """The decision per planned node: core::classifyNode (the rule order both fronts share) over the facts
-        gathered here, in one call."""
+        gathered here, in one call; `runs_int8` names an int8 conversion's int8 nodes."""
         nodes = []
         for node in self.program.graph.nodes:
             if node.op != "call_function" or node.target is operator.getitem:
@@ -56,12 +57,12 @@ class ProgramFacts:
             nodes.append((node, _op_name(node), _scope(node)))
         node_rule = self.policy.node_rule()
         ask = None if node_rule is None else (lambda i: self._ask_node_rule(node_rule, *nodes[i]))
-        decisions = _C.classify_nodes([self._facts(*entry, keep_fp32, keep_non_finite) for entry in nodes],
+        decisions = _C.classify_nodes([self._facts(*entry, keep_fp32, keep_non_finite, runs_int8) for entry in nodes],
                                       self._bound, ask)
         return [_Planned(node, op, scope, decision, index + 2)
                 for index, ((node, op, scope), decision) in enumerate(zip(nodes, decisions))]
 
-    def _facts(self, node, op, scope, keep_fp32, keep_non_finite) -> Dict[str, Any]:
+    def _facts(self, node, op, scope, keep_fp32, keep_non_finite, runs_int8) -> Dict[str, Any]:
         """What core::NodeFacts needs of one node. A program's nodes were all observed, and a tensor list an FX
         node returns is read item by item (getitem), each cast on its own, so `unobserved` and
         `writes_tensor_list` never apply here."""
@@ -73,6 +74,7 @@ class ProgramFacts:
             "not_fp32": any(d != torch.float32 for d in floating),
             "opaque_subgraphs": not isinstance(node.target, torch._ops.OpOverload),  # a higher-order op
             "kept_non_finite": node.name in keep_non_finite, "kept_by_fallback": node.name in keep_fp32,
+            "runs_int8": node.name in runs_int8,
             "observed": self._observed(node, outputs),
             "underflow_to_zero": self._underflow.get(node.name),
             "constants": self._constants(node),

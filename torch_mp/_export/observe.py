@@ -16,15 +16,20 @@ from .._inputs import tensors_of
 class _Seen:
     """What the runs showed of one value: its dtype, and for an fp32 tensor its size and the statistics the
     TorchScript front's observer keeps (_C.value_statistics, the one C++ function both fronts observe with): the
-    largest finite and smallest finite non-zero magnitudes, integrality, finiteness."""
+    largest finite and smallest finite non-zero magnitudes, integrality, finiteness; and where asked (int8
+    conversions), its smallest and largest value (what int8 quantization scales an activation by; not finite where
+    the value is not)."""
 
-    __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite")
+    __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite", "minimum", "maximum",
+                 "_ranges")
 
-    def __init__(self, tensor: torch.Tensor):
+    def __init__(self, tensor: torch.Tensor, ranges: bool = False):
         self.dtype = tensor.dtype
         self.shape = None if tensor.is_nested else list(tensor.shape)  # on the example inputs
         self.numel = tensor.numel()
         self.largest, self.smallest, self.only_integers, self.finite = 0.0, float("inf"), True, True
+        self.minimum, self.maximum = float("inf"), float("-inf")
+        self._ranges = ranges
         self.add(tensor)
 
     def add(self, tensor: torch.Tensor) -> None:
@@ -33,6 +38,9 @@ class _Seen:
         largest, smallest, only_integers, finite = _C.value_statistics(tensor.detach(), self.only_integers)
         self.largest, self.smallest = max(self.largest, largest), min(self.smallest, smallest)
         self.only_integers, self.finite = self.only_integers and only_integers, self.finite and finite
+        if self._ranges:
+            minimum, maximum = torch.aminmax(tensor.detach())
+            self.minimum, self.maximum = min(self.minimum, minimum.item()), max(self.maximum, maximum.item())
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -55,8 +63,9 @@ def _flat_inputs(program: ExportedProgram, inputs: Tuple[Any, ...]) -> List[Any]
     return program._graph_module_flat_inputs(inputs, {})
 
 
-def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]]):
-    """What each run showed of every floating value, by node name, and each run's outputs."""
+def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]], ranges: bool = False):
+    """What each run showed of every floating value, by node name, and each run's outputs; with `ranges`, each fp32
+    value's smallest and largest value too."""
     seen: Dict[str, _Seen] = {}
 
     def record(node: torch.fx.Node, value: Any) -> None:
@@ -64,7 +73,7 @@ def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]]):
             if node.name in seen:
                 seen[node.name].add(value)
             else:
-                seen[node.name] = _Seen(value)
+                seen[node.name] = _Seen(value, ranges)
 
     outputs = []
     with torch.no_grad():

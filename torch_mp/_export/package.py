@@ -3,12 +3,17 @@ torch._inductor.aoti_load_package in Python and torch::inductor::AOTIModelPackag
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
+import zipfile
+from collections import Counter
 from typing import Any, Dict, Optional
 
 import torch
 
+from .. import _C
+from .._errors import Int8Warning
 from .._compat import INDUCTOR_CPU_ROUNDS_AT_CASTS
 from .conversion import export
 
@@ -27,7 +32,9 @@ def aoti_compile(model: Any, example_inputs: Any, dtype: Optional[torch.dtype] =
 
     Args:
         model, example_inputs: as for torch_mp.export.
-        dtype: torch.float16 or torch.bfloat16; None (default): the device's choice, as for torch_mp.export.
+        dtype: torch.float16, torch.bfloat16 or torch.int8 (freezing on, so that Inductor lowers the int8 nodes to
+            oneDNN's kernels; the report's "aoti_int8_kernels" says how many of them the package calls);
+            None (default): the device's choice, as for torch_mp.export.
         package_path: where to write the package (required; a path ending in .pt2).
         dynamic_shapes: passed to torch.export.export, as for torch_mp.export, e.g. ({0: torch.export.Dim("batch",
             min=1, max=64)},) for a batch of any size in that range. Without it the program, and so the package, is
@@ -61,6 +68,10 @@ def write_package(program, package_path: Any, report, inductor_configs: Optional
     """Compiles a converted program into the package at `package_path`; notes in the report the compile time and
     whether the package rounds where the program casts."""
     configs = {**INDUCTOR_CONFIGS, **(inductor_configs or {})}
+    int8_kernels = Counter(node["op"] for node in report.nodes if node["precision"] == "int8"
+                           and _C.int8_facts(node["op"]).role == _C.Int8Role.kernel)
+    if int8_kernels:
+        configs.setdefault("freezing", True)  # without it AOTInductor computes the program in fp32 (pytorch/ao#4566)
     rounds = bool(configs["emulate_precision_casts"]) and (INDUCTOR_CPU_ROUNDS_AT_CASTS or not _on_cpu(program))
     if configs["emulate_precision_casts"] and not rounds:
         warnings.warn(
@@ -73,7 +84,32 @@ def write_package(program, package_path: Any, report, inductor_configs: Optional
     path = torch._inductor.aoti_compile_and_package(program, package_path=os.fspath(package_path),
                                                     inductor_configs=configs)
     report.annotate("aoti_seconds", time.perf_counter() - start)
+    if int8_kernels:
+        report.annotate("aoti_int8_kernels", _check_int8_kernels(path, int8_kernels))
     return path
+
+
+# The oneDNN int8 calls the package's generated code makes for each int8 kernel op of the plan.
+_INT8_CALLS = {"aten::conv2d": "qconv", "aten::linear": "qlinear"}
+
+
+def _check_int8_kernels(path: str, planned: Counter) -> Dict[str, Dict[str, int]]:
+    """How many of the plan's int8 kernels the package calls (from its generated C++); an Int8Warning where some fell
+    back to float (their Q/DQ pattern was not lowered)."""
+    with zipfile.ZipFile(path) as package:
+        source = "\n".join(package.read(name).decode("utf-8", "replace") for name in package.namelist()
+                           if name.endswith(".cpp"))
+    found = {}
+    for op, count in planned.items():
+        calls = len(set(re.findall(rf"\b\w*{_INT8_CALLS[op]}_pointwise\w*\(\s*(\w+)", source)))
+        found[op] = {"planned": count, "in_package": calls}
+    missing = {op: f["planned"] - f["in_package"] for op, f in found.items() if f["in_package"] < f["planned"]}
+    if missing:
+        warnings.warn("torch_mp int8: the package computes " + ", ".join(f"{n} of the planned int8 {op}"
+                      for op, n in missing.items()) + " in float: Inductor did not lower their quantize -> op "
+                      "pattern to oneDNN's int8 kernels (the program still computes them on dequantized values)",
+                      Int8Warning, stacklevel=4)
+    return found
 
 
 def _on_cpu(program) -> bool:

@@ -11,12 +11,13 @@ import torch
 from .. import _C
 from ..report import Report
 from .facts import _flops
+from .int8_plan import Int8Plan
 from .ir import _op_name, _outputs_of
 from .observe import _Seen
 
 
 def _report(bound: "_C.ConvertOptions", seen: Dict[str, _Seen], planned, precision, forced, casts, weights, graph,
-            non_finite: Optional[Dict[str, Any]], phases: Dict[str, float]) -> Report:
+            non_finite: Optional[Dict[str, Any]], phases: Dict[str, float], int8: Optional[Int8Plan] = None) -> Report:
     names: List[str] = []
     ids: Dict[str, int] = {}
 
@@ -32,7 +33,8 @@ def _report(bound: "_C.ConvertOptions", seen: Dict[str, _Seen], planned, precisi
         observed = seen.get(outputs[0].name) if outputs else None
         amax = observed.largest if observed is not None and observed.dtype == torch.float32 else None
         nodes.append((id_of(p.node.name), p.op, p.scope, p.decision, precision[p.node.name] == "low",
-                      p.node.name in forced, amax, _flops(p, seen)))
+                      p.node.name in forced, amax, _flops(p, seen),
+                      None if int8 is None else int8.nodes.get(p.node.name)))
     before, after, kept = weights
     decided = {p.node.name for p in planned}
     kept_fp32 = [(w.name, w.bytes, [_op_name(r) for r in w.readers if r.op == "call_function"],

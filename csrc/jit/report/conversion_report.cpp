@@ -48,7 +48,7 @@ const char* toString(GraphItem::Kind kind) {
 int ConversionReport::lowPrecisionNodes() const {
   int count = 0;
   for (const NodeDecision& node : nodes) {
-    count += node.precision == core::Precision::kLow;
+    count += node.precision == core::Precision::kLow && !node.runsInt8();
   }
   return count;
 }
@@ -81,7 +81,7 @@ double ConversionReport::lowPrecisionFlopFraction() const {
   int64_t low = 0;
   for (const NodeDecision& node : nodes) {
     total += node.flops;
-    low += node.precision == core::Precision::kLow ? node.flops : 0;
+    low += node.precision == core::Precision::kLow || node.runsInt8() ? node.flops : 0;
   }
   return total ? static_cast<double>(low) / static_cast<double>(total) : 1.0;
 }

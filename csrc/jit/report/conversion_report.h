@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/int8_planner.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "jit/ir/ir_utils.h"
@@ -33,6 +34,12 @@ struct NodeDecision {
   std::optional<core::GuardVerdict> guard;  // with kRangeGuard: which guard, the value, what was seen, the limit
   double amax = -1.0;     // largest finite |x| of the first output observed in fp32 (-1: not an observed fp32 tensor)
   int64_t flops = 0;      // multiply-add FLOPs of a heavy op at the example inputs' sizes (flop_estimate)
+  // an int8 conversion's verdict on a node with an int8 role (core/int8_planner); where int8->int8 it runs int8
+  // whatever `precision` says of the float plan
+  std::optional<core::Int8NodePlan> int8;
+  bool runsInt8() const {
+    return int8 && int8->int8;
+  }
 };
 
 struct CastRecord {

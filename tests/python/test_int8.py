@@ -1,0 +1,246 @@
+"""dtype=torch.int8 on the export front: the int8 planner's choices in the program (exact Q/DQ), int8 weights, numerics
+against fp32, Inductor's oneDNN int8 kernels in the compiled code, the cost model leaving an isolated small linear
+float, the accuracy fallback reverting a sensitive node, and every bad input refused or warned about."""
+import copy
+import re
+
+import pytest
+import torch
+import torch._inductor.config as inductor_config
+from torch._inductor.utils import run_and_get_code
+
+import torch_mp
+from torch_mp import ConversionOptions, Int8Warning
+
+QUANTIZE = torch.ops.quantized_decomposed.quantize_per_tensor.default
+DEQUANTIZE = torch.ops.quantized_decomposed.dequantize_per_tensor.default
+DEQUANTIZE_PER_CHANNEL = torch.ops.quantized_decomposed.dequantize_per_channel.default
+
+
+class ConvNet(torch.nn.Module):
+    """conv-bn-relu, a residual conv (+add, relu), max pool, conv-relu, mean, a small linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(3, 32, 3, padding=1)
+        self.b1 = torch.nn.BatchNorm2d(32)
+        self.c2 = torch.nn.Conv2d(32, 32, 3, padding=1)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.c3 = torch.nn.Conv2d(32, 64, 3, padding=1)
+        self.fc = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        y = torch.relu(self.c2(y) + y)
+        y = torch.relu(self.c3(self.pool(y)))
+        return self.fc(y.mean((2, 3)))
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, width=512):
+        super().__init__()
+        self.up = torch.nn.Linear(256, width)
+        self.down = torch.nn.Linear(width, 256)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def _calls(program, target):
+    return [n for n in program.graph.nodes if n.op == "call_function" and n.target == target]
+
+
+def _relative_error(reference, output):
+    return ((output - reference).norm() / reference.norm()).item()
+
+
+@pytest.fixture
+def conv_net():
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    with torch.no_grad():  # a trained-like batch norm, not the identity
+        model.b1.running_mean.uniform_(-0.5, 0.5)
+        model.b1.running_var.uniform_(0.5, 2.0)
+    return model, torch.randn(4, 3, 32, 32), [(torch.randn(4, 3, 32, 32),) for _ in range(3)]
+
+
+def test_a_conv_net_runs_its_convolutions_int8_with_exact_qdq(conv_net):
+    model, x, calibration = conv_net
+    before = copy.deepcopy(model.state_dict())
+    program, report = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration, return_report=True)
+    int8 = {n["id"]: n for n in report.nodes if n["precision"] == "int8"}
+    convolutions = [n for n in report.nodes if n["op"] == "aten::conv2d"]
+    assert len(convolutions) == 3 and all(n["precision"] == "int8" and n["rule_kind"] == "int8" for n in convolutions)
+    assert all(n["int8"]["reason"] == "int8" for n in int8.values())
+    # the max pool between two int8 convolutions runs on uint8: it spares the quantize of its output
+    assert next(n for n in report.nodes if n["op"] == "aten::max_pool2d")["precision"] == "int8"
+    # one quantize -> dequantize per value the int8 nodes read (the input, the first block's relu, the pool's input and
+    # output), one dequantize_per_channel per int8 weight, each read by its convolution; the residual add reads the
+    # relu through a dequantize of its own (the sum post-op writes into it)
+    quantizes, dequantizes = _calls(program, QUANTIZE), _calls(program, DEQUANTIZE)
+    assert len(quantizes) == 4 and len(dequantizes) == 5
+    assert all(d.args[0] in quantizes and d.args[1:] == d.args[0].args[1:] for d in dequantizes)
+    add = next(n for n in program.graph.nodes if n.target == torch.ops.aten.add.Tensor)
+    residual = add.args[1]
+    assert residual.target == DEQUANTIZE and list(residual.users) == [add]
+    assert residual.args[0].args[0].target == torch.ops.aten.relu.default
+    quant_max = 127 if torch_mp._C.Int8CostModel.reduced_range() else 255  # without VNNI, the reduced range
+    assert all(q.args[3:] == (0, quant_max, torch.uint8) for q in _calls(program, QUANTIZE))
+    per_channel = _calls(program, DEQUANTIZE_PER_CHANNEL)
+    assert len(per_channel) == 3
+    assert {user.target for d in per_channel for user in d.users} == {torch.ops.aten.conv2d.default}
+    # the int8 weights are int8 constants; the fp32 convolution weights are gone
+    weights = [program.constants[d.args[0].name] for d in per_channel]
+    assert all(w.dtype == torch.int8 for w in weights)
+    assert not any(name.endswith(("c2.weight", "c3.weight")) for name in program.state_dict)
+    assert report.data["weight_bytes_after"] < 0.35 * report.data["weight_bytes_before"]
+    # numerics: within int8's error of fp32, outputs fp32; the model untouched
+    with torch.no_grad():
+        reference, output = model(x), program.module()(x)
+    assert output.dtype == torch.float32
+    assert _relative_error(reference, output) < 0.02
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_inductor_lowers_the_plan_to_onednn_int8_kernels(conv_net):
+    model, x, calibration = conv_net
+    program = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration)
+    mlp = Mlp().eval()
+    tokens = torch.randn(64, 256)
+    mlp_program, report = torch_mp.export(mlp, (tokens,), torch.int8, calibration_inputs=[(torch.randn(64, 256),)],
+                                          return_report=True)
+    assert [n["precision"] for n in report.nodes if n["op"] == "aten::linear"] == ["int8", "int8"]
+    # three convolutions, one with the residual add as oneDNN's sum post-op; two linears
+    for converted, inputs, kernels in ((program, x, {"qconv_pointwise": 2, "qconv2d_pointwise.binary": 1}),
+                                       (mlp_program, tokens, {"qlinear_pointwise": 2})):
+        torch._dynamo.reset()
+        with torch.no_grad(), inductor_config.patch(freezing=True):
+            compiled, codes = run_and_get_code(torch.compile(converted.module()), inputs)
+            expected = converted.module()(inputs)
+        code = "\n".join(codes)
+        calls = {kernel: len(re.findall(rf"torch\.ops\.onednn\.{re.escape(kernel)}[\w.]*\(", code)) for kernel in kernels}
+        assert calls == kernels, code
+        assert _relative_error(expected, compiled) < 0.01
+
+
+def test_an_isolated_small_linear_stays_float_because_its_quantize_costs_more():
+    class SmallHead(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return torch.softmax(self.fc(torch.tanh(x)), -1)
+
+    x = torch.randn(1, 16)
+    with pytest.warns(Int8Warning, match="no node of SmallHead runs int8.*1 costs_more"):
+        program, report = torch_mp.export(SmallHead().eval(), (x,), torch.int8, calibration_inputs=[(x * 2,)],
+                                          return_report=True)
+    linear = next(n for n in report.nodes if n["op"] == "aten::linear")
+    assert linear["precision"] != "int8"
+    assert linear["int8"]["reason"] == "costs_more"
+    assert linear["int8"]["saved_seconds"] < linear["int8"]["quantize_seconds"]
+    assert not _calls(program, QUANTIZE)
+
+
+def test_the_fallback_reverts_the_node_int8_hurts_most():
+    """One convolution reads an input whose calibration range is 1000x its typical values: int8 rounds them away. With
+    a tolerance the fallback takes that convolution out of int8; the others stay."""
+    torch.manual_seed(0)
+
+    class Sensitive(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(8, 32, 3, padding=1)
+            self.b = torch.nn.Conv2d(32, 32, 3, padding=1)
+            self.c = torch.nn.Conv2d(8, 32, 3, padding=1)
+
+        def forward(self, x, spiky):
+            return self.b(torch.relu(self.a(x))) + self.c(spiky)
+
+    def inputs():
+        spiky = torch.randn(2, 8, 24, 24)
+        spiky[0, 0, 0, 0] = 1000.0
+        return torch.randn(2, 8, 24, 24), spiky
+
+    model = Sensitive().eval()
+    example, calibration = inputs(), [inputs() for _ in range(2)]
+    _, plain = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration, return_report=True)
+    assert {n["id"] for n in plain.nodes if n["precision"] == "int8"} >= {"conv2d", "conv2d_1", "conv2d_2"}
+    program, report = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration, tolerance=0.05,
+                                      progress=False, return_report=True)
+    precision = {n["id"]: n["precision"] for n in report.nodes}
+    assert precision["conv2d_2"] != "int8" and precision["conv2d"] == precision["conv2d_1"] == "int8"
+    assert report.data["fallback"]["kept_fp32"] == ["conv2d_2"]
+    with torch.no_grad():
+        for batch in calibration:
+            assert _relative_error(model(*batch), program.module()(*batch)) <= 0.05
+
+
+def test_int8_without_calibration_warns_that_ranges_come_from_one_batch(conv_net):
+    model, x, _ = conv_net
+    with pytest.warns(Int8Warning, match="no calibration_inputs"):
+        torch_mp.export(model, (x,), torch.int8)
+
+
+def test_int8_refuses_non_finite_calibration_data(conv_net):
+    model, x, _ = conv_net
+    bad = torch.randn(4, 3, 32, 32)
+    bad[0, 0, 0, 0] = float("nan")
+    before = copy.deepcopy(model.state_dict())
+    with pytest.raises(ValueError, match="calibration input 1 hold NaN or inf"):
+        torch_mp.export(model, (x,), torch.int8, calibration_inputs=[(x,), (bad,)])
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_constant_activation_keeps_its_reader_float_by_the_range_guard():
+    model = Mlp().eval()
+    constant = torch.ones(64, 256)
+    program, report = torch_mp.export(model, (constant,), torch.int8, calibration_inputs=[(constant,)],
+                                      return_report=True)
+    up, down = (next(n for n in report.nodes if n["id"] == name) for name in ("linear", "linear_1"))
+    assert up["int8"]["reason"] == "range_guard" and up["precision"] != "int8"
+    assert down["precision"] == "int8"  # its input varies by feature
+    # the one quantized value is the relu's (cast to fp32 where the float plan ran the first linear and relu low)
+    read = [q.args[0] for q in _calls(program, QUANTIZE)]
+    assert [r.args[0].name if r.target == torch.ops.aten._to_copy.default else r.name for r in read] == ["relu"]
+
+
+def test_int8_on_a_model_without_an_int8_kernel_warns_and_gives_the_float_plan():
+    class Norms(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.layer_norm(x, (32,)).softmax(-1)
+
+    x = torch.randn(4, 32)
+    with pytest.warns(Int8Warning, match="no op with an int8 kernel"):
+        program = torch_mp.export(Norms().eval(), (x,), torch.int8, calibration_inputs=[(x,)])
+    assert not _calls(program, QUANTIZE)
+
+
+@pytest.mark.parametrize("front", ["convert", "onnx_export"])
+def test_fronts_without_an_int8_path_refuse_it_naming_export(front, conv_net, tmp_path):
+    model, x, _ = conv_net
+    with pytest.raises(ValueError, match=r"does not convert to int8.*torch_mp\.export"):
+        if front == "convert":
+            torch_mp.convert(model, (x,), torch.int8)
+        else:
+            torch_mp.onnx_export(model, (x,), tmp_path / "m.onnx", torch.int8)
+
+
+def test_int8_options_refuse_cuda():
+    with pytest.raises(ValueError, match="int8 converts for x86 CPUs.*cuda"):
+        ConversionOptions(dtype=torch.int8).for_device("cuda")
+    chosen = ConversionOptions(dtype=torch.int8).for_device("cpu")
+    assert chosen.int8 and chosen.int8_float_dtype in (torch.float16, torch.bfloat16)
+    assert chosen.float_plan().dtype == chosen.int8_float_dtype and not chosen.float_plan().int8
+    with pytest.raises(ValueError, match="int8_float_dtype goes with dtype=torch.int8"):
+        ConversionOptions(dtype=torch.float16, int8_float_dtype=torch.bfloat16)
+
+
+def test_the_reduced_range_without_vnni(conv_net, monkeypatch):
+    monkeypatch.setenv("TORCH_MP_CPU_FEATURES", "none")
+    model, x, calibration = conv_net
+    program = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration)
+    assert all(q.args[3:] == (0, 127, torch.uint8) for q in _calls(program, QUANTIZE))
+    with torch.no_grad():
+        assert _relative_error(model(x), program.module()(x)) < 0.04

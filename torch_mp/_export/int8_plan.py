@@ -1,0 +1,90 @@
+"""Int8 plan: an int8 conversion's third label. Gathers what core/int8_planner needs of the program (each node with an
+int8 role in core/int8_kernels: its FLOPs, whether the float plan runs it low, whether its weight is stored, whether the
+accuracy fallback keeps it float; each value such nodes would read quantized: its producer among them, its readers,
+size and observed range), has the core decide (_C.plan_int8, an exact minimum cut of float time lost against quantize
+passes) and fixes each quantized value's uint8 parameters from its observed range (_C.activation_quantization).
+Takes the float plan's decisions (_Planned records) and the observation; hands on an Int8Plan."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Set
+
+import torch
+
+from .. import _C
+from .facts import _Planned, _flops
+from .observe import _Seen
+
+# The float plan's categories whose nodes run in the low float dtype (core::OpCategory's names).
+_LOW_FLOAT_CATEGORIES = {"low", "low_fp32_output"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Int8Plan:
+    """What the int8 planner decided: its verdict on every node with an int8 role (by FX node name), and for each value
+    the int8 nodes read quantized (by FX node name) its uint8 parameters."""
+
+    nodes: Dict[str, "_C.Int8NodePlan"]
+    quantized: Dict[str, "_C.ActivationQuantization"]
+    reduced_range: bool
+
+    @property
+    def int8_nodes(self) -> Set[str]:
+        return {name for name, plan in self.nodes.items() if plan.int8}
+
+
+def quantized_input(node: torch.fx.Node) -> torch.fx.Node:
+    """The value an int8 node reads quantized: its first argument (a kernel's activation, a follow op's input)."""
+    return node.args[0]
+
+
+def _role(op: str):
+    facts = _C.int8_facts(op)
+    return None if facts is None else facts.role
+
+
+def _kernel_behind_epilogues(value: torch.fx.Node) -> torch.fx.Node:
+    """The node whose output a value is once the epilogues that wrote it (relu after a convolution, a residual add)
+    fuse into it: through each epilogue whose first input nothing else reads."""
+    while (value.op == "call_function" and isinstance(value.target, torch._ops.OpOverload)
+           and _role(value.target._schema.name) == _C.Int8Role.epilogue and value.args
+           and isinstance(value.args[0], torch.fx.Node) and len(value.args[0].users) == 1):
+        value = value.args[0]
+    return value
+
+
+def plan_int8(planned: List[_Planned], seen: Dict[str, _Seen], is_stored, keep_float: Set[str],
+              cost_model: "_C.Int8CostModel", reduced_range: bool) -> Int8Plan:
+    """The int8 planner's verdicts over the program's nodes with an int8 role. `is_stored(node)`: whether a node is a
+    parameter, buffer or constant; `keep_float`: the nodes the accuracy fallback keeps out of int8."""
+    candidates = [p for p in planned if _role(p.op) not in (None, _C.Int8Role.epilogue)]
+    index = {p.node.name: i for i, p in enumerate(candidates)}
+    node_facts = []
+    for p in candidates:
+        facts = _C.int8_facts(p.op)
+        weight = p.node.args[facts.weight_input] if 0 <= facts.weight_input < len(p.node.args) else None
+        node_facts.append(_C.Int8NodeFacts(
+            op=p.op, flops=_flops(p, seen), runs_low_float=p.decision.category in _LOW_FLOAT_CATEGORIES,
+            weight_stored=weight is not None and is_stored(weight), kept_by_fallback=p.node.name in keep_float))
+    readers: Dict[str, List[int]] = {}
+    values: Dict[str, torch.fx.Node] = {}
+    for i, p in enumerate(candidates):
+        value = quantized_input(p.node) if p.node.args else None
+        if isinstance(value, torch.fx.Node):
+            readers.setdefault(value.name, []).append(i)
+            values[value.name] = value
+    value_facts = []
+    for name, value in values.items():
+        observed = seen.get(name)
+        usable = observed is not None and observed.dtype == torch.float32 and observed.finite
+        value_facts.append(_C.Int8ValueFacts(
+            producer=index.get(_kernel_behind_epilogues(value).name, -1), readers=readers[name], numel=observed.numel if observed is not None else 0,
+            min=observed.minimum if usable else 0.0, max=observed.maximum if usable else 0.0, finite=usable))
+    verdicts = _C.plan_int8(node_facts, value_facts, cost_model)
+    chosen = {p.node.name: verdict for p, verdict in zip(candidates, verdicts)}
+    quantized = {}
+    for name in values:
+        if any(verdicts[reader].int8 for reader in readers[name]):
+            observed = seen[name]
+            quantized[name] = _C.activation_quantization(observed.minimum, observed.maximum, reduced_range)
+    return Int8Plan(chosen, quantized, reduced_range)
