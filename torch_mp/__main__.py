@@ -1,8 +1,8 @@
 """Command line of torch_mp.
 
-    python -m torch_mp demo [--dtype bf16] [--casts]       convert the built-in ResNet-50 IBN-a, print its report
+    python -m torch_mp demo [--dtype bf16|fp16|int8] [--casts]   convert the built-in ResNet-50 IBN-a, print its report
     python -m torch_mp convert IN.pt -o OUT.pt (--input-shape 1,3,224,224 [--input-dtype int64] ... | --inputs FILE)
-                       [--device cpu|cuda] [--dtype fp16|bf16] [--report report.json] [--exclude GLOB ...]
+                       [--device cpu|cuda] [--dtype fp16|bf16|int8] [--report report.json] [--exclude GLOB ...]
                        [--calib FILE] [--tolerance X] [--low-precision-io] [--svg graph.svg] [--kernels portable|fused]
     python -m torch_mp export IN.pt2 -o OUT.pt2 [the options of convert but --svg and --kernels; the inputs default
                        to the program's own]                the same plan on a program saved by torch.export.save
@@ -14,7 +14,8 @@
 
 --device is the device planned for (default cpu): with cuda the model runs on the GPU where there is one, and is
 planned for CUDA's kernels on the CPU where there is none. --dtype defaults to the device's choice (fp16 on CUDA; on a
-CPU the one it has fast kernels for). The report printed is the summary and a table by op; --casts adds one line per
+CPU the one it has fast kernels for); int8 (export and aoti, on a CPU) runs int8 where the int8 planner finds it pays.
+The report printed is the summary and a table by op; --casts adds one line per
 inserted cast (the JSON report always has them). Exit status: 0 done; 1 the conversion failed, or the model (or
 program) raised on the given inputs (their shapes, dtypes or devices do not fit it); 2 bad arguments or input files,
 inputs of another number than forward takes among them, checked before any work (output folders included).
@@ -36,7 +37,8 @@ from torch_mp._torchscript import jit_call, load_file
 from torch_mp._export.package import check_package_path, write_package
 from torch_mp.models import resnet50_ibn_a
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.int8}
+FLOAT_DTYPES = {name: dtype for name, dtype in DTYPES.items() if dtype != torch.int8}
 REPORT_FILE = "torch_mp_report.json"  # stored beside the model in the saved file; torch.jit.load ignores it
 CASTS_HELP = "also list every inserted cast with the bytes it moves per inference"
 
@@ -47,9 +49,11 @@ class CliError(Exception):
 
 def demo(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
-    dtype = DTYPES[args.dtype]
     model = resnet50_ibn_a().eval()
     x = torch.randn(args.batch, 3, args.size, args.size)
+    if args.dtype == "int8":
+        return demo_int8(model, x)
+    dtype = DTYPES[args.dtype]
     start = time.perf_counter()
     converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
     elapsed = time.perf_counter() - start
@@ -62,6 +66,42 @@ def demo(args: argparse.Namespace) -> int:
     print(f"\nResNet-50 IBN-a, {args.dtype}, input {tuple(x.shape)}: converted in {elapsed:.2f} s")
     print(f"output dtype {result.dtype} (fp32 model: {reference.dtype}); cosine vs fp32 {cosine:.6f}; "
           f"top-1 agreement {agree * 100:.1f}%")
+    slow = torch_mp.OpPolicy.default(torch_mp.target_for(torch.device("cpu"), dtype)).slow_kernels
+    if slow is not None:
+        print(f"\nThis CPU has no fast {args.dtype} kernels ({slow}), so the plan above keeps the heavy ops fp32. "
+              "int8 pays on every x86 CPU:\n")
+        demo_int8(model, x)
+    return 0
+
+
+def demo_int8(model: torch.nn.Module, x: torch.Tensor) -> int:
+    """The demo's int8 part: the int8 plan (torch_mp.export, dtype=torch.int8) beside fp32, both compiled by
+    torch.compile with freezing (how Inductor lowers the int8 nodes to oneDNN), timed in interleaved rounds."""
+    import torch._inductor.config as inductor_config  # noqa: PLC0415  (imports Inductor only for this demo)
+
+    calibration = [(torch.randn_like(x),) for _ in range(4)]
+    start = time.perf_counter()
+    program, report = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration, return_report=True)
+    elapsed = time.perf_counter() - start
+    print_report(report, False)
+    with torch.no_grad(), inductor_config.patch(freezing=True):
+        compiled = {"fp32": torch.compile(model), "int8": torch.compile(program.module())}
+        outputs = {name: module(x) for name, module in compiled.items()}  # compiles
+        seconds = {name: [] for name in compiled}
+        for _ in range(5):
+            for name, module in compiled.items():
+                begin = time.perf_counter()
+                module(x)
+                seconds[name].append(time.perf_counter() - begin)
+    reference, result = outputs["fp32"], outputs["int8"]
+    cosine = torch.nn.functional.cosine_similarity(reference.flatten(), result.flatten(), dim=0).item()
+    agree = (reference.argmax(1) == result.argmax(1)).float().mean().item()
+    fp32, int8 = (sorted(seconds[name])[len(seconds[name]) // 2] for name in ("fp32", "int8"))
+    print(f"\nResNet-50 IBN-a, int8, input {tuple(x.shape)}: converted in {elapsed:.2f} s; compiled with freezing "
+          f"(torch.compile): fp32 {fp32 * 1e3:.1f} ms, int8 {int8 * 1e3:.1f} ms ({fp32 / int8:.2f}x fp32, median "
+          f"of 5 interleaved rounds, {torch.get_num_threads()} threads)")
+    print(f"cosine vs fp32 {cosine:.6f}; top-1 agreement {agree * 100:.1f}% (random weights: a trained model's "
+          "agreement is the measure; benchmarks/INT8_CPU.md)")
     return 0
 
 
@@ -469,7 +509,10 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     demo_parser = commands.add_parser("demo", help="convert the built-in ResNet-50 IBN-a and print the report")
-    demo_parser.add_argument("--dtype", choices=DTYPES, default="bf16")
+    demo_parser.add_argument("--dtype", choices=DTYPES, default="bf16",
+                             help="bf16 (default) or fp16: torch_mp.convert; int8: torch_mp.export's int8 plan, "
+                                  "compiled beside fp32 (shown after the float plan too where the CPU has no fast "
+                                  "bf16 / fp16 kernels)")
     demo_parser.add_argument("--batch", type=int, default=2)
     demo_parser.add_argument("--size", type=int, default=128)
     demo_parser.add_argument("--casts", action="store_true", help=CASTS_HELP)

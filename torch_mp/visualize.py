@@ -34,6 +34,7 @@ MAX_BOXES = 150  # the automatic collapse depth keeps at most this many nodes/bo
 COLORS = {
     "low": "#3b7dd8",  # low precision: the op policy says low
     "follow_low": "#a9c8f0",  # follow/widest node the planner put in low precision
+    "int8": "#2a9d8f",  # int8 (an int8 conversion's int8 kernels and the ops on uint8 between them)
     "fp32": "#f4a259",  # fp32
     "unplanned": "#e0e0e0",  # not a planned node (lists, tuples, control flow)
     "cast": "#ffe066",  # an inserted cast
@@ -282,15 +283,17 @@ class _Picture:
     def _title(self) -> str:
         nodes = self.data["nodes"]
         low = sum(1 for n in nodes if n["precision"] == "low")
+        int8 = sum(1 for n in nodes if n["precision"] == "int8")
         return (f"torch_mp: {self.data.get('dtype', '?')} ({_short_dtype(self.data.get('dtype', '?'))}), "
-                f"{low} low-precision nodes, {len(nodes) - low} fp32 nodes, {len(self.data['casts'])} casts moving "
+                + (f"{int8} int8 nodes, " if int8 else "")
+                + f"{low} low-precision nodes, {len(nodes) - low - int8} fp32 nodes, {len(self.data['casts'])} casts moving "
                 f"{_human_bytes(self.data.get('cast_bytes', 0))} per inference")
 
     @staticmethod
     def _precision_class(node: Dict[str, Any]) -> str:
         if node["precision"] == "low":
             return "follow_low" if node.get("category") in ("follow", "widest") else "low"
-        return "fp32"
+        return "int8" if node["precision"] == "int8" else "fp32"
 
     def _cast_label(self, cast: Dict[str, Any]) -> str:
         label = f"→{_short_dtype(cast['to'])}"
@@ -409,6 +412,9 @@ class _Picture:
                                    "fillcolor": COLORS["follow_low"]}),
             ("legend/fp32", {"label": "fp32", "shape": "box", "style": "filled", "fillcolor": COLORS["fp32"]}),
         ]
+        if any(n["precision"] == "int8" for n in self.data["nodes"]):
+            entries.insert(0, ("legend/int8", {"label": "int8", "shape": "box", "style": "filled",
+                                               "fillcolor": COLORS["int8"]}))
         for kind, (color, style) in MARKS.items():
             entries.append((f"legend/{kind}", {"label": MARK_LABELS[kind], "shape": "box",
                                                "style": f"filled,{style}", "fillcolor": COLORS["fp32"],

@@ -11,6 +11,7 @@ namespace {
 
 constexpr double kPicoseconds = 1e12;  // the cut's integer capacities
 constexpr int64_t kFollowTieBreak = 1;  // a picosecond: a follow op that spares nothing stays float
+constexpr double kSmallestScale = std::numeric_limits<float>::epsilon();  // as PyTorch's observers clamp it
 
 int64_t picoseconds(double seconds) {
   return static_cast<int64_t>(std::llround(std::max(seconds, 0.0) * kPicoseconds));
@@ -84,7 +85,12 @@ const char* toString(Int8Reason reason) {
 }
 
 bool int8RangeUsable(const Int8ValueFacts& value) {
-  return value.finite && std::isfinite(value.min) && std::isfinite(value.max) && value.max > value.min;
+  if (!value.finite || !std::isfinite(value.min) || !std::isfinite(value.max) || !(value.max > value.min)) {
+    return false;
+  }
+  // below this the scale would be clamped to its smallest (MinMaxObserver's eps) and the values round to the zero point
+  const double widened = std::max(value.max, 0.0) - std::min(value.min, 0.0);
+  return widened >= 255.0 * kSmallestScale;
 }
 
 std::vector<Int8NodePlan> planInt8(
@@ -161,8 +167,7 @@ ActivationQuantization activationQuantization(double min, double max, bool reduc
   q.qmax = reducedRange ? 127 : 255;
   const double low = std::min(min, 0.0);
   const double high = std::max(max, 0.0);
-  q.scale = std::max((high - low) / static_cast<double>(q.qmax - q.qmin),
-                     static_cast<double>(std::numeric_limits<float>::epsilon()));
+  q.scale = std::max((high - low) / static_cast<double>(q.qmax - q.qmin), kSmallestScale);
   q.zeroPoint = std::clamp<int64_t>(q.qmin - std::llround(low / q.scale), q.qmin, q.qmax);
   return q;
 }

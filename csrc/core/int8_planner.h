@@ -81,7 +81,9 @@ struct Int8NodePlan {
   double quantizeSeconds = 0.0;  // the quantize passes of the values it reads quantized whose producer is float
 };
 
-// Whether a value can be read quantized: observed finite, with a range wider than one value (else kRangeGuard).
+// Whether a value can be read quantized: observed finite, with a range wider than one value and wide enough that 255
+// steps of it are no finer than float32's epsilon, the smallest scale PyTorch's observers give (a value vanishing
+// through a random-weight MobileNetV2, 1e-9 wide, would quantize to its zero point) (else kRangeGuard).
 bool int8RangeUsable(const Int8ValueFacts& value);
 
 std::vector<Int8NodePlan> planInt8(

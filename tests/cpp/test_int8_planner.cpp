@@ -88,14 +88,20 @@ TEST(Int8PlannerTest, RulesOutWhatTheFactsForbid) {
   single.min = single.max = 2.0;
   Int8ValueFacts infinite = read(-1, {5}, 1000);
   infinite.finite = false;
-  const auto plan = planInt8({matmul, computedWeight, kept, softmax, conv(100'000'000), conv(100'000'000)},
-                             {read(-1, {0, 1, 2}, 1000), single, infinite}, avx2());
+  Int8ValueFacts vanishing = read(-1, {6}, 1000);
+  vanishing.min = -1e-9;
+  vanishing.max = 3e-9;
+  const auto plan =
+      planInt8({matmul, computedWeight, kept, softmax, conv(100'000'000), conv(100'000'000), conv(100'000'000)},
+               {read(-1, {0, 1, 2}, 1000), single, infinite, vanishing}, avx2());
   EXPECT_EQ(plan[0].reason, Int8Reason::kNoKernel);
   EXPECT_EQ(plan[1].reason, Int8Reason::kWeightComputed);
   EXPECT_EQ(plan[2].reason, Int8Reason::kKeptByFallback);
   EXPECT_EQ(plan[3].reason, Int8Reason::kNoInt8Form);
   EXPECT_EQ(plan[4].reason, Int8Reason::kRangeGuard);
   EXPECT_EQ(plan[5].reason, Int8Reason::kRangeGuard);
+  EXPECT_EQ(plan[6].reason, Int8Reason::kRangeGuard);
+  EXPECT_TRUE(int8RangeUsable(read(-1, {}, 1)));
   for (const Int8NodePlan& node : plan) {
     EXPECT_FALSE(node.int8);
   }

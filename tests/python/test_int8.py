@@ -244,3 +244,54 @@ def test_the_reduced_range_without_vnni(conv_net, monkeypatch):
     assert all(q.args[3:] == (0, 127, torch.uint8) for q in _calls(program, QUANTIZE))
     with torch.no_grad():
         assert _relative_error(model(x), program.module()(x)) < 0.04
+
+
+def test_aoti_compile_int8_freezes_and_its_package_calls_the_int8_kernels(tmp_path):
+    torch.manual_seed(0)
+    model, tokens = Mlp().eval(), torch.randn(64, 256)
+    calibration = [(torch.randn(64, 256),)]
+    path, report = torch_mp.aoti_compile(model, (tokens,), torch.int8, tmp_path / "mlp_int8.pt2",
+                                         calibration_inputs=calibration, return_report=True)
+    assert report.data["aoti_int8_kernels"] == {"aten::linear": {"planned": 2, "in_package": 2}}
+    program = torch_mp.export(model, (tokens,), torch.int8, calibration_inputs=calibration)
+    runner = torch._inductor.aoti_load_package(path)
+    with torch.no_grad():
+        expected, packaged, reference = program.module()(tokens), runner(tokens), model(tokens)
+    assert packaged.dtype == torch.float32
+    assert _relative_error(expected, packaged) < 0.01  # oneDNN's int8 kernels against the dequantized reference
+    assert _relative_error(reference, packaged) < 0.02
+
+
+def test_the_picture_colours_int8_nodes(conv_net):
+    from torch_mp import visualize  # noqa: PLC0415  (graphviz, the picture's dependency)
+
+    model, x, calibration = conv_net
+    _, report = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration, return_report=True)
+    dot = visualize.to_dot(report)
+    int8 = [n["id"] for n in report.nodes if n["precision"] == "int8"]
+    filled = {name: re.search(r'fillcolor="?([#\w]+)', line).group(1)
+              for line in dot.splitlines()
+              for name in [re.match(r'\s*"?([\w/]+)"? \[', line)] if name and "fillcolor" in line
+              for name in [name.group(1)]}
+    coloured = [name for name, colour in filled.items() if colour == visualize.COLORS["int8"]]
+    assert "legend/int8" in coloured and len(coloured) == len(int8) + 1, (coloured, int8)
+    assert f"{len(int8)} int8 nodes" in dot
+
+
+def test_int8_on_integer_calibration_data_for_a_float_model_names_the_failure(conv_net):
+    model, x, _ = conv_net
+    with pytest.raises(torch_mp.ModelRunError, match="calibration inputs failed"):
+        torch_mp.export(model, (x,), torch.int8, calibration_inputs=[(torch.zeros(4, 3, 32, 32, dtype=torch.int64),)])
+
+
+def test_int8_leaves_inductors_pre_grad_pass_as_the_user_set_it():
+    """torchao's quantizer module sets torch._inductor.config.pre_grad_custom_pass on import; torch_mp's int8 path
+    lowers through PyTorch's own Inductor passes and imports no torchao."""
+    def users_pass(graph):
+        return graph
+
+    model, tokens = Mlp().eval(), torch.randn(64, 256)
+    with inductor_config.patch(pre_grad_custom_pass=users_pass):
+        program = torch_mp.export(model, (tokens,), torch.int8, calibration_inputs=[(tokens * 2,)])
+        assert inductor_config.pre_grad_custom_pass is users_pass
+    assert _calls(program, QUANTIZE)

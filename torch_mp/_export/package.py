@@ -2,6 +2,7 @@
 torch._inductor.aoti_load_package in Python and torch::inductor::AOTIModelPackageLoader in C++, without torch_mp."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -81,15 +82,18 @@ def write_package(program, package_path: Any, report, inductor_configs: Optional
             "where the program casts (pytorch/pytorch#182882)", stacklevel=3)
     report.annotate("aoti_rounds_at_casts", rounds)
     start = time.perf_counter()
-    path = torch._inductor.aoti_compile_and_package(program, package_path=os.fspath(package_path),
-                                                    inductor_configs=configs)
+    # int8: freezing takes effect under no_grad only (pytorch/ao#4566), and without it the package computes in fp32
+    with torch.no_grad() if int8_kernels else contextlib.nullcontext():
+        path = torch._inductor.aoti_compile_and_package(program, package_path=os.fspath(package_path),
+                                                        inductor_configs=configs)
     report.annotate("aoti_seconds", time.perf_counter() - start)
     if int8_kernels:
         report.annotate("aoti_int8_kernels", _check_int8_kernels(path, int8_kernels))
     return path
 
 
-# The oneDNN int8 calls the package's generated code makes for each int8 kernel op of the plan.
+# The oneDNN int8 kernels the package's generated C++ calls for each int8 kernel op of the plan (as
+# aoti_torch_cpu__qconv_pointwise_tensor, aoti_torch_cpu__qconv2d_pointwise_binary_tensor, ...).
 _INT8_CALLS = {"aten::conv2d": "qconv", "aten::linear": "qlinear"}
 
 
@@ -101,7 +105,7 @@ def _check_int8_kernels(path: str, planned: Counter) -> Dict[str, Dict[str, int]
                            if name.endswith(".cpp"))
     found = {}
     for op, count in planned.items():
-        calls = len(set(re.findall(rf"\b\w*{_INT8_CALLS[op]}_pointwise\w*\(\s*(\w+)", source)))
+        calls = len(re.findall(rf"\baoti_torch_cpu__{_INT8_CALLS[op]}\w*_pointwise\w*\(", source))
         found[op] = {"planned": count, "in_package": calls}
     missing = {op: f["planned"] - f["in_package"] for op, f in found.items() if f["in_package"] < f["planned"]}
     if missing:

@@ -1,0 +1,189 @@
+"""torch_mp's int8 plan on this CPU (issue 60) beside fp32 and torchao's PT2E flow, in interleaved rounds in one process.
+
+    python benchmarks/int8_cpu.py [--models resnet50 mobilenet_v2 vit_b_16 bert_4l] [--batches 1 8] [--repeats 10]
+                                  [--calibration 8] [--threads N] [--out benchmarks/INT8_CPU.md]
+
+Columns (median ms of interleaved rounds, after two warm-up calls each):
+- fp32: the model compiled by torch.compile with Inductor's freezing;
+- pt2e: torchao's PT2E flow as its docs give it (X86InductorQuantizer's default config: static, per-channel weights),
+  calibrated on the same batches, compiled with freezing;
+- ours: torch_mp.export(model, args, torch.int8, calibration_inputs=...) compiled with freezing;
+- ours_aoti: torch_mp.aoti_compile of the same, the package loaded with torch._inductor.aoti_load_package.
+Per row also: speed as ratios to fp32 and to PT2E; cosine to the fp32 model's output and top-1 agreement (classifiers:
+argmax over the last dim; the encoder: each token's nearest neighbour among the batch's tokens, by cosine) on a held-out
+batch; the share of the heavy ops' FLOPs in int8; weight bytes against fp32. A PT2E failure is a row's note.
+Models come from their definitions with random weights, which calibrate unlike trained ones (the page says so); the
+conv nets' batch-norm statistics are those of random inputs (with_settled_batch_norms).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "zoo"))
+from export_speed import cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
+
+import torch_mp  # noqa: E402
+
+MODELS = ("resnet50", "mobilenet_v2", "vit_b_16", "bert_4l")
+
+
+class EncoderOutput(torch.nn.Module):
+    """A transformers encoder as a tensor-to-tensor module: token ids in, the last hidden state out."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids):
+        return self.model(input_ids=ids).last_hidden_state
+
+
+def build(name: str, batch: int, seed: int):
+    """The model and `count` input batches of it (random images, or random token ids)."""
+    torch.manual_seed(0)
+    if name == "bert_4l":
+        from transformers import BertConfig, BertModel  # noqa: PLC0415
+
+        config = BertConfig(num_hidden_layers=4, hidden_size=768, intermediate_size=3072, num_attention_heads=12)
+        model = EncoderOutput(BertModel(config)).eval()
+        generator = torch.Generator().manual_seed(seed)
+        return model, lambda: (torch.randint(0, config.vocab_size, (batch, 128), generator=generator),)
+    from torchvision_shim import import_torchvision  # noqa: PLC0415
+
+    model = with_settled_batch_norms(getattr(import_torchvision().models, name)())
+    generator = torch.Generator().manual_seed(seed)
+    return model, lambda: (torch.randn(batch, 3, 224, 224, generator=generator),)
+
+
+def with_settled_batch_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """The model in eval mode with its batch norms' running statistics those of random inputs: with torchvision's
+    initial statistics (mean 0, variance 1) a random-weight MobileNetV2's activations shrink layer by layer to 1e-9 at
+    its output, which no precision can be judged on; a trained model's statistics keep them about 1."""
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average over the batches below
+    model.train()
+    generator = torch.Generator().manual_seed(1234)
+    with torch.no_grad():
+        for _ in range(4 if norms else 0):
+            model(torch.randn(8, 3, 224, 224, generator=generator))
+    return model.eval()
+
+
+def agreement(reference, output) -> float:
+    """Top-1 agreement for logits; for hidden states, how often each token's nearest other token is the same."""
+    reference, output = first(reference).float(), first(output).float()
+    if reference.dim() == 2:
+        return (reference.argmax(-1) == output.argmax(-1)).float().mean().item()
+
+    def neighbours(states):
+        flat = torch.nn.functional.normalize(states.flatten(0, -2), dim=-1)
+        similarity = flat @ flat.T
+        similarity.fill_diagonal_(-2.0)
+        return similarity.argmax(-1)
+
+    return (neighbours(reference) == neighbours(output)).float().mean().item()
+
+
+def pt2e(model, args, calibration):
+    """torchao's PT2E flow with X86InductorQuantizer's default config, calibrated on `calibration`."""
+    import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as xiq  # noqa: PLC0415
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e  # noqa: PLC0415
+
+    quantizer = xiq.X86InductorQuantizer()
+    quantizer.set_global(xiq.get_default_x86_inductor_quantization_config())
+    prepared = prepare_pt2e(torch.export.export(model, args).module(), quantizer)
+    with torch.no_grad():
+        for batch in calibration:
+            prepared(*batch)
+    return convert_pt2e(prepared)
+
+
+def measure(name, batch, repeats, calibration_count, folder):
+    model, next_batch = build(name, batch, seed=batch)
+    args = next_batch()
+    calibration = [next_batch() for _ in range(calibration_count)]
+    held_out = next_batch()
+    row = {"model": name, "batch": batch, "notes": []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program, report = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration, return_report=True)
+        path = torch_mp.aoti_compile(model, args, torch.int8, os.path.join(folder, f"{name}_{batch}.pt2"),
+                                     calibration_inputs=calibration)
+    heavy = sum(n["flops"] for n in report.nodes)
+    row["int8_flops"] = sum(n["flops"] for n in report.nodes if n["precision"] == "int8") / max(heavy, 1)
+    row["weights"] = report.data["weight_bytes_after"] / report.data["weight_bytes_before"]
+    calls = {}
+    with torch.no_grad(), torch._inductor.config.patch(freezing=True):
+        calls["fp32"] = torch.compile(model)
+        try:
+            calls["pt2e"] = torch.compile(pt2e(model, args, calibration))
+        except Exception as error:  # noqa: BLE001 - the peer's own failure is a result of the row
+            row["notes"].append(f"PT2E failed: {type(error).__name__}: {str(error).splitlines()[0][:120]}")
+        calls["ours"] = torch.compile(program.module())
+        calls["ours_aoti"] = torch._inductor.aoti_load_package(path)
+        row["ms"] = interleaved_medians(calls, args, "cpu", repeats)
+        reference = model(*held_out)
+        for key, call in calls.items():
+            if key != "fp32":
+                output = call(*held_out)
+                row[f"cos_{key}"] = cosine(reference, output)
+                row[f"agree_{key}"] = agreement(reference, output)
+    return row
+
+
+def table(rows) -> str:
+    lines = ["| model | batch | fp32 ms | PT2E ms | ours ms | ours AOTI ms | ours / fp32 | ours / PT2E | AOTI / fp32 "
+             "| cosine PT2E | cosine ours | agreement PT2E | agreement ours | int8 FLOPs | weights | notes |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        ms = r["ms"]
+        pt2e_ms = ms.get("pt2e")
+
+        def fmt(value, spec):
+            return "-" if value is None else format(value, spec)
+
+        lines.append(
+            f"| {r['model']} | {r['batch']} | {ms['fp32']:.1f} | {fmt(pt2e_ms, '.1f')} | {ms['ours']:.1f} | "
+            f"{ms['ours_aoti']:.1f} | {ms['fp32'] / ms['ours']:.2f}x | "
+            f"{fmt(pt2e_ms / ms['ours'] if pt2e_ms else None, '.2f')}x | {ms['fp32'] / ms['ours_aoti']:.2f}x | "
+            f"{fmt(r.get('cos_pt2e'), '.4f')} | {r['cos_ours']:.4f} | {fmt(r.get('agree_pt2e'), '.3f')} | "
+            f"{r['agree_ours']:.3f} | {r['int8_flops']:.2f} | {r['weights']:.3f} | {'; '.join(r['notes'])} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--calibration", type=int, default=8, help="calibration batches (default 8)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--out", default=None, help="append the table to this markdown file")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name in args.models:
+            for batch in args.batches:
+                rows.append(measure(name, batch, args.repeats, args.calibration, folder))
+                print(table(rows[-1:]), flush=True)
+    header = (f"\n## {datetime.date.today()}: {cpu_name()}, cpu_features {torch_mp.cpu_features()}, "
+              f"{torch.get_num_threads()} threads, torch {torch.__version__}\n\n"
+              f"`python benchmarks/int8_cpu.py {' '.join(sys.argv[1:])}`; random weights; "
+              f"{args.calibration} calibration batches, agreement on a held-out batch.\n")
+    publish(header + "\n" + table(rows), args.out)
+
+
+if __name__ == "__main__":
+    main()
