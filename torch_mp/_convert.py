@@ -202,7 +202,15 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModul
             "call model.eval() before converting"
         )
     with _CAPTURE_LOCK:
-        return _script_or_trace(model, inputs)
+        scripted, capture = _script_or_trace(model, inputs)
+    if capture == "script":
+        found = _scripted_difference(model, scripted, inputs)  # outside the lock: it runs the model twice
+        if found is not None:
+            with _CAPTURE_LOCK:
+                return _trace(model, inputs, f"computes otherwise scripted than eagerly on the example inputs "
+                                      f"({found}; TorchScript binds an op's schema defaults, which can differ from its "
+                                      "Python binding's: pass every argument explicitly)"), "trace"
+    return scripted, capture
 
 
 # torch.jit.script compiles classes into one global compilation unit, and warnings filters are process-wide: two
@@ -228,6 +236,65 @@ def _script_or_trace(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[t
     if not inputs:
         raise ValueError("example_inputs are required: torch_mp runs the model once to learn dtypes and sizes")
     return scripted, capture
+
+
+def _scripted_difference(model: torch.nn.Module, scripted: torch.jit.ScriptModule,
+                         inputs: Tuple[Any, ...]) -> Optional[str]:
+    """How the scripted model computes otherwise than the model on the example inputs (capture_check.output_mismatch:
+    structure, dtypes, shapes, values), naming the graph's node that makes the output that differs; None where they
+    agree, or where either fails to run (preparing the scripted model then tells) or the model differs from itself on
+    a rerun (random ops). TorchScript compiles each call from the op's schema, whose defaults can differ from those of
+    the Python binding the model calls: eagerly torch._C._nn.l1_loss(a, b) returns the elementwise loss, scripted the
+    mean. Both run on copies of the inputs and of the buffers (the scripted module shares the model's), so a forward
+    that writes into them leaves the model as it was."""
+    with torch.no_grad():
+        try:
+            expected = _run_on_buffer_copies(model, inputs)
+            actual = _run_on_buffer_copies(scripted, inputs)
+        except Exception:  # noqa: BLE001 - the model's own failure: preparing it reports that
+            return None
+        mismatch = capture_check.output_mismatch(expected, actual)
+        if mismatch is None or capture_check.output_mismatch(expected, _run_on_buffer_copies(model, inputs)):
+            return None
+    node = _output_producer(scripted.inlined_graph, mismatch.position)
+    return f"{mismatch.text}; that output is made by {node}" if node else mismatch.text
+
+
+def _run_on_buffer_copies(module: torch.nn.Module, inputs: Tuple[Any, ...]) -> Any:
+    """module(*copies of inputs), each buffer replaced by a copy during the call."""
+    owned = [(owner, name, buffer) for owner in module.modules()
+             for name, buffer in owner.named_buffers(recurse=False)]
+    try:
+        for owner, name, buffer in owned:
+            setattr(owner, name, buffer.clone())
+        return module(*capture_check.copies(inputs))
+    finally:
+        for owner, name, buffer in owned:
+            setattr(owner, name, buffer)
+
+
+def _output_producer(graph: torch._C.Graph, position: Tuple[Any, ...]) -> Optional[str]:
+    """The node of a TorchScript graph that makes the output at `position` (indices and keys through the tuples,
+    lists and dicts the graph builds), with its source line: "aten::l1_loss at model.py:12"; None where it is a
+    graph input or a constant."""
+    value = next(graph.outputs())
+    for key in position:
+        node = value.node()
+        parts = list(node.inputs())
+        if node.kind() in ("prim::TupleConstruct", "prim::ListConstruct") and isinstance(key, int):
+            value = parts[key]
+        elif node.kind() == "prim::DictConstruct":
+            keys = [part.toIValue() for part in parts[0::2]]
+            if key not in keys:
+                break
+            value = parts[2 * keys.index(key) + 1]
+        else:
+            break
+    node = value.node()
+    if node.kind() in ("prim::Param", "prim::Constant"):
+        return None
+    place = re.search(r'File "([^"]+)", line (\d+)', node.sourceRange())
+    return f"{node.kind()} at {place.group(1)}:{place.group(2)}" if place else node.kind()
 
 
 def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str) -> torch.jit.ScriptModule:
