@@ -12,7 +12,7 @@ import torch
 from . import _C, capture_check
 from ._errors import ConversionError, ModelRunError
 from ._inputs import _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, module_inputs
-from ._torchscript import TorchScriptDeprecationWarning, jit_call
+from ._torchscript import TorchScriptDeprecationWarning, jit_call, user_stacklevel
 from .fallback import search_fallback
 from .finite_outputs import repair_non_finite
 from .options import ConversionOptions
@@ -297,6 +297,12 @@ def _output_producer(graph: torch._C.Graph, position: Tuple[Any, ...]) -> Option
     return f"{node.kind()} at {place.group(1)}:{place.group(2)}" if place else node.kind()
 
 
+class TraceWarning(torch.jit.TracerWarning):
+    """torch_mp.convert traced the model and the tracer warned: the trace may hold only for inputs like the example's
+    (a Python branch or number taken from a tensor's value is fixed in it). A TracerWarning, so that a filter on those
+    covers it."""
+
+
 def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str) -> torch.jit.ScriptModule:
     try:
         with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
@@ -324,6 +330,14 @@ def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str)
     finally:
         tracer_warnings = _reissue_all_but_tracer_warnings(caught)
     _check_trace(model, traced, inputs, why_not_script, tracer_warnings)
+    if tracer_warnings:
+        warnings.warn(
+            f"torch_mp.convert traced {type(model).__name__} (it {why_not_script}), and the tracer warned: "
+            f"{'; '.join(tracer_warnings)}. The trace computes what the model does on the example inputs and near "
+            "them, but a Python branch, number or list taken there from a tensor's value is fixed in it: inputs that "
+            "would take another branch get the example's. Where that can happen, make the model scriptable, write "
+            "those lines with torch ops (torch.where instead of if), or use torch_mp.export (torch.export refuses such "
+            "a branch instead of fixing it)", TraceWarning, stacklevel=user_stacklevel())
     return traced
 
 

@@ -1,5 +1,8 @@
 """Bad input gets a clear exception naming the problem; the user's module is never modified."""
 
+import inspect
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -71,7 +74,9 @@ def test_unscriptable_module_without_example_inputs():
 def test_unscriptable_module_is_traced_with_example_inputs():
     model = Unscriptable().eval()
     x = torch.randn(4, 8)
-    converted = torch_mp.convert(model, (x,), torch.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch_mp.TraceWarning)  # the tracer warned nothing: neither does torch_mp
+        converted = torch_mp.convert(model, (x,), torch.float16)
     assert converted(x).dtype == torch.float32
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=5e-3)
 
@@ -172,15 +177,29 @@ class TracesRight(nn.Module):
 
 
 @pytest.mark.parametrize("noise", [False, True])
-def test_traces_that_hold_near_the_example_are_taken(noise):
+def test_traces_that_hold_near_the_example_are_taken_passing_the_tracer_warning_on(noise):
+    """Issue 58, 7.1: the trace follows the branch the example took, which the check near the example cannot see; the
+    tracer's warning, with its line, comes to the caller as a torch_mp.TraceWarning."""
     torch.manual_seed(0)
     model = TracesRight(noise).eval()
     x = torch.randn(4, 8)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    with pytest.warns(torch_mp.TraceWarning) as caught:
+        converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
     assert report.data["capture"] == "trace"
+    lines, first = inspect.getsourcelines(TracesRight.forward)
+    branch = first + next(i for i, line in enumerate(lines) if "bool(" in line)
+    message = str(caught[0].message)
+    assert (f"torch_mp.convert traced TracesRight (it cannot be scripted (Lambda aren't supported:)), and the tracer "
+            f"warned: at {__file__}:{branch}: Converting a tensor to a Python boolean might cause the trace to be "
+            "incorrect. ") in message
+    assert "inputs that would take another branch get the example's" in message and "torch_mp.export" in message
+    assert caught[0].filename == __file__  # attributed to the caller's line
+    assert issubclass(torch_mp.TraceWarning, torch.jit.TracerWarning)
     if not noise:
         with torch.no_grad():
             torch.testing.assert_close(converted(x), model(x), rtol=0, atol=1e-2)
+            zero = torch.zeros(4, 8)  # takes the other branch: the trace still doubles, as the warning says
+            torch.testing.assert_close(converted(zero), 2 * model(zero), rtol=0, atol=1e-2)
 
 
 class DefaultReduction(nn.Module):
