@@ -12,6 +12,7 @@ import torch
 from . import _C, capture_check
 from ._errors import ConversionError, ModelRunError
 from ._inputs import _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, module_inputs
+from ._memory import release_freed_memory
 from ._torchscript import TorchScriptDeprecationWarning, jit_call, user_stacklevel
 from .fallback import search_fallback
 from .finite_outputs import repair_non_finite
@@ -78,6 +79,7 @@ def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
             raise error from None  # the inputs do not run the model at all: that is the error to see
         capture = "trace"
         bound = _prepare_scripted(scripted, inputs, calibration)
+    release_freed_memory()  # the capture check's and the observation's runs, before the low copies are made
     return PreparedModel(scripted, capture, inputs, calibration, bound, _device_of(inputs, model))
 
 
