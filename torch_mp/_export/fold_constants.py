@@ -1,13 +1,15 @@
 """Fold: what a program computes from its stored tensors alone becomes a lifted constant, computed once here, as
-torch.jit.freezing's constant propagation folds it for convert (issue 58, 7.2: Swin V2's continuous position bias MLP
-ran on its constant coordinate table at every call, +2.3% FLOPs, planned where convert has a constant).
+torch.jit.freeze's constant propagation folds it for convert (issue 58, 7.2: Swin V2's continuous position bias MLP
+ran on its constant coordinate table at every call, planned where convert has a constant: +1.1% FLOPs for
+Swin V2-T at 128x128).
 
 A call is constant where it is an ATen op whose every input node is a stored tensor (parameter, buffer, lifted
-constant; not one the program writes, which is state) or a constant call, and it is neither random (tagged nondeterministic: the fold would fix one draw, and
-`empty` has no defined values) nor writing anything (mutable schema, impure). A constant call read by a call that is
-not constant is a fold's result: it is computed eagerly from the stored tensors (in their dtype, fp32 for an fp32
-model; torch_mp's planning casts it afterwards like any constant) and stored as a lifted constant, which its
-readers read instead; the calls only it needed, and the stored tensors only they read, leave the program.
+constant; not one the program writes, which is state) or a constant call, and it is neither random (tagged
+nondeterministic) nor without defined values (UNDEFINED: `empty`), whose fold would fix one run's values, nor
+writing anything (mutable schema, impure). A constant call read by a call that is not constant is a fold's result:
+it is computed eagerly from the stored tensors (in their dtype, fp32 for an fp32 model; torch_mp's planning casts it
+afterwards like any constant) and stored as a lifted constant, which its readers read instead; the calls only it
+needed, and the stored tensors only they read, leave the program.
 
 Not folded: a result only views and copies make (view, permute, slice, clone, lift_fresh_copy, ...: nothing computed
 to save, and a fp32 weight's view stays that weight, which the plan stores once); a result the program returns (it
@@ -37,6 +39,14 @@ COPIES = {
 }
 # Tags of ops whose result is not a function of their inputs.
 NONDETERMINISTIC = (torch.Tag.nondeterministic_seeded, torch.Tag.nondeterministic_bitwise)
+# Ops whose result has no defined values, untagged, and why.
+UNDEFINED = {
+    torch.ops.aten.empty.memory_format: "uninitialized memory",
+    torch.ops.aten.empty_like.default: "uninitialized memory",
+    torch.ops.aten.empty_strided.default: "uninitialized memory",
+    torch.ops.aten.new_empty.default: "uninitialized memory",
+    torch.ops.aten.new_empty_strided.default: "uninitialized memory",
+}
 
 
 def fold_constants(program: ExportedProgram) -> ExportedProgram:
@@ -51,7 +61,7 @@ def fold_constants(program: ExportedProgram) -> ExportedProgram:
     results = [node for node in program.graph.nodes if _folds_into(node, constant, specs)]
     if not results:
         return program
-    values = _evaluate(program, results, constant, specs)
+    values = _evaluate(program, results, specs)
     module = graph_module_copy(program)
     graph = module.graph
     by_name = {node.name: node for node in graph.nodes}
@@ -98,7 +108,7 @@ def _foldable_call(node: torch.fx.Node) -> bool:
         return True  # one result of a multi-result call
     if not isinstance(node.target, torch._ops.OpOverload) or node.target._schema.is_mutable or node.is_impure():
         return False
-    return not any(tag in node.target.tags for tag in NONDETERMINISTIC)
+    return node.target not in UNDEFINED and not any(tag in node.target.tags for tag in NONDETERMINISTIC)
 
 
 def _folds_into(node: torch.fx.Node, constant: Dict[torch.fx.Node, bool], specs: Dict[str, InputSpec]) -> bool:
@@ -110,7 +120,7 @@ def _folds_into(node: torch.fx.Node, constant: Dict[torch.fx.Node, bool], specs:
     return all(user.op != "output" for user in users) and any(user not in constant for user in users)
 
 
-def _evaluate(program: ExportedProgram, results: List[torch.fx.Node], constant: Dict[torch.fx.Node, bool],
+def _evaluate(program: ExportedProgram, results: List[torch.fx.Node],
               specs: Dict[str, InputSpec]) -> Dict[str, torch.Tensor]:
     """The results' values, by node name: the calls under them run eagerly, in the graph's order, on the stored
     tensors; a result that is a view of a value computed here is copied (the constant owns its memory)."""
