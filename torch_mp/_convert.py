@@ -208,10 +208,10 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModul
     if capture == "script":
         found = _scripted_difference(model, scripted, inputs)  # outside the lock: it runs the model twice
         if found is not None:
+            why = (f"computes otherwise scripted than eagerly on the example inputs ({found}; TorchScript binds an "
+                   "op's schema defaults, which can differ from its Python binding's: pass every argument explicitly)")
             with _CAPTURE_LOCK:
-                return _trace(model, inputs, f"computes otherwise scripted than eagerly on the example inputs "
-                                      f"({found}; TorchScript binds an op's schema defaults, which can differ from its "
-                                      "Python binding's: pass every argument explicitly)"), "trace"
+                return _trace(model, inputs, why), "trace"
     return scripted, capture
 
 
