@@ -1,6 +1,6 @@
 """Peak memory of a conversion, and the cost of each calibration input, on both fronts (issue 47, item 5).
 
-    python benchmarks/memory.py memory [--model decoder|linears] [--front convert export] [--dtype bf16|fp16]
+    python benchmarks/memory.py memory [--model decoder|linears] [--front convert export] [--dtype bf16|fp16] [--module]
     python benchmarks/memory.py calibration [--inputs 4] [--repeats 3] [--front convert export]
 
 memory: the model is built in a fresh process per front (the decoder: a 32000 x 1024 token table tied with the head,
@@ -11,7 +11,8 @@ The front's first call costs memory whatever the model (torch.export's imports: 
 Linear(4, 4) with its front before the baseline, and prints the ratio with that cost counted too.
 A second process samples the converting process's RSS every millisecond; each stage's peak is the sample maximum
 within the stage's window, laid out from the report's phase seconds (contiguous C++ stages; convert is given the
-module already scripted, so its stages start at the call).
+module already scripted, so its stages start at the call; with --module it is given the nn.Module, and its capture,
+scripting and the capture check's runs, is the call's seconds the stages leave).
 
 calibration: an 8-layer conv net (64 channels, batch-norm, relu; inputs 8 x 64 x 56 x 56), converted by each front
 with 0 and with N calibration inputs, interleaved with plain fp32 eager forwards of the same input, `repeats`
@@ -164,7 +165,7 @@ def memory_child(args) -> dict:
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())  # parameters(): tied ones once
     with torch.no_grad():
         model(*inputs)  # the user ran it: its allocator caches are not the conversion's
-    scripted = torch.jit.script(model) if args.front == "convert" else None
+    scripted = torch.jit.script(model) if args.front == "convert" and not args.module else None
     built = rss_bytes()
     out = f"/tmp/torch_mp_memory_{os.getpid()}.json"
     sampler = subprocess.Popen([sys.executable, "-c", SAMPLER, str(os.getpid()), out])
@@ -172,7 +173,8 @@ def memory_child(args) -> dict:
         time.sleep(0.01)
     start = time.monotonic()
     if args.front == "convert":
-        converted, report = torch_mp.convert(scripted, inputs, dtype, return_report=True, verify=not args.no_verify)
+        converted, report = torch_mp.convert(model if args.module else scripted, inputs, dtype, return_report=True,
+                                             verify=not args.no_verify)
     else:
         converted, report = torch_mp.export(model, inputs, dtype, return_report=True, verify=not args.no_verify)
     seconds = time.monotonic() - start
@@ -190,6 +192,8 @@ def memory_child(args) -> dict:
     if args.front == "export":
         phases = [(k, v) for k, v in phases if k != "capture"]
         phases.insert(0, ("capture", report.data["phases"]["capture"]))
+    elif args.module:  # scripting and the capture check come before the stages the report times
+        phases.insert(0, ("capture", max(0.0, seconds - sum(v for _, v in phases))))
     peak = peak_rss_bytes()
     return {
         "front": args.front, "model": args.model, "dtype": args.dtype, "weight_bytes": weight_bytes,
@@ -206,7 +210,7 @@ def run_memory(args) -> None:
           f"TORCH_MP_CPU_FEATURES={os.environ['TORCH_MP_CPU_FEATURES']}); model {args.model}; dtype {args.dtype}")
     for front in args.front:
         command = [sys.executable, __file__, "_memory_child", "--model", args.model, "--dtype", args.dtype,
-                   "--front", front] + (["--no-verify"] if args.no_verify else [])
+                   "--front", front] + (["--no-verify"] if args.no_verify else []) + (["--module"] if args.module else [])
         result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
         w = result["weight_bytes"]
         print(f"\n{front}: fp32 weights {w / GIB:.3f} GiB (converted {result['converted_weight_bytes'] / GIB:.3f} GiB); "
@@ -283,6 +287,9 @@ def main() -> int:
     parser.add_argument("--dtype", choices=("fp16", "bf16"), default="bf16")
     parser.add_argument("--front", nargs="+", default=["convert", "export"])
     parser.add_argument("--no-verify", action="store_true", help="memory: convert with verify=False")
+    parser.add_argument("--module", action="store_true",
+                        help="memory: convert is given the nn.Module, as a user gives it: its capture (scripting, "
+                             "the capture check's runs) is in the peak, before the stages")
     parser.add_argument("--inputs", type=int, default=4, help="calibration: calibration inputs")
     parser.add_argument("--repeats", type=int, default=3, help="calibration: interleaved repeats")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())

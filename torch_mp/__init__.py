@@ -16,7 +16,7 @@ _compat.check_extension(_C.BUILT_WITH_TORCH)
 
 from ._errors import ConversionError, Int8Warning, ModelRunError
 from ._inputs import InputSpec
-from ._convert import PreparedModel, convert, prepare
+from ._convert import PreparedModel, TraceWarning, convert, prepare
 from ._export import aoti_compile, export
 from .onnx_front import onnx_export, onnx_typing_problems
 from ._torchscript import TorchScriptDeprecationWarning
@@ -46,6 +46,7 @@ __all__ = [
     "Report",
     "SlowKernelsWarning",
     "TorchScriptDeprecationWarning",
+    "TraceWarning",
     "aoti_compile",
     "convert",
     "cpu_features",

@@ -12,7 +12,8 @@ import torch
 from . import _C, capture_check
 from ._errors import ConversionError, ModelRunError
 from ._inputs import _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, module_inputs
-from ._torchscript import TorchScriptDeprecationWarning, jit_call
+from ._memory import release_freed_memory
+from ._torchscript import TorchScriptDeprecationWarning, jit_call, user_stacklevel
 from .fallback import search_fallback
 from .finite_outputs import repair_non_finite
 from .options import ConversionOptions
@@ -79,6 +80,7 @@ def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
             raise error from None  # the inputs do not run the model at all: that is the error to see
         capture = "trace"
         bound = _prepare_scripted(scripted, inputs, calibration)
+    release_freed_memory()  # the capture check's and the observation's runs, before the low copies are made
     return PreparedModel(scripted, capture, inputs, calibration, bound, _device_of(inputs, model))
 
 
@@ -204,7 +206,15 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModul
             "call model.eval() before converting"
         )
     with _CAPTURE_LOCK:
-        return _script_or_trace(model, inputs)
+        scripted, capture = _script_or_trace(model, inputs)
+    if capture == "script":
+        found = _scripted_difference(model, scripted, inputs)  # outside the lock: it runs the model twice
+        if found is not None:
+            why = (f"computes otherwise scripted than eagerly on the example inputs ({found}; TorchScript binds an "
+                   "op's schema defaults, which can differ from its Python binding's: pass every argument explicitly)")
+            with _CAPTURE_LOCK:
+                return _trace(model, inputs, why), "trace"
+    return scripted, capture
 
 
 # torch.jit.script compiles classes into one global compilation unit, and warnings filters are process-wide: two
@@ -230,6 +240,71 @@ def _script_or_trace(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[t
     if not inputs:
         raise ValueError("example_inputs are required: torch_mp runs the model once to learn dtypes and sizes")
     return scripted, capture
+
+
+def _scripted_difference(model: torch.nn.Module, scripted: torch.jit.ScriptModule,
+                         inputs: Tuple[Any, ...]) -> Optional[str]:
+    """How the scripted model computes otherwise than the model on the example inputs (capture_check.output_mismatch:
+    structure, dtypes, shapes, values), naming the graph's node that makes the output that differs; None where they
+    agree, or where either fails to run (preparing the scripted model then tells) or the model differs from itself on
+    a rerun (random ops). TorchScript compiles each call from the op's schema, whose defaults can differ from those of
+    the Python binding the model calls: eagerly torch._C._nn.l1_loss(a, b) returns the elementwise loss, scripted the
+    mean. Both run on copies of the inputs and of the buffers (the scripted module shares the model's), so a forward
+    that writes into them leaves the model as it was."""
+    with torch.no_grad():
+        try:
+            expected = _run_on_buffer_copies(model, inputs)
+            actual = _run_on_buffer_copies(scripted, inputs)
+        except Exception:  # noqa: BLE001 - the model's own failure: preparing it reports that
+            return None
+        mismatch = capture_check.output_mismatch(expected, actual)
+        if mismatch is None or capture_check.output_mismatch(expected, _run_on_buffer_copies(model, inputs)):
+            return None
+    node = _output_producer(scripted.inlined_graph, mismatch.position)
+    return f"{mismatch.text}; that output is made by {node}" if node else mismatch.text
+
+
+def _run_on_buffer_copies(module: torch.nn.Module, inputs: Tuple[Any, ...]) -> Any:
+    """module(*copies of inputs), each buffer replaced by a copy during the call."""
+    owned = [(owner, name, buffer) for owner in module.modules()
+             for name, buffer in owner.named_buffers(recurse=False)]
+    try:
+        for owner, name, buffer in owned:
+            setattr(owner, name, buffer.clone())
+        return module(*capture_check.copies(inputs))
+    finally:
+        for owner, name, buffer in owned:
+            setattr(owner, name, buffer)
+
+
+def _output_producer(graph: torch._C.Graph, position: Tuple[Any, ...]) -> Optional[str]:
+    """The node of a TorchScript graph that makes the output at `position` (indices and keys through the tuples,
+    lists and dicts the graph builds), with its source line: "aten::l1_loss at model.py:12"; None where it is a
+    graph input or a constant."""
+    value = next(graph.outputs())
+    for key in position:
+        node = value.node()
+        parts = list(node.inputs())
+        if node.kind() in ("prim::TupleConstruct", "prim::ListConstruct") and isinstance(key, int):
+            value = parts[key]
+        elif node.kind() == "prim::DictConstruct":
+            keys = [part.toIValue() for part in parts[0::2]]
+            if key not in keys:
+                break
+            value = parts[2 * keys.index(key) + 1]
+        else:
+            break
+    node = value.node()
+    if node.kind() in ("prim::Param", "prim::Constant"):
+        return None
+    place = re.search(r'File "([^"]+)", line (\d+)', node.sourceRange())
+    return f"{node.kind()} at {place.group(1)}:{place.group(2)}" if place else node.kind()
+
+
+class TraceWarning(torch.jit.TracerWarning):
+    """torch_mp.convert traced the model and the tracer warned: the trace may hold only for inputs like the example's
+    (a Python branch or number taken from a tensor's value is fixed in it). A TracerWarning, so that a filter on those
+    covers it."""
 
 
 def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str) -> torch.jit.ScriptModule:
@@ -259,6 +334,14 @@ def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str)
     finally:
         tracer_warnings = _reissue_all_but_tracer_warnings(caught)
     _check_trace(model, traced, inputs, why_not_script, tracer_warnings)
+    if tracer_warnings:
+        warnings.warn(
+            f"torch_mp.convert traced {type(model).__name__} (it {why_not_script}), and the tracer warned: "
+            f"{'; '.join(tracer_warnings)}. The trace computes what the model does on the example inputs and near "
+            "them, but a Python branch, number or list taken there from a tensor's value is fixed in it: inputs that "
+            "would take another branch get the example's. Where that can happen, make the model scriptable, write "
+            "those lines with torch ops (torch.where instead of if), or use torch_mp.export (torch.export refuses such "
+            "a branch instead of fixing it)", TraceWarning, stacklevel=user_stacklevel())
     return traced
 
 

@@ -89,8 +89,13 @@ def _warn_once() -> None:
         if _warned:
             return
         _warned = True
-    # attributed to the first caller outside torch_mp: the user's code, or the command line's __main__
-    level, frame = 1, sys._getframe()
+    warnings.warn(MESSAGE, TorchScriptDeprecationWarning, stacklevel=user_stacklevel())
+
+
+def user_stacklevel() -> int:
+    """The stacklevel, for a warnings.warn called right in the caller's frame, of the first frame outside torch_mp:
+    the user's code, or the command line's __main__."""
+    level, frame = 1, sys._getframe(1)
     while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "torch_mp":
         level, frame = level + 1, frame.f_back
-    warnings.warn(MESSAGE, TorchScriptDeprecationWarning, stacklevel=level)
+    return level

@@ -5,11 +5,15 @@ value becomes a constant in it, and the trace then returns what the model return
 is given (torch.jit.trace warns TracerWarning, and its own check is off). torch_mp.convert runs the trace and the model
 once more each, on the example inputs plus a little noise (`perturbed`), and compares (`difference`). torch.export's
 program can compute something else than the model too (code that runs otherwise under export): torch_mp.export
-compares the program's fp32 outputs on the example inputs, which its observation computes, with the model's.
+compares the program's fp32 outputs on the example inputs, which its observation computes, with the model's. A
+scripted module can compute otherwise as well (TorchScript binds an op's schema defaults, which can differ from its
+Python binding's): torch_mp.convert runs it and the model on the example inputs and compares structure, dtypes,
+shapes and values (`output_mismatch`).
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+import math
+from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch.utils import _pytree as pytree
@@ -44,30 +48,96 @@ def copies(inputs: Any) -> Any:
 
 
 def difference(expected: Sequence[Any], actual: Sequence[Any], what: str = "the model's") -> Optional[str]:
-    """How the tensors `actual` differ from `expected` (pairwise, in order), in words; None where they agree: equal
-    shapes, NaN and inf where `expected` has them, and the rest within RTOL and ATOL times the largest finite
-    magnitude of `expected` (in a low floating dtype, 8 of its epsilons for either). Non-floating tensors are equal.
-    """
+    """How the tensors `actual` differ from `expected` (pairwise, in order), in words; None where they agree
+    (tensor_difference)."""
     if len(expected) != len(actual):
         return f"it returns {len(actual)} tensors, {what} output {len(expected)}"
     for position, (reference, value) in enumerate(zip(expected, actual)):
         if not isinstance(reference, torch.Tensor) or not isinstance(value, torch.Tensor):
             continue
-        name = f"output {position}" if len(expected) > 1 else "its output"
-        reference, value = reference.detach(), value.detach().to(reference.device)
-        if reference.shape != value.shape:
-            return f"{name} has shape {tuple(value.shape)}, {what} {tuple(reference.shape)}"
-        if not reference.is_floating_point() or not value.is_floating_point():
-            if not torch.equal(reference, value.to(reference.dtype)):
-                return f"{name} differs from {what} in {int((reference != value).sum())} of {reference.numel()} values"
-            continue
-        if reference.numel() == 0:
-            continue
-        eps = max(torch.finfo(t.dtype).eps for t in (reference, value))
-        found = floating_difference(reference, value, name, what, max(RTOL, 8 * eps), max(ATOL, 8 * eps))
+        found = tensor_difference(reference, value, f"output {position}" if len(expected) > 1 else "its output", what)
         if found is not None:
             return found
     return None
+
+
+def tensor_difference(reference: torch.Tensor, value: torch.Tensor, name: str, what: str) -> Optional[str]:
+    """How the tensor `value` (named `name`) differs from `reference`, in words; None where they agree: equal shapes,
+    NaN and inf where `reference` has them, and the rest within RTOL and ATOL times the largest finite magnitude of
+    `reference` (in a low floating dtype, 8 of its epsilons for either). Non-floating tensors are equal. Nested
+    tensors are compared component by component."""
+    reference, value = reference.detach(), value.detach().to(reference.device)
+    if reference.is_nested or value.is_nested:
+        if not (reference.is_nested and value.is_nested) or reference.size(0) != value.size(0):
+            return f"{name} is {'not ' if reference.is_nested else ''}a nested tensor of another length than {what}"
+        for index, (part, other) in enumerate(zip(reference.unbind(), value.unbind())):
+            found = tensor_difference(part, other, f"{name}'s component {index}", what)
+            if found is not None:
+                return found
+        return None
+    if reference.shape != value.shape:
+        return f"{name} has shape {tuple(value.shape)}, {what} {tuple(reference.shape)}"
+    if not reference.is_floating_point() or not value.is_floating_point():
+        if not torch.equal(reference, value.to(reference.dtype)):
+            return f"{name} differs from {what} in {int((reference != value).sum())} of {reference.numel()} values"
+        return None
+    if reference.numel() == 0:
+        return None
+    eps = max(torch.finfo(t.dtype).eps for t in (reference, value))
+    return floating_difference(reference, value, name, what, max(RTOL, 8 * eps), max(ATOL, 8 * eps))
+
+
+class Mismatch(NamedTuple):
+    """Where a capture's output first differs from the model's, and how. `position`: the indices and keys from the
+    output down to the value that differs (empty: the output itself)."""
+    position: Tuple[Any, ...]
+    text: str
+
+
+def output_mismatch(expected: Any, actual: Any, what: str = "the model's") -> Optional[Mismatch]:
+    """The first place where `actual`, a capture's output, differs from `expected`, the model's, walking both in
+    order: tuples and lists alike (named or not; TorchScript returns its own tuple types) of one length, dicts with
+    the same keys, tensors of one dtype then as tensor_difference compares them, other values equal (floats within
+    RTOL). None where they agree."""
+    return _mismatch(expected, actual, (), what)
+
+
+def _mismatch(expected: Any, actual: Any, position: Tuple[Any, ...], what: str) -> Optional[Mismatch]:
+    name = "its output" + "".join(f"[{key!r}]" for key in position)
+    if isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor):
+        if actual.dtype != expected.dtype:
+            return Mismatch(position, f"{name} has dtype {actual.dtype}, {what} {expected.dtype}")
+        found = tensor_difference(expected, actual, name, what)
+        return None if found is None else Mismatch(position, found)
+    if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)) and len(expected) == len(actual):
+        pairs = enumerate(zip(expected, actual))
+    elif isinstance(expected, dict) and isinstance(actual, dict) and set(expected) == set(actual):
+        pairs = ((key, (value, actual[key])) for key, value in expected.items())
+    elif type(expected) is type(actual) and _equal_values(expected, actual):
+        return None
+    else:
+        return Mismatch(position, f"{name} is {_kind(actual)}, {what} {_kind(expected)}")
+    for key, (inner, other) in pairs:
+        found = _mismatch(inner, other, position + (key,), what)
+        if found is not None:
+            return found
+    return None
+
+
+def _equal_values(expected: Any, actual: Any) -> bool:
+    if isinstance(expected, float):
+        return math.isclose(expected, actual, rel_tol=RTOL) or (math.isnan(expected) and math.isnan(actual))
+    return bool(expected == actual)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    if isinstance(value, dict):
+        return f"a dict of keys {sorted(map(str, value))}"
+    return f"{type(value).__name__} {str(value)[:40]}"
 
 
 def chunks(reference: torch.Tensor, value: torch.Tensor) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:

@@ -64,3 +64,23 @@ def test_low_precision_outputs_get_their_epsilon():
     reference = outputs().to(torch.bfloat16)
     near = (reference.float() * (1 + 2 ** -8)).to(torch.bfloat16)  # one bf16 rounding step away, within 8 eps
     assert capture_check.difference([reference], [near]) is None
+
+
+def test_output_mismatch_walks_structure_dtypes_shapes_and_values():
+    x = outputs(8)
+    named = torch.return_types.max((x, x.long()))  # a named tuple: compared as the tuple it is
+    assert capture_check.output_mismatch((x, {"a": x, "b": [x, 2, None]}), [x, {"b": (x, 2, None), "a": x}]) is None
+    assert capture_check.output_mismatch(named, (x.clone(), x.long())) is None
+    cases = [
+        ((x, x), (x,), (), "its output is a tuple of 1, the model's a tuple of 2"),
+        ({"a": x}, {"b": x}, (), "its output is a dict of keys ['b'], the model's a dict of keys ['a']"),
+        ([x, {"a": x}], [x, {"a": x.double()}], (1, "a"),
+         "its output[1]['a'] has dtype torch.float64, the model's torch.float32"),
+        (x, x.sum(), (), "its output has shape (), the model's (8,)"),
+        ((x, 0.5), (x, 0.6), (1,), "its output[1] is float 0.6, the model's float 0.5"),
+        ([x], [x + 1.0], (0,), "its output[0] differs from the model's by up to 1"),
+        (x, (x,), (), "its output is a tuple of 1, the model's a tensor of shape (8,)"),
+    ]
+    for expected, actual, position, text in cases:
+        found = capture_check.output_mismatch(expected, actual)
+        assert found is not None and found.position == position and found.text.startswith(text), (text, found)

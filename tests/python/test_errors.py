@@ -1,5 +1,8 @@
 """Bad input gets a clear exception naming the problem; the user's module is never modified."""
 
+import inspect
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -71,7 +74,9 @@ def test_unscriptable_module_without_example_inputs():
 def test_unscriptable_module_is_traced_with_example_inputs():
     model = Unscriptable().eval()
     x = torch.randn(4, 8)
-    converted = torch_mp.convert(model, (x,), torch.float16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", torch_mp.TraceWarning)  # the tracer warned nothing: neither does torch_mp
+        converted = torch_mp.convert(model, (x,), torch.float16)
     assert converted(x).dtype == torch.float32
     torch.testing.assert_close(converted(x), model(x), rtol=0, atol=5e-3)
 
@@ -172,15 +177,95 @@ class TracesRight(nn.Module):
 
 
 @pytest.mark.parametrize("noise", [False, True])
-def test_traces_that_hold_near_the_example_are_taken(noise):
+def test_traces_that_hold_near_the_example_are_taken_passing_the_tracer_warning_on(noise):
+    """Issue 58, 7.1: the trace follows the branch the example took, which the check near the example cannot see; the
+    tracer's warning, with its line, comes to the caller as a torch_mp.TraceWarning."""
     torch.manual_seed(0)
     model = TracesRight(noise).eval()
     x = torch.randn(4, 8)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    with pytest.warns(torch_mp.TraceWarning) as caught:
+        converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
     assert report.data["capture"] == "trace"
+    lines, first = inspect.getsourcelines(TracesRight.forward)
+    branch = first + next(i for i, line in enumerate(lines) if "bool(" in line)
+    message = str(caught[0].message)
+    assert (f"torch_mp.convert traced TracesRight (it cannot be scripted (Lambda aren't supported:)), and the tracer "
+            f"warned: at {__file__}:{branch}: Converting a tensor to a Python boolean might cause the trace to be "
+            "incorrect. ") in message
+    assert "inputs that would take another branch get the example's" in message and "torch_mp.export" in message
+    assert caught[0].filename == __file__  # attributed to the caller's line
+    assert issubclass(torch_mp.TraceWarning, torch.jit.TracerWarning)
     if not noise:
         with torch.no_grad():
             torch.testing.assert_close(converted(x), model(x), rtol=0, atol=1e-2)
+            zero = torch.zeros(4, 8)  # takes the other branch: the trace still doubles, as the warning says
+            torch.testing.assert_close(converted(zero), 2 * model(zero), rtol=0, atol=1e-2)
+
+
+class DefaultReduction(nn.Module):
+    """Eagerly torch._C._nn.l1_loss(a, b) is the elementwise (8, 8) loss; scripted, TorchScript binds the schema's
+    default reduction, mean, and returns a scalar. Its trace records the call as it ran."""
+
+    def forward(self, a, b):
+        return torch._C._nn.l1_loss(a, b)
+
+
+class DefaultReductionThroughFloat(nn.Module):
+    """As DefaultReduction, and its trace holds float(a.abs().sum()) as a constant: neither capture computes it."""
+
+    def forward(self, a, b):
+        return torch._C._nn.l1_loss(a * float(a.abs().sum()), b)
+
+
+class Noisy(nn.Module):
+    """Scripts alike, but adds fresh noise at every call: the scripted and eager runs differ as two eager runs do."""
+
+    def forward(self, x):
+        return x + torch.randn_like(x)
+
+
+class CountsCalls(nn.Module):
+    """Scripts alike; its forward writes into a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.register_buffer("calls", torch.zeros(1))
+
+    def forward(self, x):
+        self.calls.add_(1.0)
+        return self.linear(x) + self.calls
+
+
+def test_a_scripted_capture_that_computes_otherwise_is_traced_instead():
+    model, a, b = DefaultReduction().eval(), torch.randn(8, 8), torch.randn(8, 8)
+    converted, report = torch_mp.convert(model, (a, b), torch.float16, return_report=True)
+    assert report.data["capture"] == "trace"
+    with torch.no_grad():
+        expected, got = model(a, b), converted(a, b)
+    assert expected.shape == got.shape == (8, 8) and got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)  # |a - b| of fp32 inputs: one op, kept fp32
+
+
+def test_a_scripted_capture_that_computes_otherwise_and_no_trace_is_refused_naming_the_op():
+    model = DefaultReductionThroughFloat().eval()
+    with pytest.raises(ValueError) as caught:
+        torch_mp.convert(model, (torch.randn(8, 8), torch.randn(8, 8)), torch.bfloat16)
+    message = str(caught.value)
+    assert ("DefaultReductionThroughFloat computes otherwise scripted than eagerly on the example inputs (its output "
+            "has shape (), the model's (8, 8); that output is made by aten::l1_loss at ") in message
+    assert "test_errors.py:" in message and "pass every argument explicitly" in message
+    assert "its trace does not compute what the model does" in message
+    assert "Converting a tensor to a Python float" in message  # the tracer's warning on float()
+
+
+@pytest.mark.parametrize("model", [Noisy(), CountsCalls()], ids=["random op", "writes a buffer"])
+def test_scripted_captures_that_agree_stay_scripted_and_leave_the_model_as_it_was(model):
+    model = model.eval()
+    snapshot = _snapshot(model)
+    report = torch_mp.convert(model, (torch.randn(4, 8),), torch.float16, return_report=True)[1]
+    assert report.data["capture"] == "script"
+    _assert_same_state(model, snapshot)  # the check ran both on copies of the buffers
 
 
 class Box:

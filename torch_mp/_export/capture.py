@@ -1,7 +1,8 @@
 """Capture: the program to plan, from a module (torch.export.export, non-strict then strict; the module run once
 eagerly on copies of its inputs and buffers, the reference its program is checked against, capture_check) or from a
-given ExportedProgram (its input count checked), in its functional inference form (inference_form.py), its batch
-norms after convolutions folded into them (fold_batch_norms.py). Neither the model nor a given program is changed."""
+given ExportedProgram (its input count checked), in its functional inference form (inference_form.py), what it
+computes from stored tensors alone folded into constants (fold_constants.py), its batch norms after convolutions
+folded into them (fold_batch_norms.py). Neither the model nor a given program is changed."""
 from __future__ import annotations
 
 import inspect
@@ -15,6 +16,7 @@ from .. import capture_check
 from .._errors import ModelRunError
 from .._inputs import _normalize_inputs
 from .fold_batch_norms import fold_batch_norms
+from .fold_constants import fold_constants
 from .inference_form import inference_form
 
 
@@ -45,7 +47,7 @@ def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[E
         raise TypeError(f"expected a torch.nn.Module or torch.export.ExportedProgram, got {type(model).__name__}")
     if not inputs:
         raise ValueError("example_inputs are required: torch_mp runs the program to observe every value")
-    return fold_batch_norms(inference_form(program)), inputs, eager
+    return fold_batch_norms(fold_constants(inference_form(program))), inputs, eager
 
 
 def _check_input_count(program: ExportedProgram, inputs: Tuple[Any, ...]) -> None:
