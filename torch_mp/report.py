@@ -116,7 +116,7 @@ class Report:
         lines = [
             f"torch_mp conversion to {target} (policy {d['policy']}, planner {d['planner']}, "
             f"{d['seconds'] * 1e3:.1f} ms)",
-            f"  nodes: " + (f"{int8} int8, " if int8 else "") + f"{low} low precision, {len(self.nodes) - low - int8} "
+            "  nodes: " + (f"{int8} int8, " if int8 else "") + f"{low} low precision, {len(self.nodes) - low - int8} "
             f"fp32; {heavy}",
             f"  casts: {len(self.casts)} moving {d['cast_bytes'] / 1e6:.3f} MB per inference"
             f" ({d['fused_casts']} more fused into their readers, saving"

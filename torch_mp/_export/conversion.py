@@ -6,15 +6,14 @@ _job.ConversionJob). The order is written here and nowhere else; the work is in 
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
 from torch.export import ExportedProgram
 
 from .. import _C
-from .._errors import ConversionError, Int8Warning, ModelRunError
-from .._inputs import _device_of, _normalize_calibration, _refuse_autocast, module_inputs, tensors_of
+from .._errors import ConversionError, ModelRunError
+from .._inputs import _device_of, _normalize_calibration, _refuse_autocast, module_inputs
 from ..fallback import search_fallback
 from ..finite_outputs import repair_non_finite
 from ..options import ConversionOptions
@@ -23,7 +22,7 @@ from ..report import Report
 from .apply import _apply, _kept_fp32, _stored_bytes
 from .capture import _check_capture, _first_line, _program_of
 from .facts import ProgramFacts
-from .int8_plan import Int8Plan, plan_int8
+from .int8_plan import Int8Plan, check_int8_calibration, plan_int8, warn_without_int8
 from .ir import _STORED, _stored_groups
 from .observe import _observe, _probe
 from .plan import _plan
@@ -66,7 +65,7 @@ def export(
     calibration = _normalize_calibration(calibration_inputs)
     chosen = chosen.for_device(_device_of(inputs, None))
     if chosen.int8:
-        _check_int8_calibration(inputs, calibration)
+        check_int8_calibration(inputs, calibration)
     try:
         captured = time.perf_counter() - start
         job = ProgramConversion(program, inputs, calibration, chosen)
@@ -82,7 +81,7 @@ def export(
         if report.data["non_finite"] is not None:
             converted, report = repair_non_finite(job, converted, report, [inputs] + list(calibration))
         if chosen.int8:
-            _warn_without_int8(model, report)
+            warn_without_int8(model, report)
     except (ValueError, TypeError, ConversionError):
         raise
     except Exception as error:  # noqa: BLE001 - an internal failure: the user's model and program are untouched
@@ -163,17 +162,15 @@ class ProgramConversion:
             verify: bool = True) -> Tuple[ConvertedProgram, Report]:
         """Plans and applies; FX node names stay as they are, so `keep_node_ids` and `in_place` change nothing."""
         start = time.perf_counter()
-        keep = set(keep_fp32)
-        planned = self._facts._decide(keep, self.keep_non_finite)
-        int8 = None
+        keep, int8 = set(keep_fp32), None
         if self.int8:
             int8, keep = self._int8_plan(keep)
-            planned = self._facts._decide(keep, self.keep_non_finite, int8.int8_nodes)
+        planned = self._facts._decide(keep, self.keep_non_finite, int8.int8_nodes if int8 is not None else set())
         precision, forced = _plan(self.program, planned, self.seen, self.options, self.bound, self._facts._stored)
         program, casts, weights, graph = _apply(self.program, planned, precision, self.options.dtype,
                                                 not self.options.keep_io_dtypes, self.seen, self._stored_readers)
         if int8 is not None and int8.int8_nodes:
-            program, _ = _quantize(program, int8)
+            program = _quantize(program, int8)
             weights = (weights[0], _stored_bytes(program.state_dict, program.constants),
                        _kept_fp32(self.program, program.state_dict, program.constants, self._stored_readers))
         converted = ConvertedProgram(program)
@@ -202,31 +199,3 @@ class ProgramConversion:
         return (plan_int8(unkept, self.seen, self._facts._stored, leaves_int8, self.int8_cost_model,
                           self.int8_reduced_range), keep - leaves_int8)
 
-
-def _check_int8_calibration(inputs, calibration) -> None:
-    """int8 scales come from the observed ranges: non-finite data would make them meaningless (a ValueError), and one
-    batch alone may not show the ranges later inputs reach (an Int8Warning)."""
-    for run, batch in enumerate([inputs] + list(calibration)):
-        for tensor in tensors_of(batch):
-            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-                which = "the example inputs" if run == 0 else f"calibration input {run - 1}"
-                raise ValueError(f"torch_mp int8: {which} hold NaN or inf; int8 scales come from the observed ranges, "
-                                 "which they would make infinite: pass finite data")
-    if not calibration:
-        warnings.warn("torch_mp int8: no calibration_inputs, so the activation ranges (and int8 scales) come from the "
-                      "example inputs alone; pass calibration_inputs=[...] with a few representative batches",
-                      Int8Warning, stacklevel=3)
-
-
-def _warn_without_int8(model, report: Report) -> None:
-    """An Int8Warning where no node runs int8, with how many nodes each reason kept float."""
-    verdicts = [node["int8"]["reason"] for node in report.nodes if node["int8"] is not None]
-    if any(reason == "int8" for reason in verdicts):
-        return
-    if not verdicts:
-        why = "it has no op with an int8 kernel (conv2d, linear; see core/int8_kernels)"
-    else:
-        counts = {reason: verdicts.count(reason) for reason in dict.fromkeys(verdicts)}
-        why = "of its nodes with an int8 form, " + ", ".join(f"{n} {reason}" for reason, n in counts.items())
-    warnings.warn(f"torch_mp int8: no node of {type(model).__name__} runs int8 ({why}); the program is the float "
-                  "plan alone", Int8Warning, stacklevel=3)

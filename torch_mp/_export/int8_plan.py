@@ -7,11 +7,14 @@ Takes the float plan's decisions (_Planned records) and the observation; hands o
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Dict, List, Set
 
 import torch
 
 from .. import _C
+from .._errors import Int8Warning
+from .._inputs import tensors_of
 from .facts import _Planned, _flops
 from .observe import _Seen
 
@@ -88,3 +91,32 @@ def plan_int8(planned: List[_Planned], seen: Dict[str, _Seen], is_stored, keep_f
             observed = seen[name]
             quantized[name] = _C.activation_quantization(observed.minimum, observed.maximum, reduced_range)
     return Int8Plan(chosen, quantized, reduced_range)
+
+
+def check_int8_calibration(inputs, calibration) -> None:
+    """int8 scales come from the observed ranges: non-finite data would make them meaningless (a ValueError), and one
+    batch alone may not show the ranges later inputs reach (an Int8Warning)."""
+    for run, batch in enumerate([inputs] + list(calibration)):
+        for tensor in tensors_of(batch):
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                which = "the example inputs" if run == 0 else f"calibration input {run - 1}"
+                raise ValueError(f"torch_mp int8: {which} hold NaN or inf; int8 scales come from the observed ranges, "
+                                 "which they would make infinite: pass finite data")
+    if not calibration:
+        warnings.warn("torch_mp int8: no calibration_inputs, so the activation ranges (and int8 scales) come from the "
+                      "example inputs alone; pass calibration_inputs=[...] with a few representative batches",
+                      Int8Warning, stacklevel=3)
+
+
+def warn_without_int8(model, report) -> None:
+    """An Int8Warning where no node runs int8, with how many nodes each reason kept float."""
+    verdicts = [node["int8"]["reason"] for node in report.nodes if node["int8"] is not None]
+    if any(reason == "int8" for reason in verdicts):
+        return
+    if not verdicts:
+        why = "it has no op with an int8 kernel (conv2d, linear; see core/int8_kernels)"
+    else:
+        counts = {reason: verdicts.count(reason) for reason in dict.fromkeys(verdicts)}
+        why = "of its nodes with an int8 form, " + ", ".join(f"{n} {reason}" for reason, n in counts.items())
+    warnings.warn(f"torch_mp int8: no node of {type(model).__name__} runs int8 ({why}); the program is the float "
+                  "plan alone", Int8Warning, stacklevel=3)

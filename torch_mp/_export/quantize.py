@@ -5,11 +5,11 @@ reader, read by all of them; each int8 kernel's weight becomes an int8 lifted co
 (dim 0, zero points 0, [-128, 127]) with its fp32 scales, read through dequantize_per_channel. The program still
 computes in fp32 on dequantized values (what `module()` runs); Inductor with freezing turns dequantize -> conv / linear
 -> quantize into onednn.qconv_pointwise / qlinear_pointwise. fp32 weights no node reads any more are dropped. Takes the
-float plan's program and the Int8Plan; hands on the program and its int8 weight bytes."""
+float plan's program and the Int8Plan; hands on the program."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Tuple
+from typing import Dict
 
 import torch
 from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401  (registers the ops)
@@ -66,8 +66,8 @@ def _accumulate_dequantized(add: torch.fx.Node, plan: Int8Plan, dequantized: Dic
         add.args = tuple(args)
 
 
-def _quantize(program: ExportedProgram, plan: Int8Plan) -> Tuple[ExportedProgram, int]:
-    """The program with the plan's Q/DQ written in; and the bytes of its int8 weights with their scales."""
+def _quantize(program: ExportedProgram, plan: Int8Plan) -> ExportedProgram:
+    """The program with the plan's Q/DQ written in."""
     module = graph_module_copy(program)
     graph = module.graph
     fake_mode = torch._guards.detect_fake_mode([_val(n) for n in graph.nodes if n.op == "placeholder"])
@@ -78,7 +78,6 @@ def _quantize(program: ExportedProgram, plan: Int8Plan) -> Tuple[ExportedProgram
     added: Dict[str, InputSpec] = {}
     dequantized: Dict[str, torch.fx.Node] = {}  # value name -> its dequantize
     weights: Dict[str, torch.fx.Node] = {}  # fp32 weight placeholder name -> its dequantize_per_channel
-    int8_bytes = 0
 
     def constant(name: str, tensor: torch.Tensor) -> torch.fx.Node:
         if first_user_input is not None:
@@ -110,10 +109,8 @@ def _quantize(program: ExportedProgram, plan: Int8Plan) -> Tuple[ExportedProgram
         return dequantized[value.name]
 
     def read_int8_weight(reader: torch.fx.Node, weight: torch.fx.Node) -> torch.fx.Node:
-        nonlocal int8_bytes
         if weight.name not in weights:
             quantized = QuantizedWeight.of(_stored_tensor(program, specs[weight.name].target))
-            int8_bytes += sum(t.untyped_storage().nbytes() for t in dataclasses.astuple(quantized))
             holders = [constant(f"{weight.name}_{part}", tensor)
                        for part, tensor in zip(("int8", "scale", "zero_point"), dataclasses.astuple(quantized))]
             weights[weight.name] = call(reader, DEQUANTIZE_PER_CHANNEL,
@@ -139,4 +136,4 @@ def _quantize(program: ExportedProgram, plan: Int8Plan) -> Tuple[ExportedProgram
     with quiet_spec_copies():
         converted = program._update(module, renamed_outputs(signature, graph), state_dict=state_dict,
                                     constants=constants)
-    return converted, int8_bytes
+    return converted
