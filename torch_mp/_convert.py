@@ -62,7 +62,7 @@ def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
     and observes it on the example (and calibration) inputs. PreparedModel.convert then plans and applies a policy
     as often as asked, in either low dtype, without doing any of that again: for sweeps over policies, dtypes or
     options. Arguments and errors as for torch_mp.convert; the model is not modified."""
-    _refuse_autocast()
+    _refuse_autocast("torch_mp.convert")
     inputs = _normalize_inputs(example_inputs)
     calibration = _normalize_calibration(calibration_inputs)
     scripted, capture = _capture(model, inputs)

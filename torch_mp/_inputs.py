@@ -73,11 +73,12 @@ def module_inputs(options: ConversionOptions, inputs: Tuple[Any, ...]) -> Tuple[
                  for x in inputs)
 
 
-def _refuse_autocast() -> None:
+def _refuse_autocast(front: str) -> None:
+    """A RuntimeError naming `front` (torch_mp.convert, torch_mp.export) where it is called under torch.autocast."""
     for device_type in ("cpu", "cuda"):
         if torch.is_autocast_enabled(device_type):
             raise RuntimeError(
-                f"torch_mp.convert was called inside an active torch.autocast('{device_type}') region; "
+                f"{front} was called inside an active torch.autocast('{device_type}') region; "
                 "autocast would change the fp32 reference the conversion is planned from. Convert outside it."
             )
 

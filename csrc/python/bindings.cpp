@@ -267,7 +267,7 @@ py::dict guardDict(const core::GuardVerdict& guard) {
   return entry;
 }
 
-// The torch.export front (torch_mp/_export.py) plans with the core, as convert does: one category per node, and per
+// The torch.export front (torch_mp/_export/) plans with the core, as convert does: one category per node, and per
 // castable fp32 value its producer, the bytes one cast of it moves and its consumers. Returns per node "low" or
 // "fp32" and whether the constraints forced it to fp32.
 using DataflowValue = std::tuple<int, int64_t, std::vector<int>>;

@@ -1,5 +1,5 @@
 // core::classifyNode on facts alone, no IR: each rule fires on its fact, and the rule before it in the order wins
-// where both apply (the order both fronts' decisions come from; jit/plan/graph_to_dataflow and torch_mp/_export.py
+// where both apply (the order both fronts' decisions come from; jit/plan/graph_to_dataflow and torch_mp/_export/facts.py
 // only gather the facts).
 #include <gtest/gtest.h>
 

@@ -59,11 +59,12 @@ def test_target_dtype_must_be_a_dtype():
         torch_mp.convert(model, (x,), "fp16")
 
 
-def test_conversion_under_autocast_is_refused():
+@pytest.mark.parametrize("front", ["convert", "export"])
+def test_conversion_under_autocast_is_refused_naming_the_front(front):
     model, x = small()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        with pytest.raises(RuntimeError, match="autocast"):
-            torch_mp.convert(model, (x,))
+        with pytest.raises(RuntimeError, match=rf"torch_mp\.{front} was called inside an active torch\.autocast"):
+            getattr(torch_mp, front)(model, (x,))
 
 
 def test_unscriptable_module_without_example_inputs():

@@ -59,7 +59,7 @@ def export(
     """
     chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
     chosen.refuse_torchscript_only("torch_mp.export")
-    _refuse_autocast()
+    _refuse_autocast("torch_mp.export")
     start = time.perf_counter()
     program, inputs, eager = _program_of(model, example_inputs, dynamic_shapes)
     calibration = _normalize_calibration(calibration_inputs)
