@@ -1,6 +1,6 @@
 """torch_mp.aoti_compile: AOTInductor packages of torch_mp.export's programs compute what the program does.
 
-Each compile takes tens of seconds on a 2-core machine: this file holds the suite's only three. The C++ loader runs a
+Each compile takes tens of seconds on a 2-core machine: this file holds the suite's only four. The C++ loader runs a
 package in ctest (aoti_package, tests/aoti/check.sh).
 """
 import warnings
@@ -90,3 +90,27 @@ def test_a_package_with_a_dynamic_batch_runs_at_other_batch_sizes(dynamic_packag
         assert out.shape == (size, 8) and out.dtype == torch.float32
         with torch.no_grad():
             torch.testing.assert_close(out, model(x), rtol=2e-2, atol=2e-2)
+
+
+def test_a_package_takes_keyword_inputs(tmp_path):
+    """example_kwarg_inputs= reaches the export, and the package takes the keyword input by name."""
+
+    class Shifted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x, shift=None):
+            return self.linear(x) + shift
+
+    model, x, shift = Shifted().eval(), torch.randn(4, 8), torch.randn(4, 8)
+    policy = torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all")
+    program = torch_mp.export(model, (x,), torch.bfloat16, example_kwarg_inputs={"shift": shift}, policy=policy)
+    path = torch_mp.aoti_compile(model, (x,), torch.bfloat16, str(tmp_path / "shifted.pt2"),
+                                 example_kwarg_inputs={"shift": shift}, policy=policy)
+    package = torch._inductor.aoti_load_package(path)
+    other = torch.randn(4, 8)
+    expected = program.module()(x, shift=other)
+    torch.testing.assert_close(package(x, shift=other), expected, rtol=1e-2, atol=1e-2)  # not the example shift
+    with torch.no_grad():
+        torch.testing.assert_close(expected, model(x, shift=other), rtol=2e-2, atol=2e-2)

@@ -13,67 +13,72 @@ from torch.export.graph_signature import OutputKind
 
 from .. import capture_check
 from .._errors import ModelRunError
-from .._inputs import _normalize_inputs
+from .._inputs import CallInputs, _normalize_inputs, _normalize_kwargs
 from .fold_batch_norms import fold_batch_norms
 from .inference_form import inference_form
 
 
-def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[ExportedProgram, Tuple[Any, ...],
-                                                                             Any]:
+def _program_of(model: Any, example_inputs: Any, example_kwarg_inputs: Any, dynamic_shapes: Any
+                ) -> Tuple[ExportedProgram, CallInputs, Any]:
     """The functional program to plan (a new one: the model's or the given program is never changed), the example
     inputs, and for a module its eager output on them (None for a program)."""
     eager = None
     if isinstance(model, ExportedProgram):
-        if example_inputs is None and model.example_inputs is not None:
-            args, kwargs = model.example_inputs
-            if kwargs:
-                raise ValueError("the program's example inputs hold keyword arguments; pass example_inputs")
-            example_inputs = args
-        inputs = _normalize_inputs(example_inputs)
+        if example_inputs is None and example_kwarg_inputs is None and model.example_inputs is not None:
+            example_inputs, example_kwarg_inputs = model.example_inputs
+        call = CallInputs(_normalize_inputs(example_inputs), _normalize_kwargs(example_kwarg_inputs))
         program = model
-        if inputs:
-            _check_input_count(program, inputs)
+        if call.args or call.kwargs:
+            _check_program_inputs(program, call)
     elif isinstance(model, torch.nn.Module):
         if model.training:
             raise ValueError(f"{type(model).__name__} is in training mode (dropout and batch-norm statistics would "
                              "be wrong); call model.eval() before exporting")
-        inputs = _normalize_inputs(example_inputs)
-        if inputs:
-            eager = _run_eager(model, inputs)
-        program = _export_module(model, inputs, dynamic_shapes)
+        call = CallInputs(_normalize_inputs(example_inputs), _normalize_kwargs(example_kwarg_inputs))
+        if call.args or call.kwargs:
+            eager = _run_eager(model, call)
+        program = _export_module(model, call, dynamic_shapes)
     else:
         raise TypeError(f"expected a torch.nn.Module or torch.export.ExportedProgram, got {type(model).__name__}")
-    if not inputs:
+    if not call.args and not call.kwargs:
         raise ValueError("example_inputs are required: torch_mp runs the program to observe every value")
-    return fold_batch_norms(inference_form(program)), inputs, eager
+    return fold_batch_norms(inference_form(program)), call, eager
 
 
-def _check_input_count(program: ExportedProgram, inputs: Tuple[Any, ...]) -> None:
-    """A program given other than as many positional inputs as it takes: a ValueError, as convert's."""
+def _check_program_inputs(program: ExportedProgram, call: CallInputs) -> None:
+    """A program given other positional inputs than it takes (their number) or other keyword inputs (their names):
+    a ValueError, as convert's."""
     spec = program.call_spec.in_spec
     if spec is None:
         return
-    args_spec = spec.child(0) if hasattr(spec, "child") else spec.children_specs[0]  # torch < 2.10: no child()
-    if args_spec.num_children != len(inputs):
+    children = [spec.child(0), spec.child(1)] if hasattr(spec, "child") else spec.children_specs  # torch < 2.10
+    args_spec, kwargs_spec = children
+    if args_spec.num_children != len(call.args):
         raise ValueError(f"torch_mp: the program takes {args_spec.num_children} inputs but example_inputs has "
-                         f"{len(inputs)}")
+                         f"{len(call.args)}")
+    keywords = list(kwargs_spec.context or [])
+    if sorted(keywords) != sorted(call.kwargs):
+        raise ValueError(f"torch_mp: the program takes the keyword inputs {sorted(keywords)} but "
+                         f"example_kwarg_inputs has {sorted(call.kwargs)}")
 
 
-def _run_eager(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Any:
+def _run_eager(model: torch.nn.Module, call: CallInputs) -> Any:
     """The model's output on (copies of) the example inputs, under no_grad, its buffers copies too so that a forward
     writing into them (a cache) leaves the model as it was: the reference the program is checked against. Inputs
     that do not bind to forward are a ValueError, as convert's; a model raising on them a ModelRunError."""
     try:
-        inspect.signature(model.forward).bind(*inputs)
+        inspect.signature(model.forward).bind(*call.args, **call.kwargs)
     except TypeError as error:
-        raise ValueError(f"torch_mp: {type(model).__name__}.forward does not take the {len(inputs)} example inputs "
-                         f"({error})") from None
+        raise ValueError(f"torch_mp: {type(model).__name__}.forward does not take the {len(call.args)} example inputs"
+                         + (f" and the keyword inputs {sorted(call.kwargs)}" if call.kwargs else "")
+                         + f" ({error})") from None
     except ValueError:  # no signature to read (a builtin forward): the call itself tells
         pass
     buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
     try:
         with torch.no_grad():
-            return torch.func.functional_call(model, buffers, capture_check.copies(inputs), strict=False)
+            return torch.func.functional_call(model, buffers, capture_check.copies(call.args),
+                                              capture_check.copies(call.kwargs), strict=False)
     except Exception as error:  # noqa: BLE001 - the model's own failure on its inputs
         raise ModelRunError(f"torch_mp: running the model on the example inputs failed: {_first_line(error)}") \
             from error
@@ -100,12 +105,13 @@ def _check_capture(model: torch.nn.Module, program: ExportedProgram, eager: Any,
     )
 
 
-def _export_module(model: torch.nn.Module, inputs: Tuple[Any, ...], dynamic_shapes: Any) -> ExportedProgram:
+def _export_module(model: torch.nn.Module, call: CallInputs, dynamic_shapes: Any) -> ExportedProgram:
     errors = []
     for strict in (False, True):  # non-strict traces Python as it runs; strict (TorchDynamo) where that fails
         try:
             with torch.no_grad():
-                return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
+                return torch.export.export(model, call.args, call.kwargs or None, dynamic_shapes=dynamic_shapes,
+                                           strict=strict)
         except Exception as error:  # noqa: BLE001 - both modes failing is the error to report
             errors.append(f"{'strict' if strict else 'non-strict'}: {_first_line(error)}")
     raise ValueError(f"torch.export could not capture {type(model).__name__}: " + "; ".join(errors))
