@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 
 from . import _C
-from .policy import OpPolicy, device_dtype, target_for
+from .policy import OpPolicy, all_fp32, device_dtype, runs_nothing_heavy_low, target_for, warn_nothing_low
 
 LOW_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 PLANNERS = _C.PLANNERS  # ("min-cut", "greedy"), as the C++ options parse them
@@ -93,13 +93,19 @@ class ConversionOptions:
         return dataclasses.replace(options, **given) if given else options
 
     def for_device(self, device: Union[str, torch.device]) -> "ConversionOptions":
-        """With the dtype and the policy the device gets where they were left to it."""
+        """With the dtype and the policy the device gets where they were left to it. A policy that runs nothing heavy
+        low, for want of fast kernels, becomes all fp32 (policy.all_fp32): nothing stored or computed low for no
+        speed; with an explicit dtype that is a SlowKernelsWarning (dtype=None warned already, in device_dtype)."""
         device = torch.device(device)
         dtype = self.dtype if self.dtype is not None else device_dtype(device)
         policy = self.policy
         if policy is None:
             capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
             policy = OpPolicy.default(target_for(device, dtype), cuda_capability=capability)
+        if runs_nothing_heavy_low(policy):
+            if self.dtype is not None:
+                warn_nothing_low(policy, dtype, target_for(device, dtype))
+            policy = all_fp32(policy)
         return dataclasses.replace(self, dtype=dtype, policy=policy)
 
     def refuse_torchscript_only(self, front: str) -> None:
