@@ -85,21 +85,22 @@ def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
             calibration.append(values)
     else:
         calibration = _normalize_calibration(calibration_inputs)
-    scripted, capture = _capture(model, inputs, keywords)
-    try:
-        bound = _prepare_scripted(scripted, inputs, calibration)
-    except ValueError as error:
-        # a module can script and still refuse to run scripted (torch.nn.utils.parametrize raises "Parametrization
-        # is not working with scripting"): tracing records what it computes instead
-        if capture != "script" or not isinstance(error, ModelRunError):
-            raise
+    with capture_check.buffers_kept(model):  # tracing runs the model, whose forward may write its buffers (a cache)
+        scripted, capture = _capture(model, inputs, keywords)
         try:
-            with _CAPTURE_LOCK:
-                scripted = _trace(model, inputs, "fails to run scripted")
-        except ValueError:
-            raise error from None  # the inputs do not run the model at all: that is the error to see
-        capture = "trace"
-        bound = _prepare_scripted(scripted, inputs, calibration)
+            bound = _prepare_scripted(scripted, inputs, calibration)
+        except ValueError as error:
+            # a module can script and still refuse to run scripted (torch.nn.utils.parametrize raises
+            # "Parametrization is not working with scripting"): tracing records what it computes instead
+            if capture != "script" or not isinstance(error, ModelRunError):
+                raise
+            try:
+                with _CAPTURE_LOCK:
+                    scripted = _trace(model, inputs, "fails to run scripted")
+            except ValueError:
+                raise error from None  # the inputs do not run the model at all: that is the error to see
+            capture = "trace"
+            bound = _prepare_scripted(scripted, inputs, calibration)
     return PreparedModel(scripted, capture, inputs, calibration, bound, _device_of(inputs, model))
 
 
@@ -173,7 +174,8 @@ class Conversion:
         self._rules_checked = False
 
     def reference(self, inputs: Tuple[Any, ...]) -> Any:
-        return self.scripted(*inputs)
+        with capture_check.buffers_kept(self.scripted):  # the captured module shares the user's module's buffers
+            return self.scripted(*inputs)
 
     def call(self, module, inputs: Tuple[Any, ...]) -> Any:
         return module(*self.module_inputs(inputs))

@@ -2,7 +2,7 @@
 first reader that needs it), each node's value recomputed where its inputs' dtypes changed (an RNN's from its fp32
 layouts, without a fake run); the stored tensors (parameters, buffers, lifted constants) kept low, fp32 or in both
 by core/stored_weights' rule (_C.storing_of), a low copy beside an fp32 one as a lifted constant; the stored
-tensors nothing reads dropped, as freezing drops them. Takes the fp32 program, the _Planned records and the plan;
+tensors nothing reads dropped, as freezing drops them; the buffers the program writes copied, its own. Takes the fp32 program, the _Planned records and the plan;
 hands on the program, its casts, its weight bytes and fp32 weights, the report's graph (as _C.program_report takes
 them, by FX node name)."""
 from __future__ import annotations
@@ -117,6 +117,12 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         tensor = table_of(name)[specs[name].target]
         lowered.setdefault(id(tensor), tensor.detach().to(low))
         constants[copy_node.name] = lowered[id(tensor)]
+    for target in set(program.graph_signature.buffers_to_mutate.values()):
+        # a buffer the program writes (a cache, a counter) is its own: running it must not write into the tensor
+        # of the model or program it was converted from, which torch.export shares
+        table = state_dict if target in state_dict else constants
+        if table[target] is program.state_dict.get(target, program.constants.get(target)):
+            table[target] = table[target].clone()
     signature = _with_inputs(program.graph_signature, copy_specs)
     signature = _without_unread_state(signature, specs, graph, state_dict, constants)
     weights = (_stored_bytes(*read_before), _stored_bytes(state_dict, constants),

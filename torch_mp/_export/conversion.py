@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 import torch
 from torch.export import ExportedProgram
 
+from .. import capture_check
 from .._errors import ConversionError, ModelRunError
 from .._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _refuse_autocast,
                        module_inputs)
@@ -143,7 +144,8 @@ class ProgramConversion:
         """The fp32 program's output (the fallback's reference)."""
         if self._reference_module is None:
             self._reference_module = self.program.module()
-        return self._reference_module(*inputs.args, **inputs.kwargs)
+        with capture_check.buffers_kept(self._reference_module):  # the buffers it writes are the model's tensors
+            return self._reference_module(*inputs.args, **inputs.kwargs)
 
     def call(self, converted: ConvertedProgram, inputs: CallInputs):
         low = self.module_inputs(inputs)
