@@ -162,36 +162,47 @@ def test_a_cache_in_an_object_and_registered_as_a_buffer_converts_strict():
     assert not bool(module.keys[0, :3].any()) and not bool(module.keys[0, 4:].any())
 
 
-def test_transformers_static_cache_wrapper_on_a_tiny_llama():
-    """transformers' own exporter of decoders: its forward writes the keys and values into the StaticCache's tensors
-    (registered as its buffers) and a cumulative length; non-strict capture lifted them as constants (a bare
-    AssertionError in run_decompositions, before). 32 greedy tokens equal fp32's from the same wrapper."""
+@pytest.mark.parametrize("front", ["export", "convert"])
+@pytest.mark.parametrize("architecture", ["llama", "gpt2"])
+def test_transformers_static_cache_wrapper(architecture, front):
+    """transformers' own exporter of decoders, on a tiny Llama (grouped KV heads, RoPE) and GPT-2 (tied embeddings):
+    its forward writes the keys and values into the StaticCache's tensors (registered as its buffers) and a
+    cumulative length; non-strict capture lifted them as constants (a bare AssertionError in run_decompositions,
+    before). Both fronts, bf16: 32 greedy tokens equal fp32's from the same wrapper, which is never written."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
     try:
         from torchvision_shim import import_torchvision
     finally:
         sys.path.remove(os.path.join(ROOT, "tests", "zoo"))
     import_torchvision()  # transformers imports torchvision where it is installed
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+    import transformers
     from transformers.integrations.executorch import TorchExportableModuleWithStaticCache
 
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=256, max_position_embeddings=64)
-    llama = LlamaForCausalLM(config).eval()
-    llama.generation_config = GenerationConfig(use_cache=True, cache_implementation="static", max_length=48,
-                                               cache_config={"batch_size": 1, "max_cache_len": 48, "device": "cpu"})
+    if architecture == "llama":
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+            vocab_size=256, max_position_embeddings=64))
+    else:  # GPT-2's default initializer_range (0.02) makes a tiny random model repeat one token
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=256,
+                                                                     n_positions=64, initializer_range=0.2))
+    model.eval().generation_config = transformers.GenerationConfig(
+        use_cache=True, cache_implementation="static", max_length=48,
+        cache_config={"batch_size": 1, "max_cache_len": 48, "device": "cpu"})
 
     def wrapper():
-        return TorchExportableModuleWithStaticCache(llama, batch_size=1, max_cache_len=48).eval()
+        return TorchExportableModuleWithStaticCache(model, batch_size=1, max_cache_len=48).eval()
 
-    exported = wrapper()
-    program = torch_mp.export(exported, None, torch.bfloat16, policy=POLICIES[torch.bfloat16],
-                              example_kwarg_inputs={"input_ids": torch.tensor([[1]]),
-                                                    "cache_position": torch.tensor([0])})
-    assert {"key_cache_0", "value_cache_0", "key_cache_1", "value_cache_1"} <= \
-        set(program.graph_signature.buffers_to_mutate.values())
-    assert all(not bool(buffer.any()) for name, buffer in exported.named_buffers() if "cache" in name)
+    converted = wrapper()
+    example = {"input_ids": torch.tensor([[1]]), "cache_position": torch.tensor([0])}
+    result = getattr(torch_mp, front)(converted, None, torch.bfloat16, policy=POLICIES[torch.bfloat16],
+                                      example_kwarg_inputs=example)
+    if front == "export":
+        assert {"key_cache_0", "value_cache_0", "key_cache_1", "value_cache_1"} <= \
+            set(result.graph_signature.buffers_to_mutate.values())
+        result = result.module()
+    assert all(not bool(buffer.any()) for name, buffer in converted.named_buffers() if "cache" in name)
     prompt = torch.randint(0, 256, (8,)).tolist()
     tokens = greedy(wrapper(), prompt, 32, keywords=True)
     assert len(set(tokens)) > 1
-    assert greedy(program.module(), prompt, 32, keywords=True) == tokens
+    assert greedy(result, prompt, 32, keywords=True) == tokens
+    assert all(not bool(buffer.any()) for name, buffer in converted.named_buffers() if "cache" in name)
