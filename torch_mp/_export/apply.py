@@ -2,9 +2,10 @@
 first reader that needs it), each node's value recomputed where its inputs' dtypes changed (an RNN's from its fp32
 layouts, without a fake run); the stored tensors (parameters, buffers, lifted constants) kept low, fp32 or in both
 by core/stored_weights' rule (_C.storing_of), a low copy beside an fp32 one as a lifted constant; the stored
-tensors nothing reads dropped, as freezing drops them; the buffers the program writes copied, its own. Takes the fp32 program, the _Planned records and the plan;
-hands on the program, its casts, its weight bytes and fp32 weights, the report's graph (as _C.program_report takes
-them, by FX node name)."""
+tensors nothing reads dropped, as freezing drops them; the buffers the program writes copied (its own), stored low
+only where a cache write writes them (CACHE_WRITES) and written back in the dtype they are stored in. Takes the fp32
+program, the _Planned records and the plan; hands on the program, its casts, its weight bytes and fp32 weights, the
+report's graph (as _C.program_report takes them, by FX node name)."""
 from __future__ import annotations
 
 import dataclasses
