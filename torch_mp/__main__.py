@@ -33,6 +33,7 @@ import torch
 
 import torch_mp
 from torch_mp._export.ir import _scope as scope_of
+from torch_mp._inputs import CallInputs
 from torch_mp._torchscript import jit_call, load_file
 from torch_mp._export.package import check_package_path, write_package
 from torch_mp.models import resnet50_ibn_a
@@ -147,9 +148,10 @@ def load_calibration(path: str) -> list:
                        f"tensors) saved with torch.save; it holds {type(batches).__name__}"
                        + (" (empty)" if isinstance(batches, list) else ""))
     for index, item in enumerate(batches):
-        if not isinstance(item, (torch.Tensor, tuple)):
+        if not isinstance(item, (torch.Tensor, tuple, dict)):
             raise CliError(f"--calib file {path}: item {index} is of type {type(item).__name__}; each input must be a "
-                           "tensor or a tuple of tensors")
+                           "tensor, a tuple of tensors, or (for a program with keyword inputs) a dict of keyword "
+                           "inputs or an (args, kwargs) pair")
     return batches
 
 
@@ -240,6 +242,9 @@ def print_fallback(report: torch_mp.Report) -> None:
 def example_inputs(args: argparse.Namespace, default=None):
     if args.inputs:
         example = load_inputs(args.inputs, "--inputs")
+        if isinstance(example, dict):
+            raise CliError(f"--inputs file {args.inputs} holds a dict (keyword inputs): convert takes positional "
+                           "inputs, a tensor or a tuple")
         return example if isinstance(example, tuple) else (example,)
     if args.input_shape:
         return tuple(torch_mp.InputSpec(shape, getattr(torch, args.input_dtype)) for shape in args.input_shape)
@@ -275,9 +280,13 @@ def conversion_options(args: argparse.Namespace, model) -> torch_mp.ConversionOp
                                       keep_io_dtypes=not args.low_precision_io)
 
 
-def calibration(args: argparse.Namespace):
+def calibration(args: argparse.Namespace, keywords: bool = False):
+    """The --calib inputs; for a program with keyword inputs (`keywords`) as torch_mp.export takes them then: dicts
+    of keyword inputs or (args, kwargs) pairs, as saved."""
     if not args.calib:
         return None
+    if keywords:
+        return load_calibration(args.calib)
     return [on_device(b if isinstance(b, tuple) else (b,), run_device(args)) for b in load_calibration(args.calib)]
 
 
@@ -363,9 +372,21 @@ def load_program(path: str) -> torch.export.ExportedProgram:
                            f"format): {first}")
 
 
-def program_example(program: torch.export.ExportedProgram, args: argparse.Namespace):
-    saved = program.example_inputs[0] if program.example_inputs is not None else None
-    return example_inputs(args, saved)
+def program_example(program: torch.export.ExportedProgram, args: argparse.Namespace) -> CallInputs:
+    """A program's example inputs, positional and keyword: those saved in it, unless --inputs or --input-shape give
+    others (an --inputs file may hold a dict of keyword inputs, or an (args, kwargs) pair)."""
+    if args.inputs:
+        example = load_inputs(args.inputs, "--inputs")
+        if isinstance(example, dict):
+            return CallInputs((), example)
+        if isinstance(example, tuple) and len(example) == 2 and isinstance(example[0], tuple) \
+                and isinstance(example[1], dict):
+            return CallInputs(*example)
+        return CallInputs(example if isinstance(example, tuple) else (example,), {})
+    if args.input_shape or program.example_inputs is None:
+        return CallInputs(example_inputs(args), {})
+    saved_args, saved_kwargs = program.example_inputs
+    return CallInputs(saved_args, saved_kwargs)
 
 
 def convert_program(args: argparse.Namespace):
@@ -375,8 +396,9 @@ def convert_program(args: argparse.Namespace):
                        "with a GPU: convert with torch_mp.export in Python, on the GPU")
     program = load_program(args.input)
     example = program_example(program, args)
-    converted, report = torch_mp.export(program, example, calibration_inputs=calibration(args), return_report=True,
-                                        options=conversion_options(args, program))
+    converted, report = torch_mp.export(program, example.args, example_kwarg_inputs=example.kwargs or None,
+                                        calibration_inputs=calibration(args, keywords=bool(example.kwargs)),
+                                        return_report=True, options=conversion_options(args, program))
     check_exclusions(args.exclude or [], report_scopes(report))
     return converted, report
 
@@ -421,9 +443,10 @@ def onnx(args: argparse.Namespace) -> int:
         policy = policy.exclude(*args.exclude)
     options = torch_mp.ConversionOptions(dtype=dtype, policy=policy, tolerance=args.tolerance,
                                          keep_io_dtypes=not args.low_precision_io)
-    _, converted_report = torch_mp.onnx_export(program, example, args.output, opset=args.opset,
-                                               calibration_inputs=calibration(args), return_report=True,
-                                               options=options)
+    _, converted_report = torch_mp.onnx_export(program, example.args, args.output, opset=args.opset,
+                                               example_kwarg_inputs=example.kwargs or None,
+                                               calibration_inputs=calibration(args, keywords=bool(example.kwargs)),
+                                               return_report=True, options=options)
     finish(args, converted_report)
     external = converted_report.data["onnx"]["external_data"]
     print(f"saved {args.output}" + (f" (weights in {external} beside it)" if external else ""))

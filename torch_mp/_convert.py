@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 import threading
 import warnings
@@ -11,7 +12,8 @@ import torch
 
 from . import _C, capture_check
 from ._errors import ConversionError, ModelRunError
-from ._inputs import _device_of, _normalize_calibration, _normalize_inputs, _refuse_autocast, module_inputs
+from ._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _normalize_inputs,
+                      _normalize_kwargs, _refuse_autocast, module_inputs)
 from ._memory import release_freed_memory
 from ._torchscript import TorchScriptDeprecationWarning, jit_call, user_stacklevel
 from .fallback import search_fallback
@@ -26,6 +28,7 @@ def convert(
     example_inputs: Any = None,
     dtype: Optional[torch.dtype] = None,
     *,
+    example_kwarg_inputs: Optional[Dict[str, Any]] = None,
     calibration_inputs: Optional[Sequence[Any]] = None,
     return_report: bool = False,
     options: Optional[ConversionOptions] = None,
@@ -37,6 +40,11 @@ def convert(
         model: an nn.Module in eval mode, a ScriptModule in eval mode, or a frozen ScriptModule. It is not modified.
         example_inputs: the positional inputs of one forward call (a tensor, or a tuple of tensors / nested
             containers / InputSpec). The model runs once on them to learn every value's dtype and size.
+        example_kwarg_inputs: keyword inputs of that call, a dict (torch.export's kwargs). Keywords that only
+            continue the positional inputs in forward's order are taken as positional ones; others (arguments left
+            out before them) make the model traced with torch.jit.trace's example_kwarg_inputs, and the converted
+            module takes the inputs given, in forward's order. With them, each calibration input is a dict of
+            keyword inputs or an (args, kwargs) pair.
         dtype: torch.float16 or torch.bfloat16; None (default): the device's choice (fp16 on CUDA; on a CPU bf16
             or fp16, whichever it has fast kernels for), with a SlowKernelsWarning where it has none.
         calibration_inputs: more inputs (a list, each like example_inputs) the model runs on before planning: the
@@ -52,11 +60,13 @@ def convert(
     """
     chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
     chosen.refuse_int8("torch_mp.convert")
-    prepared = prepare(model, example_inputs, calibration_inputs=calibration_inputs)
+    prepared = prepare(model, example_inputs, example_kwarg_inputs=example_kwarg_inputs,
+                       calibration_inputs=calibration_inputs)
     return prepared._convert(chosen, return_report, in_place=True)
 
 
 def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
+            example_kwarg_inputs: Optional[Dict[str, Any]] = None,
             calibration_inputs: Optional[Sequence[Any]] = None) -> "PreparedModel":
     """Prepares a model for conversion once: captures it (script, else trace), freezes a copy, cleans it up in fp32
     and observes it on the example (and calibration) inputs. PreparedModel.convert then plans and applies a policy
@@ -64,22 +74,35 @@ def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
     options. Arguments and errors as for torch_mp.convert; the model is not modified."""
     _refuse_autocast("torch_mp.convert")
     inputs = _normalize_inputs(example_inputs)
-    calibration = _normalize_calibration(calibration_inputs)
-    scripted, capture = _capture(model, inputs)
-    try:
-        bound = _prepare_scripted(scripted, inputs, calibration)
-    except ValueError as error:
-        # a module can script and still refuse to run scripted (torch.nn.utils.parametrize raises "Parametrization
-        # is not working with scripting"): tracing records what it computes instead
-        if capture != "script" or not isinstance(error, ModelRunError):
-            raise
+    keyword_inputs = _normalize_kwargs(example_kwarg_inputs)
+    keywords: Tuple[str, ...] = ()  # the forward's parameters the inputs are traced as, where not positional
+    if keyword_inputs:
+        inputs, keywords = _bind_keywords(model, CallInputs(inputs, keyword_inputs))
+        calibration = []
+        for index, call in enumerate(_normalize_calibration_calls(calibration_inputs, None)):
+            values, names = _bind_keywords(model, call)
+            if names != keywords:
+                raise ValueError(f"calibration input {index} binds to other parameters of forward than the example "
+                                 "inputs: give each call the same positional and keyword inputs")
+            calibration.append(values)
+    else:
+        calibration = _normalize_calibration(calibration_inputs)
+    with capture_check.buffers_kept(model):  # tracing runs the model, whose forward may write its buffers (a cache)
+        scripted, capture = _capture(model, inputs, keywords)
         try:
-            with _CAPTURE_LOCK:
-                scripted = _trace(model, inputs, "fails to run scripted")
-        except ValueError:
-            raise error from None  # the inputs do not run the model at all: that is the error to see
-        capture = "trace"
-        bound = _prepare_scripted(scripted, inputs, calibration)
+            bound = _prepare_scripted(scripted, inputs, calibration)
+        except ValueError as error:
+            # a module can script and still refuse to run scripted (torch.nn.utils.parametrize raises
+            # "Parametrization is not working with scripting"): tracing records what it computes instead
+            if capture != "script" or not isinstance(error, ModelRunError):
+                raise
+            try:
+                with _CAPTURE_LOCK:
+                    scripted = _trace(model, inputs, "fails to run scripted")
+            except ValueError:
+                raise error from None  # the inputs do not run the model at all: that is the error to see
+            capture = "trace"
+            bound = _prepare_scripted(scripted, inputs, calibration)
     release_freed_memory()  # the capture check's and the observation's runs, before the low copies are made
     return PreparedModel(scripted, capture, inputs, calibration, bound, _device_of(inputs, model))
 
@@ -154,6 +177,13 @@ class Conversion:
         self._bound_options = options.bind()
         self._rules_checked = False
 
+    def reference(self, inputs: Tuple[Any, ...]) -> Any:
+        with capture_check.buffers_kept(self.scripted):  # the captured module shares the user's module's buffers
+            return self.scripted(*inputs)
+
+    def call(self, module, inputs: Tuple[Any, ...]) -> Any:
+        return module(*self.module_inputs(inputs))
+
     def probe(self, module, inputs: Tuple[Any, ...], ids: Sequence[int]) -> List[Optional[torch.Tensor]]:
         """The first output of each node named, in a conversion made with keep_node_ids, on `inputs` (as the fp32
         model takes them)."""
@@ -190,8 +220,40 @@ def _is_frozen(module: torch.jit.ScriptModule) -> bool:
     return not module._c.hasattr("training")
 
 
-def _capture(model: Any, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModule, str]:
-    """The model as a ScriptModule, and how it was obtained: "scriptmodule" (given), "script" or "trace".""" 
+def _bind_keywords(model: Any, call: CallInputs) -> Tuple[Tuple[Any, ...], Tuple[str, ...]]:
+    """Positional and keyword inputs bound to the model's forward: their values in forward's order, and the names
+    of the parameters they bind to where they must be traced by name (() where they are forward's leading
+    parameters, positional inputs as any other)."""
+    name = getattr(model, "original_name", type(model).__name__)
+    if isinstance(model, torch.jit.ScriptModule):
+        raise ValueError(f"{name} is a ScriptModule, which torch_mp.convert runs with positional inputs only: pass "
+                         "example_inputs in forward's order, or convert the nn.Module (traced with the keyword "
+                         "inputs), or use torch_mp.export, which takes keyword inputs")
+    if not isinstance(model, torch.nn.Module):
+        return call.args + tuple(call.kwargs.values()), ()  # refused by _capture, which names the type
+    signature = inspect.signature(model.forward)
+    try:
+        bound = signature.bind(*call.args, **call.kwargs)
+    except TypeError as error:
+        raise ValueError(f"torch_mp: {name}.forward does not take the {len(call.args)} example inputs and the keyword "
+                         f"inputs {sorted(call.kwargs)} ({error})") from None
+    parameters = list(signature.parameters.values())
+    variadic = [p.name for p in parameters if p.name in bound.arguments and p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if variadic:
+        raise ValueError(f"{name}.forward takes the example inputs through *{variadic[0]}, which a trace cannot "
+                         "name: pass them as forward's named parameters, or use torch_mp.export")
+    names = tuple(bound.arguments)
+    leading = parameters[:len(names)]
+    if names == tuple(p.name for p in leading) and all(p.kind != p.KEYWORD_ONLY for p in leading):
+        return tuple(bound.arguments.values()), ()
+    return tuple(bound.arguments.values()), names
+
+
+def _capture(model: Any, inputs: Tuple[Any, ...], keywords: Tuple[str, ...] = ()
+             ) -> Tuple[torch.jit.ScriptModule, str]:
+    """The model as a ScriptModule, and how it was obtained: "scriptmodule" (given), "script" or "trace". With
+    `keywords` (the parameters `inputs` bind to, leaving out some before them) it is traced by them: a scripted
+    forward would need every argument left out."""
     if isinstance(model, torch.jit.ScriptModule):
         if not _is_frozen(model) and model.training:
             raise ValueError("the module is in training mode; call model.eval() before converting")
@@ -206,6 +268,12 @@ def _capture(model: Any, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModul
             "call model.eval() before converting"
         )
     with _CAPTURE_LOCK:
+        if keywords:
+            try:
+                return _trace(model, inputs, f"is given keyword inputs ({', '.join(keywords)}) with arguments before "
+                              "them left out (so it is traced by name)", keywords), "trace"
+            except ValueError as error:
+                raise ValueError(f"{error}. torch_mp.export takes keyword inputs without tracing") from error
         scripted, capture = _script_or_trace(model, inputs)
     if capture == "script":
         found = _scripted_difference(model, scripted, inputs)  # outside the lock: it runs the model twice
@@ -307,14 +375,20 @@ class TraceWarning(torch.jit.TracerWarning):
     covers it."""
 
 
-def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str) -> torch.jit.ScriptModule:
+def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str, keywords: Tuple[str, ...] = ()
+           ) -> torch.jit.ScriptModule:
+    """The model traced with `inputs` (by the parameter names `keywords` where given), checked by _check_trace."""
     try:
         with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", torch.jit.TracerWarning)
             # strict=False: dict outputs (transformers' ModelOutput, detection heads) are traced as dicts
-            traced = jit_call(torch.jit.trace, model, inputs, check_trace=False, strict=False)
+            if keywords:
+                traced = jit_call(torch.jit.trace, model, example_kwarg_inputs=dict(zip(keywords, inputs)),
+                                  check_trace=False, strict=False)
+            else:
+                traced = jit_call(torch.jit.trace, model, inputs, check_trace=False, strict=False)
     except Exception as trace_error:  # noqa: BLE001
-        untraceable = _untraceable_output(model, inputs)
+        untraceable = _untraceable_output(model, inputs, keywords)
         if untraceable is None:
             raise ValueError(
                 f"{type(model).__name__} {why_not_script} and cannot be traced with the example inputs "
@@ -333,7 +407,7 @@ def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str)
         ) from None
     finally:
         tracer_warnings = _reissue_all_but_tracer_warnings(caught)
-    _check_trace(model, traced, inputs, why_not_script, tracer_warnings)
+    _check_trace(model, traced, inputs, why_not_script, tracer_warnings, keywords)
     if tracer_warnings:
         warnings.warn(
             f"torch_mp.convert traced {type(model).__name__} (it {why_not_script}), and the tracer warned: "
@@ -343,6 +417,11 @@ def _trace(model: torch.nn.Module, inputs: Tuple[Any, ...], why_not_script: str)
             "those lines with torch ops (torch.where instead of if), or use torch_mp.export (torch.export refuses such "
             "a branch instead of fixing it)", TraceWarning, stacklevel=user_stacklevel())
     return traced
+
+
+def _call(model: torch.nn.Module, inputs: Tuple[Any, ...], keywords: Tuple[str, ...]) -> Any:
+    """The model called on inputs, by the parameter names `keywords` where given."""
+    return model(**dict(zip(keywords, inputs))) if keywords else model(*inputs)
 
 
 def _reissue_all_but_tracer_warnings(caught) -> List[str]:
@@ -360,7 +439,7 @@ def _reissue_all_but_tracer_warnings(caught) -> List[str]:
 
 
 def _check_trace(model: torch.nn.Module, traced: torch.jit.ScriptModule, inputs: Tuple[Any, ...],
-                 why_not_script: str, tracer_warnings: List[str]) -> None:
+                 why_not_script: str, tracer_warnings: List[str], keywords: Tuple[str, ...] = ()) -> None:
     """Refuses a trace that does not compute what the model does (capture_check): it is run, and the model, on the
     example inputs plus a little noise, and the outputs compared; a trace that ignores its inputs while the tracer
     warned is refused too (with only integer inputs, say token ids, there is no noise to add). A model that gives
@@ -368,14 +447,15 @@ def _check_trace(model: torch.nn.Module, traced: torch.jit.ScriptModule, inputs:
     near = capture_check.perturbed(inputs)
     with torch.no_grad():
         try:
-            expected = model(*capture_check.copies(near))
+            expected = _call(model, capture_check.copies(near), keywords)
         except Exception:  # noqa: BLE001 - the model fails near its example inputs: nothing to compare with
             return
         try:
             found = capture_check.non_finite_or_different(expected, traced(*capture_check.copies(near)))
         except Exception as error:  # noqa: BLE001
             found = f"the trace fails on them ({_first_line(error)})"
-        if found is not None and capture_check.non_finite_or_different(expected, model(*capture_check.copies(near))):
+        again = None if found is None else _call(model, capture_check.copies(near), keywords)
+        if found is not None and capture_check.non_finite_or_different(expected, again):
             return  # random: the model itself differs from its last run
     constant = capture_check.graph_ignores_inputs(traced.inlined_graph) if found or tracer_warnings else False
     if found is None and not (constant and tracer_warnings):
@@ -394,13 +474,14 @@ def _check_trace(model: torch.nn.Module, traced: torch.jit.ScriptModule, inputs:
     )
 
 
-def _untraceable_output(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Optional[Tuple[str, type]]:
+def _untraceable_output(model: torch.nn.Module, inputs: Tuple[Any, ...], keywords: Tuple[str, ...] = ()
+                        ) -> Optional[Tuple[str, type]]:
     """Where the model's output holds something a trace cannot (anything but a tensor inside tuples, lists and
     dicts), and its type; None if nothing does or the model does not run on the inputs. Runs the model once, as
     tracing just did."""
     try:
         with torch.no_grad():
-            output = model(*inputs)
+            output = _call(model, inputs, keywords)
     except Exception:  # noqa: BLE001 - then the tracer's message is the one to show
         return None
     return _first_non_tensor(output, "output")

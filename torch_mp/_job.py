@@ -13,13 +13,19 @@ if TYPE_CHECKING:  # for the annotations only
 
 
 class ConversionJob(Protocol):
-    """A prepared (captured and observed) model and the options of its conversions."""
+    """A prepared (captured and observed) model and the options of its conversions. `inputs` below are one run's:
+    a tuple of positional inputs (Conversion) or a _inputs.CallInputs (ProgramConversion: with keyword inputs)."""
 
     options: ConversionOptions  # keep_io_dtypes and dtype: what the converted model takes and returns
     keep_non_finite: Set[Any]  # node ids (int or str) every run keeps fp32: the non-finite repair grows it
 
-    def scripted(self, *inputs: Any) -> Any:
-        """The fp32 model's output on `inputs` (the fallback's reference); Conversion's is the captured module."""
+    def reference(self, inputs: Any) -> Any:
+        """The fp32 model's output on `inputs` (the fallback's reference); Conversion's is the captured module's."""
+        ...
+
+    def call(self, module: Any, inputs: Any) -> Any:
+        """A converted model's output on `inputs` (as the fp32 model takes them; module_inputs turns them into what
+        it takes)."""
         ...
 
     def run(self, keep_fp32: Iterable[Any] = (), keep_node_ids: bool = False, in_place: bool = False,

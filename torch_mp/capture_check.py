@@ -12,6 +12,7 @@ shapes and values (`output_mismatch`).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -45,6 +46,24 @@ def perturbed(inputs: Any, seed: int = 0) -> Any:
 def copies(inputs: Any) -> Any:
     """The inputs with every tensor cloned: what a run that may write into its inputs is given."""
     return pytree.tree_map(lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v, inputs)
+
+
+@contextlib.contextmanager
+def buffers_kept(model: Any) -> Iterator[None]:
+    """Puts back the values the module's buffers had on entry: a forward that writes into them (a static KV cache, a
+    counter), run to capture or check the model, must leave the user's module as it was. The tensors are the
+    module's own (not copies given to the run), so a write that reaches a buffer otherwise than through the module's
+    attribute (transformers' StaticCache holds its layers' tensors, registered as buffers of its exporter) is put
+    back too."""
+    buffers = list(model.buffers()) if isinstance(model, torch.nn.Module) else []
+    saved = [buffer.clone() for buffer in buffers]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for buffer, value in zip(buffers, saved):
+                if not torch.equal(buffer, value):
+                    buffer.copy_(value)
 
 
 def difference(expected: Sequence[Any], actual: Sequence[Any], what: str = "the model's") -> Optional[str]:

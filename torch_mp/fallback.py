@@ -96,7 +96,7 @@ class Evaluator:
         self.tolerance = tolerance
         self.metric = metric or relative_error
         with torch.no_grad():
-            self.references = [job.scripted(*inputs) for inputs in self.calibration]
+            self.references = [job.reference(inputs) for inputs in self.calibration]
         self.conversions = 0
         self.converting = 0.0  # seconds spent converting and running converted models
         self.running = 0.0
@@ -113,7 +113,7 @@ class Evaluator:
         worst = 0.0
         with torch.no_grad():
             for inputs, reference in zip(self.calibration, self.references):
-                output = module(*self.job.module_inputs(inputs))
+                output = self.job.call(module, inputs)
                 self._check_dtypes(reference, output)
                 worst = max(worst, float(self.metric(reference, output)))
                 if not exact and not self.meets(worst):

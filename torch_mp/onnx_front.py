@@ -47,15 +47,17 @@ def onnx_policy(dtype: torch.dtype) -> OpPolicy:
 
 
 def onnx_export(model: Any, example_inputs: Any, path: Any, dtype: Optional[torch.dtype] = None, *,
-                opset: Optional[int] = None, dynamic_shapes: Any = None,
+                opset: Optional[int] = None, example_kwarg_inputs: Optional[Dict[str, Any]] = None,
+                dynamic_shapes: Any = None,
                 calibration_inputs: Optional[Sequence[Any]] = None,
                 external_data_threshold: int = EXTERNAL_DATA_THRESHOLD, return_report: bool = False,
                 options: Optional[ConversionOptions] = None, **option_fields):
     """Converts `model` as torch_mp.export does and writes the program as an ONNX file at `path`.
 
     Args:
-        model, example_inputs, calibration_inputs, dynamic_shapes: as for torch_mp.export (a module in eval mode or
-            an ExportedProgram; dynamic_shapes gives the ONNX graph its symbolic axes).
+        model, example_inputs, example_kwarg_inputs, calibration_inputs, dynamic_shapes: as for torch_mp.export (a
+            module in eval mode or an ExportedProgram; dynamic_shapes gives the ONNX graph its symbolic axes; keyword
+            inputs are graph inputs named after them).
         path: the .onnx file to write (its folder must exist).
         dtype: torch.float16 (the default, also for dtype=None) or torch.bfloat16.
         opset: the ONNX opset (default DEFAULT_OPSET, 20).
@@ -86,7 +88,8 @@ def onnx_export(model: Any, example_inputs: Any, path: Any, dtype: Optional[torc
         chosen = dataclasses.replace(chosen, dtype=torch.float16)
     if chosen.policy is None:
         chosen = dataclasses.replace(chosen, policy=onnx_policy(chosen.dtype))
-    program, report = export(model, example_inputs, calibration_inputs=calibration_inputs,
+    program, report = export(model, example_inputs, example_kwarg_inputs=example_kwarg_inputs,
+                             calibration_inputs=calibration_inputs,
                              dynamic_shapes=dynamic_shapes, return_report=True, options=chosen)
     start = time.perf_counter()
     proto = program_to_onnx(program, opset or DEFAULT_OPSET)

@@ -9,12 +9,14 @@ torch_mp.export, torch_mp.aoti_compile and the load-time pass (these + `calibrat
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable, Optional, Union
 
 import torch
 
 from . import _C
-from .policy import OpPolicy, device_dtype, fast_float_dtype, target_for
+from .policy import (OpPolicy, SlowKernelsWarning, all_fp32, device_dtype, fast_float_dtype, runs_nothing_heavy_low,
+                     target_for, warn_nothing_low)
 
 LOW_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 PLANNERS = _C.PLANNERS  # ("min-cut", "greedy"), as the C++ options parse them
@@ -100,20 +102,29 @@ class ConversionOptions:
         return dataclasses.replace(options, **given) if given else options
 
     def for_device(self, device: Union[str, torch.device]) -> "ConversionOptions":
-        """With the dtype and the policy the device gets where they were left to it (for int8: the float plan's)."""
+        """With the dtype and the policy the device gets where they were left to it (for int8: the float plan's). A
+        policy that runs nothing heavy low, for want of fast kernels, becomes all fp32 (policy.all_fp32): nothing
+        stored or computed low for no speed; with an explicit dtype that is a SlowKernelsWarning (dtype=None warned
+        already, in device_dtype; int8 does not warn: it is the answer to no fast float kernels)."""
         device = torch.device(device)
         if self.int8:
             if device.type != "cpu":
                 raise ValueError(f"dtype=torch.int8 converts for x86 CPUs (oneDNN int8 kernels); the inputs are on "
                                  f"{device.type}, where torch_mp has no int8 path: use dtype=torch.float16 there")
             float_dtype = self.int8_float_dtype or fast_float_dtype(device)
-            planned = dataclasses.replace(self, dtype=float_dtype, int8_float_dtype=None).for_device(device)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SlowKernelsWarning)
+                planned = dataclasses.replace(self, dtype=float_dtype, int8_float_dtype=None).for_device(device)
             return dataclasses.replace(planned, dtype=torch.int8, int8_float_dtype=float_dtype)
         dtype = self.dtype if self.dtype is not None else device_dtype(device)
         policy = self.policy
         if policy is None:
             capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
             policy = OpPolicy.default(target_for(device, dtype), cuda_capability=capability)
+        if runs_nothing_heavy_low(policy):
+            if self.dtype is not None:
+                warn_nothing_low(policy, dtype, target_for(device, dtype))
+            policy = all_fp32(policy)
         return dataclasses.replace(self, dtype=dtype, policy=policy)
 
     def refuse_torchscript_only(self, front: str) -> None:

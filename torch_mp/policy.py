@@ -17,6 +17,7 @@ over it.
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -106,6 +107,48 @@ def device_dtype(device: Union[str, torch.device]) -> torch.dtype:
                   f"heavy ops stay fp32 ({'; '.join(reasons)}). Pass dtype= to choose, or plan for another device "
                   "with policy=torch_mp.OpPolicy.default(target, cpu_features=...)", SlowKernelsWarning, stacklevel=3)
     return choices[0]
+
+
+def runs_nothing_heavy_low(policy: "OpPolicy") -> bool:
+    """Whether the policy keeps every heavy op fp32 for want of fast kernels (slow_kernels) and the user made none low
+    (no op set low, no forced-low rule or node, no node rule): what it would plan low, pointwise ops and the tables
+    lookups read, gains no speed and loses accuracy."""
+    return (policy.slow_kernels is not None and not policy.ops("low") and not policy.ops("low_fp32_output")
+            and not policy.forced_low and not policy.forced_low_nodes and not policy.rules)
+
+
+def all_fp32(policy: "OpPolicy") -> "OpPolicy":
+    """A copy of a policy that runs nothing heavy low (runs_nothing_heavy_low) with every op fp32, each reason saying
+    why; its name, exclusions and slow_kernels kept, and the heavy ops' rule kind ("no fast kernel")."""
+    kept = policy.copy()
+    for op, category, reason in kept.rows():
+        if category != "fp32":
+            kept._c.set(op, "fp32", f"{reason}; fp32 with the heavy ops, which have no fast kernels here "
+                                    f"({policy.slow_kernels}): low, it would lose accuracy for no speed")
+    return kept
+
+
+def warn_nothing_low(policy: "OpPolicy", dtype: torch.dtype, device_target: str) -> None:
+    """The warning for an explicit low dtype that a policy without fast kernels would run nothing heavy in; its remedy
+    names the policy's target (a default policy's name), else the device's."""
+    named = policy.name.partition("+")[0]
+    target = named if named in TARGETS else device_target
+    remedy = (f'torch_mp.OpPolicy.default("{target}", cuda_capability=(8, 0))' if target.startswith("cuda")
+              else f'torch_mp.OpPolicy.default("{target}", cpu_features="all")')
+    warnings.warn(
+        f"dtype={dtype} runs nothing heavy low here: the policy {policy.name} keeps the heavy ops fp32 "
+        f"({policy.slow_kernels}), so torch_mp keeps every op and stored tensor fp32 too (low pointwise ops and "
+        f"tables would lose accuracy for no speed; the report's slow_kernels says why). To plan for a device that has "
+        f"fast {dtype} kernels, pass policy={remedy} (or the features of the device you deploy to); to force "
+        "chosen ops low here, edit the policy (set, force_low)", SlowKernelsWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first caller outside torch_mp: the user's code, or the command line's __main__."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "torch_mp":
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 def _module_rules(method: str, patterns, ops) -> List[Tuple[str, Optional[List[str]]]]:

@@ -1,5 +1,5 @@
 // The FLOP formulas of core/op_facts over operand sizes: what both fronts count a heavy op's multiply-add FLOPs with
-// (jit/plan/flop_estimate for TorchScript nodes, torch_mp/_export.py for FX nodes), every formula written here once.
+// (jit/plan/flop_estimate for TorchScript nodes, torch_mp/_export/facts.py for FX nodes), every formula written here once.
 #pragma once
 
 #include <cstdint>

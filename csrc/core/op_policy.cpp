@@ -43,6 +43,9 @@ constexpr const char* kDistance = "distance/norm: sums of squares overflow fp16"
 constexpr const char* kInterpolate = "interpolation: weighted sums of neighbours, kept fp32 for accuracy";
 constexpr const char* kExplicitCast = "explicit cast written by the model: keeps its target dtype";
 constexpr const char* kFactory = "creates a tensor in the dtype its arguments name: kept as the model wrote it";
+constexpr const char* kCacheWrite =
+    "writes its source into a copy of the tensor at the positions given: data movement, exact in any dtype; a KV cache "
+    "it writes follows the attention that reads it, stored low where that runs low";
 
 // clang-format off
 const DefaultEntry kDefaultEntries[] = {
@@ -186,6 +189,8 @@ const DefaultEntry kDefaultEntries[] = {
     {"aten::slice_scatter", kFollow, "a copy with a slice replaced: data movement, exact in any dtype"},
     {"aten::select_scatter", kFollow, "a copy with a row replaced: data movement, exact in any dtype"},
     {"aten::copy_", kFollow, "copies its source into the tensor, converting to the tensor's dtype: no arithmetic"},
+    {"aten::copy", kFollow, "a copy of its source in the tensor's dtype and shape (copy_ made functional): no arithmetic"},
+    {"aten::index_copy", kFollow, kCacheWrite},
 
     // --- follow: pooling ------------------------------------------------------------------------------------
     {"aten::max_pool1d", kFollow, kPool},

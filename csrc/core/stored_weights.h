@@ -1,5 +1,5 @@
 // How each stored tensor of a converted model is kept, from who reads it: the rule both fronts store weights by
-// (jit/rewrite/apply_precision_plan for a frozen module's constants, torch_mp/_export.py for an exported program's
+// (jit/rewrite/apply_precision_plan for a frozen module's constants, torch_mp/_export/apply.py for an exported program's
 // parameters, buffers and lifted constants).
 //
 // An fp32 tensor only low nodes read is stored low; one only fp32 nodes read stays fp32; one read in both precisions

@@ -1,6 +1,6 @@
 // The underflow-to-zero guard, written once for both fronts, over an IR-free view of a graph: its nodes (op, the
 // values each reads, the float scalars it reads) and values (who computes each). jit/plan/numeric_guards builds the
-// view of a TorchScript graph, torch_mp/_export.py that of an FX graph (through _C.underflow_to_zero).
+// view of a TorchScript graph, torch_mp/_export/facts.py that of an FX graph (through _C.underflow_to_zero).
 //
 // For each read where a 0 gives inf or NaN (core/op_facts' zeroSensitiveInput: a divisor, rsqrt's or log's argument,
 // the base of a negative power), the value read is followed back through the views and copies that pass it on

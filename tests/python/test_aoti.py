@@ -1,6 +1,6 @@
 """torch_mp.aoti_compile: AOTInductor packages of torch_mp.export's programs compute what the program does.
 
-Each compile takes tens of seconds on a 2-core machine: this file holds the suite's only three. The C++ loader runs a
+Each compile takes tens of seconds on a 2-core machine: this file holds the suite's only five. The C++ loader runs a
 package in ctest (aoti_package, tests/aoti/check.sh).
 """
 import warnings
@@ -90,3 +90,45 @@ def test_a_package_with_a_dynamic_batch_runs_at_other_batch_sizes(dynamic_packag
         assert out.shape == (size, 8) and out.dtype == torch.float32
         with torch.no_grad():
             torch.testing.assert_close(out, model(x), rtol=2e-2, atol=2e-2)
+
+
+def test_a_package_takes_keyword_inputs(tmp_path):
+    """example_kwarg_inputs= reaches the export, and the package takes the keyword input by name."""
+
+    class Shifted(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 8)
+
+        def forward(self, x, shift=None):
+            return self.linear(x) + shift
+
+    model, x, shift = Shifted().eval(), torch.randn(4, 8), torch.randn(4, 8)
+    policy = torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all")
+    program = torch_mp.export(model, (x,), torch.bfloat16, example_kwarg_inputs={"shift": shift}, policy=policy)
+    path = torch_mp.aoti_compile(model, (x,), torch.bfloat16, str(tmp_path / "shifted.pt2"),
+                                 example_kwarg_inputs={"shift": shift}, policy=policy)
+    package = torch._inductor.aoti_load_package(path)
+    other = torch.randn(4, 8)
+    expected = program.module()(x, shift=other)
+    torch.testing.assert_close(package(x, shift=other), expected, rtol=1e-2, atol=1e-2)  # not the example shift
+    with torch.no_grad():
+        torch.testing.assert_close(expected, model(x, shift=other), rtol=2e-2, atol=2e-2)
+
+
+def test_a_package_keeps_the_cache_its_program_writes(tmp_path):
+    """A program whose forward writes its KV cache (test_state_writes.py's decoder): the package holds the buffer
+    and its writes, step after step, and decodes fp32's greedy tokens."""
+    import copy
+
+    from test_state_writes import NEW_TOKENS, PROMPT, StaticCacheDecoder, greedy
+
+    model = StaticCacheDecoder().eval()
+    prompt = torch.randint(0, 64, (PROMPT,)).tolist()
+    tokens = greedy(copy.deepcopy(model), prompt, NEW_TOKENS)
+    path = torch_mp.aoti_compile(model, (torch.tensor([[1]]), torch.tensor([0])), torch.bfloat16,
+                                 str(tmp_path / "decoder.pt2"),
+                                 policy=torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all"))
+    assert len(set(tokens)) > 1
+    assert greedy(torch._inductor.aoti_load_package(path), prompt, NEW_TOKENS) == tokens
+    assert all(not bool(buffer.any()) for buffer in model.buffers())

@@ -3,6 +3,7 @@ without tensor cores for the low dtype, the default policy keeps convolutions, m
 report says why; the user can still force them. conftest.py plans the rest of the suite for a CPU with every fast
 kernel; these tests name the CPU or GPU planned for."""
 import os
+import warnings
 
 import pytest
 import torch
@@ -139,3 +140,73 @@ def test_unknown_feature_name_is_a_clear_error(monkeypatch, model_and_input):
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     with pytest.raises(ValueError, match="unknown CPU feature in 'sse9'"):
         torch_mp.OpPolicy.default("cpu_bf16", cpu_features=["sse9"])
+
+
+class TokensAndPositions(nn.Module):
+    """GPT-2's input: a token table and a position table, read by lookups only, then a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens = nn.Embedding(100, 32)
+        self.positions = nn.Embedding(16, 32)
+        self.head = nn.Linear(32, 100)
+
+    def forward(self, ids):
+        return self.head(self.tokens(ids) + self.positions(torch.arange(ids.shape[1])))
+
+
+def slow_kernel_warnings(caught):
+    return [str(w.message) for w in caught if issubclass(w.category, torch_mp.SlowKernelsWarning)]
+
+
+@pytest.mark.parametrize("front", ["convert", "export"])
+def test_an_explicit_dtype_without_fast_kernels_warns_once_and_stores_nothing_low(monkeypatch, front):
+    """Issue 59, item 4: bf16 asked for on a CPU without bf16 arithmetic would run no heavy op low, yet stored the
+    tables, which lookups alone read, in bf16: accuracy lost for no speed, silently. It warns once, naming the
+    policy and the remedy, and the model stays fp32: tables, casts and outputs."""
+    monkeypatch.setenv("TORCH_MP_CPU_FEATURES", "none")
+    model, ids = TokensAndPositions().eval(), torch.randint(0, 100, (2, 16))
+    convert = getattr(torch_mp, front)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        converted, report = convert(model, (ids,), torch.bfloat16, return_report=True)
+    [message] = slow_kernel_warnings(caught)
+    assert "dtype=torch.bfloat16 runs nothing heavy low here: the policy cpu_bf16 keeps the heavy ops fp32" in message
+    assert 'policy=torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all")' in message
+    assert report.data["slow_kernels"] and "this CPU has none of avx512_bf16" in report.data["slow_kernels"]
+    assert report.weight_ratio == 1.0 and report.casts == [] and report.low_precision_flop_fraction == 0.0
+    assert all(node["precision"] == "fp32" for node in report.nodes)
+    rule_kinds = {node["op"].replace("aten.", "aten::").split(".")[0]: node["rule_kind"] for node in report.nodes}
+    assert rule_kinds["aten::linear"] == "no fast kernel" and rule_kinds["aten::embedding"] == "policy"
+    assert "fp32 with the heavy ops, which have no fast kernels here" in \
+        next(n["rule"] for n in report.nodes if "embedding" in n["op"])
+    if front == "export":
+        assert {t.dtype for t in converted.state_dict.values()} == {torch.float32}
+        converted = converted.module()
+    with torch.no_grad():
+        torch.testing.assert_close(converted(ids), model(ids), rtol=1e-5, atol=1e-6)  # fp32 rounding only
+
+
+@pytest.mark.parametrize("front", ["convert", "export"])
+def test_no_warning_where_something_heavy_runs_low(monkeypatch, front):
+    """The policy of a CPU with the kernels, or one forcing a heavy op low here, stores the tables low, silently;
+    dtype=None warns once (device_dtype's warning), not twice."""
+    monkeypatch.setenv("TORCH_MP_CPU_FEATURES", "none")
+    model, ids = TokensAndPositions().eval(), torch.randint(0, 100, (2, 16))
+    convert = getattr(torch_mp, front)
+    fast = torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all")
+    forced = torch_mp.OpPolicy.default("cpu_bf16").set("aten::linear", "low", "deployed where bf16 is fast")
+    for policy in (fast, forced):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _, report = convert(model, (ids,), torch.bfloat16, policy=policy, return_report=True)
+        assert not slow_kernel_warnings(caught)
+        assert report.low_precision_flop_fraction == 1.0
+        assert all(n["precision"] == "low" for n in report.nodes if "embedding" in n["op"])
+        assert report.weight_ratio < 0.51  # both tables and the head's weight in bf16
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, report = convert(model, (ids,), return_report=True)
+    assert len(slow_kernel_warnings(caught)) == 1 and "no low-precision dtype has fast kernels" in \
+        slow_kernel_warnings(caught)[0]
+    assert report.weight_ratio == 1.0 and report.casts == []

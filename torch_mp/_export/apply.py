@@ -2,9 +2,10 @@
 first reader that needs it), each node's value recomputed where its inputs' dtypes changed (an RNN's from its fp32
 layouts, without a fake run); the stored tensors (parameters, buffers, lifted constants) kept low, fp32 or in both
 by core/stored_weights' rule (_C.storing_of), a low copy beside an fp32 one as a lifted constant; the stored
-tensors nothing reads dropped, as freezing drops them. Takes the fp32 program, the _Planned records and the plan;
-hands on the program, its casts, its weight bytes and fp32 weights, the report's graph (as _C.program_report takes
-them, by FX node name)."""
+tensors nothing reads dropped, as freezing drops them; the buffers the program writes copied (its own), stored low
+only where a cache write writes them (CACHE_WRITES) and written back in the dtype they are stored in. Takes the fp32
+program, the _Planned records and the plan; hands on the program, its casts, its weight bytes and fp32 weights, the
+report's graph (as _C.program_report takes them, by FX node name)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+from torch.export.graph_signature import InputKind, InputSpec, OutputKind, TensorArgument
 from torch.fx.node import map_arg
 
 from .. import _C
@@ -49,7 +50,9 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
     # how each stored tensor is kept is core/stored_weights' rule, from who reads it; one tensor may be held by
     # several placeholders (tied weights)
     stored_low, stored_both = _storing(stored_readers, low_nodes, lambda name: table_of(name)[specs[name].target])
+    _keep_state_fp32(program, graph, specs, stored_low, stored_both)
     low_copies, copy_specs = _low_copy_placeholders(graph, specs, stored_both, low, fake_mode)
+    buffers_low = {specs[name].target for name in stored_low if specs[name].kind == InputKind.BUFFER}
     specs.update(copy_specs)
 
     def wanted(value: torch.fx.Node, reader_low: bool) -> Optional[torch.dtype]:
@@ -93,7 +96,11 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         if node.op not in ("call_function", "output"):
             continue
         if node.op == "output":  # with low-precision IO, fp32 outputs are read as a low node reads them
-            node.args = map_arg(node.args, lambda v: read(v, node, low_io))
+            # a buffer's new value goes back in the dtype the buffer is stored in: a cache stored low is written low
+            written_low = {i for i, spec in enumerate(program.graph_signature.output_specs)
+                           if spec.kind == OutputKind.BUFFER_MUTATION and spec.target in buffers_low}
+            (outputs,) = node.args
+            node.args = (type(outputs)(read(v, node, low_io or i in written_low) for i, v in enumerate(outputs)),)
             continue
         if node.target is not operator.getitem:  # a getitem takes what its call made
             reader_low = node.name in low_nodes
@@ -117,6 +124,12 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         tensor = table_of(name)[specs[name].target]
         lowered.setdefault(id(tensor), tensor.detach().to(low))
         constants[copy_node.name] = lowered[id(tensor)]
+    for target in set(program.graph_signature.buffers_to_mutate.values()):
+        # a buffer the program writes (a cache, a counter) is its own: running it must not write into the tensor
+        # of the model or program it was converted from, which torch.export shares
+        table = state_dict if target in state_dict else constants
+        if table[target] is program.state_dict.get(target, program.constants.get(target)):
+            table[target] = table[target].clone()
     signature = _with_inputs(program.graph_signature, copy_specs)
     signature = _without_unread_state(signature, specs, graph, state_dict, constants)
     weights = (_stored_bytes(*read_before), _stored_bytes(state_dict, constants),
@@ -125,6 +138,33 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
         converted = program._update(module, renamed_outputs(signature, graph), state_dict=state_dict,
                                     constants=constants)
     return converted, casts, weights, _graph_items(graph, planned, made)
+
+
+# The ops that write a buffer's new value by moving data only (a KV cache's writes), and why a buffer they write may
+# be stored low: any other write computes (a counter's add, a running mean), and stored low it would accumulate the
+# low dtype's rounding step after step.
+CACHE_WRITES = {
+    "aten::index_copy": "writes rows of its source at the positions given: exact in the low dtype",
+    "aten::copy": "copies its source, converted to the buffer's dtype: exact in the low dtype",
+    "aten::slice_scatter": "writes its source into a slice: exact in the low dtype",
+    "aten::select_scatter": "writes its source into a row: exact in the low dtype",
+}
+
+
+def _keep_state_fp32(program: ExportedProgram, graph: torch.fx.Graph, specs: Dict[str, InputSpec],
+                     stored_low: Set[str], stored_both: Set[str]) -> None:
+    """Takes out of `stored_low` and `stored_both` the buffers the program writes that must stay fp32: one written by
+    anything but a cache write (CACHE_WRITES), and any kept in both dtypes (a low copy beside it would not see the
+    writes)."""
+    writers = {spec.target: spec.arg.name for spec in program.graph_signature.output_specs
+               if spec.kind == OutputKind.BUFFER_MUTATION}
+    nodes = {node.name: node for node in graph.nodes}
+    for name in list(stored_low | stored_both):
+        target = specs[name].target
+        if specs[name].kind == InputKind.BUFFER and target in writers:
+            if name in stored_both or _op_name(nodes[writers[target]]) not in CACHE_WRITES:
+                stored_low.discard(name)
+                stored_both.discard(name)
 
 
 def _storing(stored_readers: Dict[str, List[torch.fx.Node]], low_nodes: Set[str],

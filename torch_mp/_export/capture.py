@@ -10,72 +10,99 @@ from typing import Any, Tuple
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import OutputKind
+from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import capture_check
-from .._errors import ModelRunError
-from .._inputs import _normalize_inputs
+from .._errors import ConversionError, ModelRunError
+from .._inputs import CallInputs, _normalize_inputs, _normalize_kwargs
 from .fold_batch_norms import fold_batch_norms
 from .fold_constants import fold_constants
+from .functional_writes import makes_view, writes
 from .inference_form import inference_form
 
 
-def _program_of(model: Any, example_inputs: Any, dynamic_shapes: Any) -> Tuple[ExportedProgram, Tuple[Any, ...],
-                                                                             Any]:
+def _program_of(model: Any, example_inputs: Any, example_kwarg_inputs: Any, dynamic_shapes: Any
+                ) -> Tuple[ExportedProgram, CallInputs, Any]:
     """The functional program to plan (a new one: the model's or the given program is never changed), the example
     inputs, and for a module its eager output on them (None for a program)."""
     eager = None
     if isinstance(model, ExportedProgram):
-        if example_inputs is None and model.example_inputs is not None:
-            args, kwargs = model.example_inputs
-            if kwargs:
-                raise ValueError("the program's example inputs hold keyword arguments; pass example_inputs")
-            example_inputs = args
-        inputs = _normalize_inputs(example_inputs)
+        if example_inputs is None and example_kwarg_inputs is None and model.example_inputs is not None:
+            example_inputs, example_kwarg_inputs = model.example_inputs
+        call = CallInputs(_normalize_inputs(example_inputs), _normalize_kwargs(example_kwarg_inputs))
         program = model
-        if inputs:
-            _check_input_count(program, inputs)
+        if call.args or call.kwargs:
+            _check_program_inputs(program, call)
+        lost = _writes_into_constants(program)
+        if lost:
+            raise ValueError(f"the program given writes into tensors torch.export lifted as constants: {lost}. "
+                             f"{LOST_WRITES_REMEDY}")
     elif isinstance(model, torch.nn.Module):
         if model.training:
             raise ValueError(f"{type(model).__name__} is in training mode (dropout and batch-norm statistics would "
                              "be wrong); call model.eval() before exporting")
-        inputs = _normalize_inputs(example_inputs)
-        if inputs:
-            eager = _run_eager(model, inputs)
-        program = _export_module(model, inputs, dynamic_shapes)
+        call = CallInputs(_normalize_inputs(example_inputs), _normalize_kwargs(example_kwarg_inputs))
+        if call.args or call.kwargs:
+            _check_binding(model, call)
+            # exported before its eager run: a capture refused for writes it would lose (into a tensor the model
+            # holds outside its buffers, which no run could put back) never runs the model
+            try:
+                program = _export_module(model, call, dynamic_shapes)
+            except CaptureError as error:
+                if not error.lost_writes:
+                    _run_eager(model, call)  # the model's own failure on its inputs (a ModelRunError) comes first
+                raise
+            eager = _run_eager(model, call)
     else:
         raise TypeError(f"expected a torch.nn.Module or torch.export.ExportedProgram, got {type(model).__name__}")
-    if not inputs:
+    if not call.args and not call.kwargs:
         raise ValueError("example_inputs are required: torch_mp runs the program to observe every value")
-    return fold_batch_norms(fold_constants(inference_form(program))), inputs, eager
+    try:
+        functional = inference_form(program)
+    except Exception as error:  # noqa: BLE001 - torch's retrace failing inside torch_mp: say what was attempted
+        raise ConversionError(
+            f"torch_mp could not make the program of {type(model).__name__} functional: ExportedProgram."
+            f"run_decompositions({{}}) failed ({_first_line(error)}). A program that writes in place into tensors "
+            "other than its inputs, buffers and fresh tensors is the usual cause") from error
+    return fold_batch_norms(fold_constants(functional)), call, eager
 
 
-def _check_input_count(program: ExportedProgram, inputs: Tuple[Any, ...]) -> None:
-    """A program given other than as many positional inputs as it takes: a ValueError, as convert's."""
+def _check_program_inputs(program: ExportedProgram, call: CallInputs) -> None:
+    """A program given other positional inputs than it takes (their number) or other keyword inputs (their names):
+    a ValueError, as convert's."""
     spec = program.call_spec.in_spec
     if spec is None:
         return
-    args_spec = spec.child(0) if hasattr(spec, "child") else spec.children_specs[0]  # torch < 2.10: no child()
-    if args_spec.num_children != len(inputs):
+    children = [spec.child(0), spec.child(1)] if hasattr(spec, "child") else spec.children_specs  # torch < 2.10
+    args_spec, kwargs_spec = children
+    if args_spec.num_children != len(call.args):
         raise ValueError(f"torch_mp: the program takes {args_spec.num_children} inputs but example_inputs has "
-                         f"{len(inputs)}")
+                         f"{len(call.args)}")
+    keywords = list(kwargs_spec.context or [])
+    if sorted(keywords) != sorted(call.kwargs):
+        raise ValueError(f"torch_mp: the program takes the keyword inputs {sorted(keywords)} but "
+                         f"example_kwarg_inputs has {sorted(call.kwargs)}")
 
 
-def _run_eager(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Any:
-    """The model's output on (copies of) the example inputs, under no_grad, its buffers copies too so that a forward
-    writing into them (a cache) leaves the model as it was: the reference the program is checked against. Inputs
-    that do not bind to forward are a ValueError, as convert's; a model raising on them a ModelRunError."""
+def _check_binding(model: torch.nn.Module, call: CallInputs) -> None:
+    """Inputs that do not bind to forward: a ValueError, as convert's."""
     try:
-        inspect.signature(model.forward).bind(*inputs)
+        inspect.signature(model.forward).bind(*call.args, **call.kwargs)
     except TypeError as error:
-        raise ValueError(f"torch_mp: {type(model).__name__}.forward does not take the {len(inputs)} example inputs "
-                         f"({error})") from None
+        raise ValueError(f"torch_mp: {type(model).__name__}.forward does not take the {len(call.args)} example inputs"
+                         + (f" and the keyword inputs {sorted(call.kwargs)}" if call.kwargs else "")
+                         + f" ({error})") from None
     except ValueError:  # no signature to read (a builtin forward): the call itself tells
         pass
-    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+
+
+def _run_eager(model: torch.nn.Module, call: CallInputs) -> Any:
+    """The model's output on (copies of) the example inputs, under no_grad, its buffers put back after it so that a
+    forward writing into them (a cache) leaves the model as it was: the reference the program is checked against. A
+    model raising on them: a ModelRunError."""
     try:
-        with torch.no_grad():
-            return torch.func.functional_call(model, buffers, capture_check.copies(inputs), strict=False)
+        with torch.no_grad(), capture_check.buffers_kept(model):
+            return capture_check.copies(model(*capture_check.copies(call.args), **capture_check.copies(call.kwargs)))
     except Exception as error:  # noqa: BLE001 - the model's own failure on its inputs
         raise ModelRunError(f"torch_mp: running the model on the example inputs failed: {_first_line(error)}") \
             from error
@@ -102,15 +129,80 @@ def _check_capture(model: torch.nn.Module, program: ExportedProgram, eager: Any,
     )
 
 
-def _export_module(model: torch.nn.Module, inputs: Tuple[Any, ...], dynamic_shapes: Any) -> ExportedProgram:
-    errors = []
+def _export_module(model: torch.nn.Module, call: CallInputs, dynamic_shapes: Any) -> ExportedProgram:
+    """torch.export's program of the model: non-strict, else strict. A non-strict program that writes into lifted
+    constants lost those writes (below) and is not taken: strict capture (TorchDynamo) follows a tensor the model
+    holds in a plain object (transformers' StaticCache layers) to the buffer it is registered as, and keeps the
+    writes as buffer mutations."""
+    errors, lost_writes = [], False
     for strict in (False, True):  # non-strict traces Python as it runs; strict (TorchDynamo) where that fails
+        mode = "strict" if strict else "non-strict"
         try:
             with torch.no_grad():
-                return torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes, strict=strict)
+                program = torch.export.export(model, call.args, call.kwargs or None, dynamic_shapes=dynamic_shapes,
+                                              strict=strict)
         except Exception as error:  # noqa: BLE001 - both modes failing is the error to report
-            errors.append(f"{'strict' if strict else 'non-strict'}: {_first_line(error)}")
-    raise ValueError(f"torch.export could not capture {type(model).__name__}: " + "; ".join(errors))
+            errors.append(f"{mode}: {_first_line(error)}")
+            continue
+        lost = _writes_into_constants(program)
+        if not lost:
+            return program
+        lost_writes = True
+        errors.append(f"{mode}: it writes into tensors the capture lifted as constants, so the writes would be lost: "
+                      f"{lost}")
+    raise CaptureError(f"torch.export could not capture {type(model).__name__}: " + "; ".join(errors)
+                       + (f". {LOST_WRITES_REMEDY}" if lost_writes else ""), lost_writes)
+
+
+class CaptureError(ValueError):
+    """torch.export could not capture the model in either mode; `lost_writes`: a capture wrote into lifted
+    constants (the model's own run could write into them too: it is not run)."""
+
+    def __init__(self, message: str, lost_writes: bool):
+        super().__init__(message)
+        self.lost_writes = lost_writes
+
+
+LOST_WRITES_REMEDY = (
+    "A tensor the forward writes in place (a KV cache, a counter) must be state of the program: register it as a "
+    "buffer (module.register_buffer) and have forward reach it through the module, or export the model with "
+    "torch.export.export(..., strict=True), which follows a tensor held in another object (transformers' StaticCache) "
+    "to the buffer it is registered as, and pass the ExportedProgram")
+
+
+def _writes_into_constants(program: ExportedProgram) -> str:
+    """The lifted constant tensors the program writes in place (directly or through views), each with the op, the
+    module and the source line that write it; "" when none. torch.export lifts a tensor the model holds outside its
+    parameters and buffers as a constant: a write into it changes that constant only, not state the program keeps
+    (non-strict capture of a cache held in a plain Python object)."""
+    constants = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs
+                 if spec.kind == InputKind.CONSTANT_TENSOR}
+    found = []
+    for node in program.graph.nodes:
+        if not writes(node):
+            continue
+        schema = node.target._schema
+        for argument, value in zip(schema.arguments, node.args):
+            if argument.alias_info is None or not argument.alias_info.is_write or not isinstance(value, torch.fx.Node):
+                continue
+            while makes_view(value) and value.args and isinstance(value.args[0], torch.fx.Node):
+                value = value.args[0]
+            if value.name in constants:
+                found.append(f"{constants[value.name]} (by {node.target._schema.name}{_where(node)})")
+    return "; ".join(found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+
+
+def _where(node: torch.fx.Node) -> str:
+    """ in module PATH (Type), at FILE:LINE `code`: where a node comes from, as far as its metadata tells."""
+    text = ""
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        path, kind = list(stack.values())[-1]
+        text += f" in module {path or '<top>'} ({getattr(kind, '__name__', str(kind).rsplit('.', 1)[-1])})"
+    trace = [line.strip() for line in (node.meta.get("stack_trace") or "").strip().splitlines()]
+    if len(trace) >= 2 and trace[-2].startswith("File "):
+        text += f", at {trace[-2][5:]}: `{trace[-1]}`"
+    return text
 
 
 def _first_line(error: Exception) -> str:

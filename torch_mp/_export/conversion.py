@@ -11,9 +11,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 import torch
 from torch.export import ExportedProgram
 
-from .. import _C
+from .. import _C, capture_check
 from .._errors import ConversionError, ModelRunError
-from .._inputs import _device_of, _normalize_calibration, _refuse_autocast, module_inputs
+from .._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _refuse_autocast,
+                       module_inputs)
 from ..fallback import search_fallback
 from ..finite_outputs import repair_non_finite
 from ..options import ConversionOptions
@@ -36,6 +37,7 @@ def export(
     example_inputs: Any = None,
     dtype: Optional[torch.dtype] = None,
     *,
+    example_kwarg_inputs: Optional[Dict[str, Any]] = None,
     calibration_inputs: Optional[Sequence[Any]] = None,
     dynamic_shapes: Any = None,
     return_report: bool = False,
@@ -47,7 +49,9 @@ def export(
     Args:
         model: an nn.Module in eval mode, or a torch.export.ExportedProgram. It is not modified.
         example_inputs: the positional inputs of one forward call (as for convert); for a program, default its own
-            example inputs.
+            example inputs (with their keyword inputs) where neither example_inputs nor example_kwarg_inputs is given.
+        example_kwarg_inputs: the keyword inputs of that call, a dict (torch.export's kwargs); with them, each
+            calibration input is a dict of keyword inputs or an (args, kwargs) pair.
         dtype, calibration_inputs, return_report: as for torch_mp.convert.
         dynamic_shapes: passed to torch.export.export.
         options, option_fields: a ConversionOptions and fields replacing its own, as for torch_mp.convert: policy,
@@ -61,11 +65,14 @@ def export(
     chosen.refuse_torchscript_only("torch_mp.export")
     _refuse_autocast("torch_mp.export")
     start = time.perf_counter()
-    program, inputs, eager = _program_of(model, example_inputs, dynamic_shapes)
-    calibration = _normalize_calibration(calibration_inputs)
-    chosen = chosen.for_device(_device_of(inputs, None))
+    program, inputs, eager = _program_of(model, example_inputs, example_kwarg_inputs, dynamic_shapes)
+    if inputs.kwargs:
+        calibration = _normalize_calibration_calls(calibration_inputs, list(inputs.kwargs))
+    else:
+        calibration = [CallInputs(args, {}) for args in _normalize_calibration(calibration_inputs)]
+    chosen = chosen.for_device(_device_of((inputs.args, inputs.kwargs), None))
     if chosen.int8:
-        check_int8_calibration(inputs, calibration)
+        check_int8_calibration([(call.args, call.kwargs) for call in [inputs] + calibration])
     try:
         captured = time.perf_counter() - start
         job = ProgramConversion(program, inputs, calibration, chosen)
@@ -98,10 +105,10 @@ class ConvertedProgram:
         self.program = program
         self._module = None
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if self._module is None:
             self._module = self.program.module()
-        return self._module(*args)
+        return self._module(*args, **kwargs)
 
 
 class ProgramConversion:
@@ -110,7 +117,8 @@ class ProgramConversion:
     interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), as _convert.Conversion for
     TorchScript."""
 
-    def __init__(self, program: ExportedProgram, inputs, calibration, options: ConversionOptions):
+    def __init__(self, program: ExportedProgram, inputs: CallInputs, calibration: Sequence[CallInputs],
+                 options: ConversionOptions):
         self.program = program
         self.int8 = options.int8
         if self.int8:  # the float plan's options; the int8 plan is this job's own stage
@@ -143,19 +151,24 @@ class ProgramConversion:
 
     # --- the job interface ------------------------------------------------------------------------------------
 
-    def scripted(self, *inputs):
+    def reference(self, inputs: CallInputs):
         """The fp32 program's output (the fallback's reference)."""
         if self._reference_module is None:
             self._reference_module = self.program.module()
-        return self._reference_module(*inputs)
+        with capture_check.buffers_kept(self._reference_module):  # the buffers it writes are the model's tensors
+            return self._reference_module(*inputs.args, **inputs.kwargs)
 
-    def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    def call(self, converted: ConvertedProgram, inputs: CallInputs):
+        low = self.module_inputs(inputs)
+        return converted(*low.args, **low.kwargs)
+
+    def module_inputs(self, inputs: CallInputs) -> CallInputs:
         return module_inputs(self.options, inputs)
 
-    def probe(self, converted: ConvertedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]):
+    def probe(self, converted: ConvertedProgram, inputs: CallInputs, ids: Sequence[str]):
         return _probe(converted.program, self.module_inputs(inputs), ids)
 
-    def probe_reference(self, inputs: Tuple[Any, ...], ids: Sequence[str]):
+    def probe_reference(self, inputs: CallInputs, ids: Sequence[str]):
         return _probe(self.program, inputs, ids)
 
     def run(self, keep_fp32: Iterable[str] = (), keep_node_ids: bool = False, in_place: bool = False,

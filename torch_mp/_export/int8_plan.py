@@ -93,16 +93,17 @@ def plan_int8(planned: List[_Planned], seen: Dict[str, _Seen], is_stored, keep_f
     return Int8Plan(chosen, quantized, reduced_range)
 
 
-def check_int8_calibration(inputs, calibration) -> None:
+def check_int8_calibration(runs) -> None:
     """int8 scales come from the observed ranges: non-finite data would make them meaningless (a ValueError), and one
-    batch alone may not show the ranges later inputs reach (an Int8Warning)."""
-    for run, batch in enumerate([inputs] + list(calibration)):
+    batch alone may not show the ranges later inputs reach (an Int8Warning). `runs`: the example inputs, then each
+    calibration input."""
+    for run, batch in enumerate(runs):
         for tensor in tensors_of(batch):
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
                 which = "the example inputs" if run == 0 else f"calibration input {run - 1}"
                 raise ValueError(f"torch_mp int8: {which} hold NaN or inf; int8 scales come from the observed ranges, "
                                  "which they would make infinite: pass finite data")
-    if not calibration:
+    if len(runs) == 1:
         warnings.warn("torch_mp int8: no calibration_inputs, so the activation ranges (and int8 scales) come from the "
                       "example inputs alone; pass calibration_inputs=[...] with a few representative batches",
                       Int8Warning, stacklevel=3)

@@ -4,13 +4,13 @@ value_observer keeps, by the same C++ function), and the values of named nodes r
 interface's probe). Takes a functional program and its inputs; hands on {node name: _Seen} and each run's outputs."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
 
 from .. import _C
-from .._inputs import tensors_of
+from .._inputs import CallInputs, tensors_of
 
 
 class _Seen:
@@ -57,13 +57,13 @@ class _Recorder(torch.fx.Interpreter):
         return value
 
 
-def _flat_inputs(program: ExportedProgram, inputs: Tuple[Any, ...]) -> List[Any]:
-    """The graph module's arguments for the program's forward(*inputs): its parameters, buffers and constants, then
-    the inputs, flat."""
-    return program._graph_module_flat_inputs(inputs, {})
+def _flat_inputs(program: ExportedProgram, call: CallInputs) -> List[Any]:
+    """The graph module's arguments for the program's forward(*args, **kwargs): its parameters, buffers and
+    constants, then the inputs, flat."""
+    return program._graph_module_flat_inputs(call.args, call.kwargs)
 
 
-def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]], ranges: bool = False):
+def _observe(program: ExportedProgram, runs: Sequence[CallInputs], ranges: bool = False):
     """What each run showed of every floating value, by node name, and each run's outputs; with `ranges`, each fp32
     value's smallest and largest value too."""
     seen: Dict[str, _Seen] = {}
@@ -82,7 +82,7 @@ def _observe(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]], ranges: 
     return seen, outputs
 
 
-def _probe(program: ExportedProgram, inputs: Tuple[Any, ...], ids: Sequence[str]) -> List[Optional[torch.Tensor]]:
+def _probe(program: ExportedProgram, inputs: CallInputs, ids: Sequence[str]) -> List[Optional[torch.Tensor]]:
     """The first tensor each named node computes on `inputs` (None where it computes none)."""
     wanted, values = set(ids), {}
 

@@ -26,13 +26,15 @@ INDUCTOR_CONFIGS: Dict[str, Any] = {"emulate_precision_casts": True}
 
 
 def aoti_compile(model: Any, example_inputs: Any, dtype: Optional[torch.dtype] = None, package_path: Any = None, *,
-                 dynamic_shapes: Any = None, inductor_configs: Optional[Dict[str, Any]] = None,
+                 example_kwarg_inputs: Optional[Dict[str, Any]] = None, dynamic_shapes: Any = None,
+                 inductor_configs: Optional[Dict[str, Any]] = None,
                  return_report: bool = False, **options):
     """Exports and converts `model` (torch_mp.export, with `options`), then writes an AOTInductor package to
     `package_path` (a path ending in .pt2).
 
     Args:
-        model, example_inputs: as for torch_mp.export.
+        model, example_inputs, example_kwarg_inputs: as for torch_mp.export (the package takes the keyword inputs as
+            keywords).
         dtype: torch.float16, torch.bfloat16 or torch.int8 (freezing on, so that Inductor lowers the int8 nodes to
             oneDNN's kernels; the report's "aoti_int8_kernels" says how many of them the package calls);
             None (default): the device's choice, as for torch_mp.export.
@@ -53,8 +55,8 @@ def aoti_compile(model: Any, example_inputs: Any, dtype: Optional[torch.dtype] =
     if package_path is None:
         raise TypeError("aoti_compile() needs package_path, where to write the package (a path ending in .pt2)")
     check_package_path(package_path)
-    program, report = export(model, example_inputs, dtype, dynamic_shapes=dynamic_shapes, return_report=True,
-                             **options)
+    program, report = export(model, example_inputs, dtype, example_kwarg_inputs=example_kwarg_inputs,
+                             dynamic_shapes=dynamic_shapes, return_report=True, **options)
     path = write_package(program, package_path, report, inductor_configs)
     return (path, report) if return_report else path
 

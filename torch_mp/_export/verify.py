@@ -4,18 +4,18 @@ tensor, or else the first intermediate value the fp32 runs saw finite (the repor
 finite_outputs.py's repair starts from)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
 
 from .. import _C
-from .._inputs import tensors_of
+from .._inputs import CallInputs, tensors_of
 from .observe import _Recorder, _Seen, _flat_inputs
 
 
-def _verify(program: ExportedProgram, runs: Sequence[Tuple[Any, ...]], seen: Dict[str, _Seen],
-            reference_outputs: Sequence[Any], module_inputs: Callable[[Tuple[Any, ...]], Tuple[Any, ...]]
+def _verify(program: ExportedProgram, runs: Sequence[CallInputs], seen: Dict[str, _Seen],
+            reference_outputs: Sequence[Any], module_inputs: Callable[[CallInputs], CallInputs]
             ) -> Optional[Dict[str, Any]]:
     """Where the converted program computes NaN or inf where the fp32 one is finite: the first output tensor, or
     else the first intermediate value the fp32 runs saw finite; None when nowhere."""
