@@ -8,7 +8,8 @@ Columns (median ms of interleaved rounds, after two warm-up calls each):
 - pt2e: torchao's PT2E flow as its docs give it (X86InductorQuantizer's default config: static, per-channel weights),
   calibrated on the same batches, compiled with freezing;
 - ours: torch_mp.export(model, args, torch.int8, calibration_inputs=...) compiled with freezing;
-- ours_aoti: torch_mp.aoti_compile of the same, the package loaded with torch._inductor.aoti_load_package.
+- ours_aoti: the same program packaged as torch_mp.aoti_compile packages it (freezing, under no_grad), loaded with
+  torch._inductor.aoti_load_package.
 Per row also: speed as ratios to fp32 and to PT2E; cosine to the fp32 model's output and top-1 agreement (classifiers:
 argmax over the last dim; the encoder: each token's nearest neighbour among the batch's tokens, by cosine) on a held-out
 batch; the share of the heavy ops' FLOPs in int8; weight bytes against fp32. A PT2E failure is a row's note.
@@ -31,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from export_speed import cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
 
 import torch_mp  # noqa: E402
+from torch_mp._export.package import write_package  # noqa: E402
 
 MODELS = ("resnet50", "mobilenet_v2", "vit_b_16", "bert_4l")
 
@@ -117,8 +119,8 @@ def measure(name, batch, repeats, calibration_count, folder):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         program, report = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration, return_report=True)
-        path = torch_mp.aoti_compile(model, args, torch.int8, os.path.join(folder, f"{name}_{batch}.pt2"),
-                                     calibration_inputs=calibration)
+        # what torch_mp.aoti_compile does after its export, on the same program
+        path = write_package(program, os.path.join(folder, f"{name}_{batch}.pt2"), report)
     heavy = sum(n["flops"] for n in report.nodes)
     row["int8_flops"] = sum(n["flops"] for n in report.nodes if n["precision"] == "int8") / max(heavy, 1)
     row["weights"] = report.data["weight_bytes_after"] / report.data["weight_bytes_before"]

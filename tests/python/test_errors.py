@@ -46,7 +46,7 @@ def test_scripted_training_mode_is_refused():
         torch_mp.convert(torch.jit.script(model.train()), (x,))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int8, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.uint8, torch.int64])
 def test_target_dtype_must_be_low_precision_floating(dtype):
     model, x = small()
     with pytest.raises(ValueError, match="low-precision floating dtype"):
