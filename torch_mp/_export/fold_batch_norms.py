@@ -17,14 +17,13 @@ scale and shift, if any) stored fp32 tensors; only the norm's output read, not i
 from __future__ import annotations
 
 import operator
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from .inference_form import INFERENCE_BATCH_NORM, graph_module_copy, quiet_spec_copies, renamed_outputs
-from .ir import _stored_groups, _stored_tensor, _with_inputs
+from .ir import LiftedConstants, _stored_groups, _stored_tensor, _with_inputs
 
 # The convolutions folded into: (input, weight, bias, ...) each; aten.convolution's transposed flag is argument 6.
 CONVOLUTIONS = {torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default, torch.ops.aten.conv3d.default,
@@ -42,22 +41,12 @@ def fold_batch_norms(program: ExportedProgram) -> ExportedProgram:
     module = graph_module_copy(program)
     graph = module.graph
     by_name = {node.name: node for node in graph.nodes}
-    constants = dict(program.constants)
-    added: Dict[str, InputSpec] = {}
-    first_user = next((node for node in graph.nodes if node.op == "placeholder"
-                       and stored.specs[node.name].kind == InputKind.USER_INPUT), None)
+    lifted = LiftedConstants(program, graph)
     for conv_original, norm_original in pairs:
         conv, norm = by_name[conv_original.name], by_name[norm_original.name]
         weight, bias = _folded(conv, norm, stored)
-        inputs = []
-        for suffix, tensor in (("weight", weight), ("bias", bias)):
-            with graph.inserting_before(first_user):
-                placeholder = graph.placeholder(f"{conv.name}_folded_{suffix}")
-            name = placeholder.name
-            placeholder.meta["val"] = stored.fake(conv.args[1], tensor)
-            constants[name] = tensor
-            added[name] = InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=name), target=name)
-            inputs.append(placeholder)
+        inputs = [lifted.add(f"{conv.name}_folded_{suffix}", tensor, stored.fake(conv.args[1], tensor))
+                  for suffix, tensor in (("weight", weight), ("bias", bias))]
         arguments = list(conv.args)
         arguments += [None] * (_BIAS + 1 - len(arguments))
         arguments[1], arguments[_BIAS] = inputs
@@ -66,9 +55,9 @@ def fold_batch_norms(program: ExportedProgram) -> ExportedProgram:
             reader.replace_all_uses_with(conv)
             graph.erase_node(reader)
         graph.erase_node(norm)
-    signature = _with_inputs(renamed_outputs(program.graph_signature, graph), added)
+    signature = _with_inputs(renamed_outputs(program.graph_signature, graph), lifted.specs)
     with quiet_spec_copies():
-        return program._update(module, signature, state_dict=dict(program.state_dict), constants=constants)
+        return program._update(module, signature, state_dict=dict(program.state_dict), constants=lifted.constants)
 
 
 class _StoredTensors:

@@ -24,10 +24,10 @@ from typing import Any, Dict, List, Set
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
+from torch.export.graph_signature import InputSpec
 
 from .inference_form import graph_module_copy, quiet_spec_copies, renamed_outputs
-from .ir import _STORED, _is_view, _stored_tensor, _with_inputs
+from .ir import _STORED, LiftedConstants, _is_view, _stored_tensor, _with_inputs
 
 # Calls that compute nothing but a copy of their input, and why: a fold made of them and views alone saves nothing.
 COPIES = {
@@ -65,23 +65,14 @@ def fold_constants(program: ExportedProgram) -> ExportedProgram:
     module = graph_module_copy(program)
     graph = module.graph
     by_name = {node.name: node for node in graph.nodes}
-    constants = dict(program.constants)
-    added: Dict[str, InputSpec] = {}
-    first_user = next((node for node in graph.nodes if node.op == "placeholder"
-                       and node.name in specs and specs[node.name].kind == InputKind.USER_INPUT), None)
+    lifted = LiftedConstants(program, graph)
     for result in results:
         node = by_name[result.name]
-        with graph.inserting_before(first_user):
-            placeholder = graph.placeholder(f"{node.name}_folded")
-        placeholder.meta["val"] = node.meta["val"]
-        constants[placeholder.name] = values[result.name]
-        added[placeholder.name] = InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=placeholder.name),
-                                            target=placeholder.name)
-        node.replace_all_uses_with(placeholder)
+        node.replace_all_uses_with(lifted.add(f"{node.name}_folded", values[result.name], node.meta["val"]))
     graph.eliminate_dead_code()
-    signature = _with_inputs(renamed_outputs(signature, graph), added)
+    signature = _with_inputs(renamed_outputs(signature, graph), lifted.specs)
     with quiet_spec_copies():
-        return program._update(module, signature, state_dict=dict(program.state_dict), constants=constants)
+        return program._update(module, signature, state_dict=dict(program.state_dict), constants=lifted.constants)
 
 
 def _stored(node: torch.fx.Node, specs: Dict[str, InputSpec]) -> bool:

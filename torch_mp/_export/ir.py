@@ -1,7 +1,7 @@
 """What every stage of the export front asks of an FX graph (as csrc/jit/ir is for the TorchScript passes): the cast
 op, the kinds of stored inputs, a node's value and op name, its module path, whether it is a view, the nodes holding
-its tensors, the program's stored tensors with the placeholders that hold each, and a signature with constants
-added."""
+its tensors, the program's stored tensors with the placeholders that hold each, new lifted constants in a copy of its
+graph, and a signature with constants added."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,7 +10,7 @@ from typing import Any, Dict, List
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, InputSpec
+from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from .._inputs import tensors_of
 
@@ -89,3 +89,33 @@ def _with_inputs(signature, added: Dict[str, InputSpec]):
     specs = list(signature.input_specs)
     first_user = next((i for i, spec in enumerate(specs) if spec.kind == InputKind.USER_INPUT), len(specs))
     return dataclasses.replace(signature, input_specs=specs[:first_user] + list(added.values()) + specs[first_user:])
+
+
+class LiftedConstants:
+    """New lifted constants of a program, added to a copy of its graph: each a placeholder before the user inputs
+    (where torch.export puts its constants), with its tensor in `constants` (the program's own, and these) and its
+    input spec in `specs`, in the graph's order, for _with_inputs."""
+
+    def __init__(self, program: ExportedProgram, graph: torch.fx.Graph):
+        kinds = {spec.arg.name: spec.kind for spec in program.graph_signature.input_specs}
+        placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+        self._graph = graph
+        self._first_user = next((n for n in placeholders if kinds.get(n.name) == InputKind.USER_INPUT), None)
+        self._last = placeholders[-1] if placeholders else None
+        self.constants: Dict[str, Any] = dict(program.constants)
+        self.specs: Dict[str, InputSpec] = {}
+
+    def add(self, name: str, tensor: torch.Tensor, value: Any) -> torch.fx.Node:
+        """A placeholder (named `name`, made unique) holding `tensor`, its meta value `value`."""
+        if self._first_user is not None:
+            with self._graph.inserting_before(self._first_user):
+                holder = self._graph.placeholder(name)
+        else:
+            with self._graph.inserting_after(self._last):
+                holder = self._graph.placeholder(name)
+            self._last = holder
+        holder.meta["val"] = value
+        self.constants[holder.name] = tensor
+        self.specs[holder.name] = InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=holder.name),
+                                            target=holder.name)
+        return holder

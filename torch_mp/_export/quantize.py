@@ -14,13 +14,12 @@ from typing import Dict
 import torch
 from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401  (registers the ops)
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
 from .. import _C
 from .apply import _without_unread_state
 from .inference_form import graph_module_copy, quiet_spec_copies, renamed_outputs
 from .int8_plan import Int8Plan, quantized_input
-from .ir import CAST, _stored_tensor, _val, _with_inputs
+from .ir import CAST, LiftedConstants, _stored_tensor, _val, _with_inputs
 
 QUANTIZE = torch.ops.quantized_decomposed.quantize_per_tensor.default
 DEQUANTIZE = torch.ops.quantized_decomposed.dequantize_per_tensor.default
@@ -72,25 +71,9 @@ def _quantize(program: ExportedProgram, plan: Int8Plan) -> ExportedProgram:
     graph = module.graph
     fake_mode = torch._guards.detect_fake_mode([_val(n) for n in graph.nodes if n.op == "placeholder"])
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
-    state_dict, constants = dict(program.state_dict), dict(program.constants)
-    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    first_user_input = next((n for n in placeholders if specs[n.name].kind == InputKind.USER_INPUT), None)
-    added: Dict[str, InputSpec] = {}
+    lifted = LiftedConstants(program, graph)
     dequantized: Dict[str, torch.fx.Node] = {}  # value name -> its dequantize
     weights: Dict[str, torch.fx.Node] = {}  # fp32 weight placeholder name -> its dequantize_per_channel
-
-    def constant(name: str, tensor: torch.Tensor) -> torch.fx.Node:
-        if first_user_input is not None:
-            with graph.inserting_before(first_user_input):
-                holder = graph.placeholder(name)
-        else:
-            with graph.inserting_after(list(n for n in graph.nodes if n.op == "placeholder")[-1]):
-                holder = graph.placeholder(name)
-        holder.meta["val"] = fake_mode.from_tensor(tensor, static_shapes=True)
-        constants[holder.name] = tensor
-        added[holder.name] = InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=holder.name),
-                                       target=holder.name)
-        return holder
 
     def call(reader: torch.fx.Node, target, args) -> torch.fx.Node:
         with graph.inserting_before(reader):
@@ -111,7 +94,7 @@ def _quantize(program: ExportedProgram, plan: Int8Plan) -> ExportedProgram:
     def read_int8_weight(reader: torch.fx.Node, weight: torch.fx.Node) -> torch.fx.Node:
         if weight.name not in weights:
             quantized = QuantizedWeight.of(_stored_tensor(program, specs[weight.name].target))
-            holders = [constant(f"{weight.name}_{part}", tensor)
+            holders = [lifted.add(f"{weight.name}_{part}", tensor, fake_mode.from_tensor(tensor, static_shapes=True))
                        for part, tensor in zip(("int8", "scale", "zero_point"), dataclasses.astuple(quantized))]
             weights[weight.name] = call(reader, DEQUANTIZE_PER_CHANNEL,
                                         (*holders, 0, *WEIGHT_RANGE, torch.int8))
@@ -129,8 +112,9 @@ def _quantize(program: ExportedProgram, plan: Int8Plan) -> ExportedProgram:
     for node in list(graph.nodes):
         _accumulate_dequantized(node, plan, dequantized, call)
 
-    signature = _with_inputs(program.graph_signature, added)
-    specs.update(added)
+    signature = _with_inputs(program.graph_signature, lifted.specs)
+    specs.update(lifted.specs)
+    state_dict, constants = dict(program.state_dict), lifted.constants
     signature = _without_unread_state(signature, specs, graph, state_dict, constants)
     graph.lint()
     with quiet_spec_copies():
