@@ -1,6 +1,7 @@
 """Keyword example inputs (example_kwarg_inputs=, torch.export's kwargs) on convert, export, onnx_export and the
 command line (aoti_compile: tests/python/test_aoti.py): the model is captured with them, the observation and the
 calibration runs pass them, and the converted model takes them by name."""
+import os
 import subprocess
 import sys
 from typing import Optional
@@ -11,7 +12,8 @@ from torch import nn
 
 import torch_mp
 
-from conftest import ROOT
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 POLICY_FP16 = torch_mp.OpPolicy.default("cpu_fp16", cpu_features="all")
 

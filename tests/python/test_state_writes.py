@@ -16,7 +16,8 @@ from torch import nn
 
 import torch_mp
 
-from conftest import ROOT
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 POLICIES = {torch.bfloat16: torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all"),
             torch.float16: torch_mp.OpPolicy.default("cpu_fp16", cpu_features="all")}
