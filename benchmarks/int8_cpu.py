@@ -159,7 +159,8 @@ def table(rows) -> str:
         lines.append(
             f"| {r['model']} | {r['batch']} | {ms['fp32']:.1f} | {fmt(pt2e_ms, '.1f')} | {ms['ours']:.1f} | "
             f"{ms['ours_aoti']:.1f} | {ms['fp32'] / ms['ours']:.2f}x | "
-            f"{fmt(pt2e_ms / ms["ours"] if pt2e_ms else None, ".2f")}x | {ms['fp32'] / ms['ours_aoti']:.2f}x | "
+            f"{fmt(pt2e_ms / ms['ours'] if pt2e_ms else None, '.2f')}{'x' if pt2e_ms else ''} | "
+            f"{ms['fp32'] / ms['ours_aoti']:.2f}x | "
             f"{fmt(r.get('cos_pt2e'), '.4f')} | {r['cos_ours']:.4f} | {fmt(r.get('agree_pt2e'), '.3f')} | "
             f"{r['agree_ours']:.3f} | {r['int8_flops']:.2f} | {r['weights']:.3f} | {'; '.join(r['notes'])} |")
     return "\n".join(lines)
