@@ -70,10 +70,10 @@ def buffers_kept(model: Any) -> Iterator[None]:
                     buffer.copy_(value)
 
 
-def difference(expected: Sequence[Any], actual: Sequence[Any], what: str = "the model's", rtol: float = RTOL,
-               atol: float = ATOL) -> Optional[str]:
+def difference(expected: Sequence[Any], actual: Sequence[Any], what: str = "the model's",
+               rtol: Optional[float] = None, atol: Optional[float] = None) -> Optional[str]:
     """How the tensors `actual` differ from `expected` (pairwise, in order), in words; None where they agree
-    (tensor_difference, within rtol and atol)."""
+    (tensor_difference, within rtol and atol, default RTOL and ATOL)."""
     if len(expected) != len(actual):
         return f"it returns {len(actual)} tensors, {what} output {len(expected)}"
     for position, (reference, value) in enumerate(zip(expected, actual)):
@@ -86,8 +86,8 @@ def difference(expected: Sequence[Any], actual: Sequence[Any], what: str = "the 
     return None
 
 
-def tensor_difference(reference: torch.Tensor, value: torch.Tensor, name: str, what: str, rtol: float = RTOL,
-                      atol: float = ATOL) -> Optional[str]:
+def tensor_difference(reference: torch.Tensor, value: torch.Tensor, name: str, what: str,
+                      rtol: Optional[float] = None, atol: Optional[float] = None) -> Optional[str]:
     """How the tensor `value` (named `name`) differs from `reference`, in words; None where they agree: equal shapes,
     NaN and inf where `reference` has them, and the rest within rtol and atol times the largest finite magnitude of
     `reference` (in a low floating dtype, 8 of its epsilons for either). Non-floating tensors are equal. Nested
@@ -110,6 +110,7 @@ def tensor_difference(reference: torch.Tensor, value: torch.Tensor, name: str, w
     if reference.numel() == 0:
         return None
     eps = max(torch.finfo(t.dtype).eps for t in (reference, value))
+    rtol, atol = RTOL if rtol is None else rtol, ATOL if atol is None else atol  # read when called
     return floating_difference(reference, value, name, what, max(rtol, 8 * eps), max(atol, 8 * eps))
 
 
