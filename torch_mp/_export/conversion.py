@@ -206,9 +206,11 @@ class ProgramConversion:
         """The int8 plan, and what the float plan keeps fp32. A node the accuracy fallback keeps goes one step towards
         fp32: from int8 to the float plan's precision where it would be int8, else to fp32."""
         unkept = self._facts._decide(set(), self.keep_non_finite)
-        would_be_int8 = plan_int8(unkept, self.seen, self._facts._stored, set(), self.int8_cost_model,
-                                  self.int8_reduced_range).int8_nodes
-        leaves_int8 = keep & would_be_int8
+        unkept_plan = plan_int8(unkept, self.seen, self._facts._stored, set(), self.int8_cost_model,
+                                self.int8_reduced_range)
+        leaves_int8 = keep & unkept_plan.int8_nodes
+        if not leaves_int8:  # nothing kept that would be int8: the plan without keeps is the plan
+            return unkept_plan, keep
         return (plan_int8(unkept, self.seen, self._facts._stored, leaves_int8, self.int8_cost_model,
                           self.int8_reduced_range), keep - leaves_int8)
 

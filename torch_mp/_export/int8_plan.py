@@ -7,6 +7,7 @@ Takes the float plan's decisions (_Planned records) and the observation; hands o
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Dict, List, Set
 
@@ -31,7 +32,7 @@ class Int8Plan:
     quantized: Dict[str, "_C.ActivationQuantization"]
     reduced_range: bool
 
-    @property
+    @functools.cached_property  # asked per node of the graph by quantize: computed once
     def int8_nodes(self) -> Set[str]:
         return {name for name, plan in self.nodes.items() if plan.int8}
 
@@ -81,8 +82,8 @@ def plan_int8(planned: List[_Planned], seen: Dict[str, _Seen], is_stored, keep_f
         observed = seen.get(name)
         usable = observed is not None and observed.dtype == torch.float32 and observed.finite
         value_facts.append(_C.Int8ValueFacts(
-            producer=index.get(_kernel_behind_epilogues(value).name, -1), readers=readers[name], numel=observed.numel if observed is not None else 0,
-            min=observed.minimum if usable else 0.0, max=observed.maximum if usable else 0.0, finite=usable))
+            producer=index.get(_kernel_behind_epilogues(value).name, -1), readers=readers[name],
+            numel=observed.numel if observed is not None else 0, min=observed.minimum if usable else 0.0, max=observed.maximum if usable else 0.0, finite=usable))
     verdicts = _C.plan_int8(node_facts, value_facts, cost_model)
     chosen = {p.node.name: verdict for p, verdict in zip(candidates, verdicts)}
     quantized = {}
