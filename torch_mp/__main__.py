@@ -229,14 +229,15 @@ def check_exclusions(patterns, scopes) -> None:
 
 def print_fallback(report: torch_mp.Report) -> None:
     summary = report.data["fallback"]
-    kept = summary.get("kept_fp32", [])
-    print(f"accuracy fallback (tolerance {summary.get('tolerance', '?'):.3g}): error {summary['error_before']:.3g} -> "
-          f"{summary['error_after']:.3g}, {len(kept)} nodes kept in fp32, {summary['conversions']} conversions, "
-          f"{summary['seconds']:.1f} s")
-    if kept:
-        described = {n["id"]: n for n in report.nodes}
-        print("  kept in fp32: " + ", ".join(f"{described[n]['op']} ({described[n]['scope'] or '<top>'})"
-                                               for n in kept))
+    kept, kept_float = summary["kept_fp32"], summary["kept_float"]
+    print(f"accuracy fallback (tolerance {summary['tolerance']:.3g}): error {summary['error_before']:.3g} -> "
+          f"{summary['error_after']:.3g}, {len(kept)} nodes kept in fp32, {len(kept_float)} moved from int8 to low "
+          f"float, {summary['conversions']} conversions, {summary['seconds']:.1f} s")
+    described = {n["id"]: n for n in report.nodes}
+    for label, nodes in (("kept in fp32", kept), ("moved from int8 to low float", kept_float)):
+        if nodes:
+            print(f"  {label}: " + ", ".join(f"{described[n]['op']} ({described[n]['scope'] or '<top>'})"
+                                               for n in nodes))
 
 
 def example_inputs(args: argparse.Namespace, default=None):

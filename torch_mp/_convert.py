@@ -194,10 +194,14 @@ class Conversion:
         return _C.probe_nodes(self.prepared._bound.frozen, inputs, ids)
 
     def run(self, keep_fp32: Iterable[int] = (), keep_node_ids: bool = False, in_place: bool = False,
-            verify: bool = True) -> Tuple[Any, Report]:
+            verify: bool = True, keep_float: Iterable[int] = ()) -> Tuple[Any, Report]:
         """Converts a copy of the prepared model, the nodes with ids in `keep_fp32` kept in fp32; with
         `keep_node_ids` the result's graph keeps its node ids. `in_place` converts the preparation itself, which is
-        then used up. `verify=False` skips the verification run (a caller that runs the result itself checks it)."""
+        then used up. `verify=False` skips the verification run (a caller that runs the result itself checks it).
+        `keep_float` is for int8 nodes, which a TorchScript conversion has none of."""
+        if keep_float:
+            raise ConversionError(f"torch_mp internal error: nodes {sorted(keep_float)} moved out of int8 in a "
+                                  "TorchScript conversion, which plans no int8")
         options = copy.copy(self._bound_options)
         options.keep_fp32 = set(keep_fp32)
         options.keep_fp32_non_finite = self.keep_non_finite

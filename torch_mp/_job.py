@@ -29,9 +29,10 @@ class ConversionJob(Protocol):
         ...
 
     def run(self, keep_fp32: Iterable[Any] = (), keep_node_ids: bool = False, in_place: bool = False,
-            verify: bool = True) -> Tuple[Any, Report]:
-        """A conversion, the nodes in `keep_fp32` and `keep_non_finite` kept fp32: (the converted model, its
-        Report). `keep_node_ids`: its nodes can be probed; `verify=False`: no verification run."""
+            verify: bool = True, keep_float: Iterable[Any] = ()) -> Tuple[Any, Report]:
+        """A conversion, the nodes in `keep_fp32` and `keep_non_finite` kept fp32 and the int8 nodes in `keep_float`
+        moved to the float plan's precision: (the converted model, its Report). `keep_node_ids`: its nodes can be
+        probed; `verify=False`: no verification run."""
         ...
 
     def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:

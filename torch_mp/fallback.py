@@ -1,32 +1,36 @@
-"""Accuracy-driven fallback: the fewest nodes to keep in fp32 so the converted model meets a tolerance.
+"""Accuracy-driven fallback: the fewest nodes to move up in precision so the converted model meets a tolerance.
 
     mp, report = torch_mp.convert(model, (x,), torch.float16, calibration_inputs=batches, tolerance=1e-3,
                                   return_report=True)
-    report.data["fallback"]     # what was kept in fp32, the errors before and after, conversions and seconds
+    report.data["fallback"]     # what was moved (kept_fp32, kept_float), the errors before and after, conversions
 
 Search (`search_fallback`):
 1. Convert; if the error on every calibration input is within tolerance, done.
-2. Rank the low-precision nodes by the error each one adds, from one instrumented run: the same calibration input
-   runs through the conversion and through the prepared fp32 graph it was made from (a node has the same id in
+2. Rank the low-precision and int8 nodes by the error each one adds, from one instrumented run: the same calibration
+   input runs through the conversion and through the fp32 graph it was made from (a node has the same id in
    both); a node's score is the error of its output minus the largest error among the values it reads (its inputs
    in the report's graph, looking through casts). A node that turns accurate inputs into an inaccurate output
    scores high; one that only passes on its inputs' error scores about 0. Errors are measured two ways and the
    larger increase counts: relative to the value's norm, and relative to its spread around its mean (a layer whose
    output is 1000 + a small signal keeps a small error of the first kind while rounding the signal away: the second
    kind sees it).
-3. Keep the top 1, 2, 4, ... ranked nodes in fp32 until the tolerance is met; bisect the count between the last
-   two tries; then drop the kept nodes the tolerance does not need (bisection within the kept set, at most
-   `PRUNE_BUDGET` conversions: where the error is spread over many nodes, pruning them one by one would cost more
-   than it saves; out of budget, the smallest set tried that meets the tolerance is kept).
+3. Each ranked node gets a move one step up (`Move`): a low-precision node to fp32, an int8 node to the float plan's
+   precision (low where the float plan runs it low, else fp32). Make the top 1, 2, 4, ... moves until the tolerance
+   is met; bisect the count between the last two tries. Where all of them are not enough, a next round ranks what
+   is still below fp32 in that conversion (int8 nodes now low) and moves those on to fp32, the same way.
+4. Drop the moves the tolerance does not need (bisection within the kept set, at most `PRUNE_BUDGET` conversions:
+   where the error is spread over many nodes, pruning them one by one would cost more than it saves; out of budget,
+   the smallest set tried that meets the tolerance is kept).
 The model is prepared (frozen, cleaned up, observed) once; each step plans and applies on that preparation and runs
 the calibration inputs, stopping at the first one beyond the tolerance (a step only asks whether it is met).
 tests/python/bisection.py holds the plain search without the ranking, for comparison.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -42,6 +46,29 @@ BELOW_FP32 = ("low", "int8")  # the report's precisions the fallback may move up
 
 class OutOfBudget(Exception):
     pass
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Move:
+    """One step of the search: a node (by id) moved up from the precision it has: an int8 node to the float plan's
+    precision (`to_fp32` False), a low-precision node to fp32."""
+
+    node: Any
+    to_fp32: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Moves:
+    """Moves as a conversion takes them: the nodes run fp32, and the int8 nodes run in the float plan's precision."""
+
+    fp32: Tuple[Any, ...]
+    float_plan: Tuple[Any, ...]
+
+    @classmethod
+    def of(cls, moves: Iterable[Move]) -> "Moves":
+        moves = list(moves)
+        fp32 = sorted({move.node for move in moves if move.to_fp32})
+        return cls(tuple(fp32), tuple(sorted({move.node for move in moves if not move.to_fp32} - set(fp32))))
 
 
 def floating_tensors(value: Any) -> List[torch.Tensor]:
@@ -101,12 +128,14 @@ class Evaluator:
         self.converting = 0.0  # seconds spent converting and running converted models
         self.running = 0.0
 
-    def error(self, keep_fp32: Sequence[int], exact: bool = False) -> Tuple[float, Any, Report]:
-        """Converts keeping `keep_fp32` in fp32 and returns the worst error over the calibration inputs, or, unless
-        `exact`, the first error beyond the tolerance (the search only asks whether it is met: the other inputs are
-        not run). The runs check the outputs' dtypes, so the conversion itself skips its verification run."""
+    def error(self, keep_fp32: Sequence[Any], exact: bool = False, keep_float: Sequence[Any] = ()) \
+            -> Tuple[float, Any, Report]:
+        """Converts keeping `keep_fp32` in fp32 (and the int8 nodes in `keep_float` in the float plan's precision) and
+        returns the worst error over the calibration inputs, or, unless `exact`, the first error beyond the tolerance
+        (the search only asks whether it is met: the other inputs are not run). The runs check the outputs' dtypes,
+        so the conversion itself skips its verification run."""
         start = time.perf_counter()
-        module, report = self.job.run(keep_fp32, verify=False)
+        module, report = self.job.run(keep_fp32, verify=False, keep_float=keep_float)
         self.conversions += 1
         self.converting += time.perf_counter() - start
         start = time.perf_counter()
@@ -135,10 +164,12 @@ class Evaluator:
         return error <= self.tolerance
 
 
-def rank_by_added_error(job: ConversionJob, report: Report, inputs: Tuple[Any, ...]) -> List[Tuple[int, float]]:
-    """Low-precision and int8 nodes (by id) with the relative error each adds, highest first."""
+def rank_by_added_error(job: ConversionJob, report: Report, inputs: Tuple[Any, ...], moved: "Moves") \
+        -> List[Tuple[int, float]]:
+    """Low-precision and int8 nodes (by id) of the conversion `report` describes (the one with `moved`) with the
+    relative error each adds, highest first."""
     low = [n["id"] for n in report.nodes if n["precision"] in BELOW_FP32]
-    module, _ = job.run(keep_node_ids=True, verify=False)  # the same plan, its nodes still numbered
+    module, _ = job.run(moved.fp32, keep_node_ids=True, verify=False, keep_float=moved.float_plan)  # its nodes numbered
     readers = producers_read(report, set(low))
     ids = sorted(set(low) | {node for reads in readers.values() for node in reads})
     with torch.no_grad():
@@ -190,62 +221,81 @@ def search_fallback(job: ConversionJob, calibration, tolerance: float, metric: O
     start = time.perf_counter()
     evaluator = Evaluator(job, calibration, tolerance, metric)
     error, module, report = evaluator.error((), exact=True)
-    summary = {"tolerance": tolerance, "error_before": error, "method": "ranked", "ranking": []}
-    kept: List[int] = []
+    summary = {"tolerance": tolerance, "error_before": error, "method": "ranked", "ranking": [], "rounds": 0}
+    kept: List[Move] = []
     if not evaluator.meets(error):
-        ranking = rank_by_added_error(job, report, evaluator.calibration[0])
-        described = {n["id"]: n for n in report.nodes}
-        summary["ranking"] = [{"id": node, "op": described[node]["op"], "scope": described[node]["scope"],
-                               "added_error": score} for node, score in ranking[:20]]
-        ranked = {node for node, _ in ranking}
-        # nodes the probe cannot read (inside if/loop blocks) come last, in graph order
-        unranked = [n["id"] for n in report.nodes if n["precision"] in BELOW_FP32 and n["id"] not in ranked]
-        order = [node for node, _ in ranking] + unranked
-        bar = Progress(progress, total=2 * max(1, len(order)).bit_length() + 4)
-        tried: Dict[Tuple[int, ...], float] = {(): error}  # errors only: a converted model per set would add up
+        bar = None
+        tried: Dict[Tuple[Move, ...], float] = {(): error}  # errors only: a converted model per set would add up
         latest = {(): (error, module, report)}
 
-        def attempt(nodes) -> float:
-            key = tuple(sorted(nodes))  # one conversion per set, however the search reached it
+        def attempt(moves) -> float:
+            key = tuple(sorted(moves))  # one conversion per set, however the search reached it
             if key not in tried:
-                result = evaluator.error(key)
+                moved = Moves.of(key)
+                result = evaluator.error(moved.fp32, keep_float=moved.float_plan)
                 tried[key] = result[0]
                 latest.clear()
                 latest[key] = result
-                bar.step(f"{len(key)} nodes in fp32: error {result[0]:.3g} (tolerance {tolerance:.3g})")
+                bar.step(f"{len(key)} nodes moved up: error {result[0]:.3g} (tolerance {tolerance:.3g})")
             return tried[key]
 
-        # 1. double the count until the tolerance is met, 2. bisect between the last two counts
-        low_count, count = 0, 1
-        while count < len(order) and not evaluator.meets(attempt(order[:count])):
-            low_count, count = count, min(2 * count, len(order))
-        count = min(count, len(order))
-        high = count
-        while high - low_count > 1:
-            middle = (low_count + high) // 2
-            if evaluator.meets(attempt(order[:middle])):
-                high = middle
-            else:
-                low_count = middle
-        kept = order[:high]
-        if not evaluator.meets(attempt(kept)):
-            bar.close()
-            raise ValueError(
-                f"the fallback kept all {len(order)} low-precision nodes in fp32 and the error is still "
-                f"{attempt(kept):.3g} > tolerance {tolerance:.3g}: is the metric comparing the right outputs?"
-            )
-        # 3. drop kept nodes the tolerance does not need, within the budget; out of it, the smallest set tried that
+        # Rounds: each ranks the nodes still below fp32 in the conversion with every move so far (the first, the
+        # plan as it is), appends a move up for each, and searches the shortest prefix of the moves that meets the
+        # tolerance. An int8 node moves to the float plan's precision first; only where all those moves are not
+        # enough does a later round move it on to fp32.
+        order: List[Move] = []
+        while True:
+            ranking = rank_by_added_error(job, report, evaluator.calibration[0], Moves.of(order))
+            described = {n["id"]: n for n in report.nodes}
+            if not order:
+                summary["ranking"] = [{"id": node, "op": described[node]["op"], "scope": described[node]["scope"],
+                                       "precision": described[node]["precision"], "added_error": score}
+                                      for node, score in ranking[:20]]
+            ranked = {node for node, _ in ranking}
+            # nodes the probe cannot read (inside if/loop blocks) come last, in graph order
+            unranked = [n["id"] for n in report.nodes if n["precision"] in BELOW_FP32 and n["id"] not in ranked]
+            new = [Move(node, described[node]["precision"] != "int8") for node in [n for n, _ in ranking] + unranked]
+            new = [move for move in new if move not in order]
+            if not new:
+                if bar is not None:
+                    bar.close()
+                raise ValueError(
+                    f"the fallback moved all {len(set(move.node for move in order))} nodes below fp32 to fp32 and the "
+                    f"error is still {tried[tuple(sorted(order))]:.3g} > tolerance {tolerance:.3g}: is the metric "
+                    "comparing the right outputs?")
+            summary["rounds"] += 1
+            if bar is None:
+                bar = Progress(progress, total=2 * max(1, len(new)).bit_length() + 4)
+            first = len(order)
+            order += new
+            # 1. double the count of new moves until the tolerance is met, 2. bisect between the last two counts
+            low_count, count = first, first + 1
+            while count < len(order) and not evaluator.meets(attempt(order[:count])):
+                low_count, count = count, min(first + 2 * (count - first), len(order))
+            high = count
+            if not evaluator.meets(attempt(order[:high])):  # every move of this round is not enough
+                report = latest[tuple(sorted(order))][2]  # the conversion with all of them: the next round's
+                continue
+            while high - low_count > 1:
+                middle = (low_count + high) // 2
+                if evaluator.meets(attempt(order[:middle])):
+                    high = middle
+                else:
+                    low_count = middle
+            kept = order[:high]
+            break
+        # 3. drop moves the tolerance does not need, within the budget; out of it, the smallest set tried that
         #    meets the tolerance is kept
         budget = evaluator.conversions + PRUNE_BUDGET
         smallest = list(kept)
 
-        def meets_within_budget(nodes) -> bool:
+        def meets_within_budget(moves) -> bool:
             nonlocal smallest
-            if tuple(sorted(nodes)) not in tried and evaluator.conversions >= budget:
+            if tuple(sorted(moves)) not in tried and evaluator.conversions >= budget:
                 raise OutOfBudget
-            met = evaluator.meets(attempt(nodes))
-            if met and len(nodes) < len(smallest):
-                smallest = list(nodes)
+            met = evaluator.meets(attempt(moves))
+            if met and len(moves) < len(smallest):
+                smallest = list(moves)
             return met
 
         try:
@@ -255,11 +305,19 @@ def search_fallback(job: ConversionJob, calibration, tolerance: float, metric: O
             summary["pruning"] = (f"stopped after {PRUNE_BUDGET} conversions; the smallest set tried that meets the "
                                   "tolerance is kept")
         final = tuple(sorted(kept))
-        error, module, report = latest[final] if final in latest else evaluator.error(final, exact=True)
+        if final in latest:
+            error, module, report = latest[final]
+        else:
+            moved = Moves.of(final)
+            error, module, report = evaluator.error(moved.fp32, exact=True, keep_float=moved.float_plan)
         bar.close()
-    summary.update(kept_fp32=kept, error_after=error, conversions=evaluator.conversions,
-                   seconds=time.perf_counter() - start, conversion_seconds=evaluator.converting,
-                   run_seconds=evaluator.running)
+    # where each moved node ended: int8 nodes the float plan runs low stay low; every other moved node runs fp32
+    precision = {n["id"]: n["precision"] for n in report.nodes}
+    moved_nodes = list(dict.fromkeys(move.node for move in kept))
+    kept_float = [node for node in moved_nodes if precision.get(node) == "low" and Move(node, True) not in kept]
+    summary.update(kept_fp32=[node for node in moved_nodes if node not in kept_float], kept_float=kept_float,
+                   error_after=error, conversions=evaluator.conversions, seconds=time.perf_counter() - start,
+                   conversion_seconds=evaluator.converting, run_seconds=evaluator.running)
     report.annotate("fallback", summary)
     return module, report
 

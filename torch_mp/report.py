@@ -145,8 +145,10 @@ class Report:
             lines.append(f"  unknown ops kept in fp32: {', '.join(self.unknown_ops)}")
         if "fallback" in d:
             f = d["fallback"]
+            moved_to_float = f", {len(f['kept_float'])} moved from int8 to low float" if f["kept_float"] else ""
             lines.append(
-                f"  accuracy fallback: {len(f['kept_fp32'])} nodes kept in fp32, error {f['error_before']:.3g} -> "
+                f"  accuracy fallback: {len(f['kept_fp32'])} nodes kept in fp32{moved_to_float}, error "
+                f"{f['error_before']:.3g} -> "
                 f"{f['error_after']:.3g} (tolerance {f['tolerance']:.3g}; {f['conversions']} conversions, "
                 f"{f['seconds']:.1f} s)"
             )

@@ -143,38 +143,69 @@ def test_an_isolated_small_linear_stays_float_because_its_quantize_costs_more():
     assert not _calls(program, QUANTIZE)
 
 
+class _Sensitive(torch.nn.Module):
+    """Three convolutions; the third reads an input whose calibration range is 1000x its typical values, which int8
+    rounds away."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(8, 32, 3, padding=1)
+        self.b = torch.nn.Conv2d(32, 32, 3, padding=1)
+        self.c = torch.nn.Conv2d(8, 32, 3, padding=1)
+
+    def forward(self, x, spiky):
+        return self.b(torch.relu(self.a(x))) + self.c(spiky)
+
+
+def _sensitive_inputs():
+    spiky = torch.randn(2, 8, 24, 24)
+    spiky[0, 0, 0, 0] = 1000.0
+    return torch.randn(2, 8, 24, 24), spiky
+
+
 def test_the_fallback_reverts_the_node_int8_hurts_most():
-    """One convolution reads an input whose calibration range is 1000x its typical values: int8 rounds them away. With
-    a tolerance the fallback takes that convolution out of int8; the others stay."""
+    """With a tolerance the fallback takes the spiky input's convolution out of int8; the others stay. Where it goes
+    is the float plan's precision on this CPU: low where that runs convolutions low (kept_float), else fp32."""
     torch.manual_seed(0)
-
-    class Sensitive(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a = torch.nn.Conv2d(8, 32, 3, padding=1)
-            self.b = torch.nn.Conv2d(32, 32, 3, padding=1)
-            self.c = torch.nn.Conv2d(8, 32, 3, padding=1)
-
-        def forward(self, x, spiky):
-            return self.b(torch.relu(self.a(x))) + self.c(spiky)
-
-    def inputs():
-        spiky = torch.randn(2, 8, 24, 24)
-        spiky[0, 0, 0, 0] = 1000.0
-        return torch.randn(2, 8, 24, 24), spiky
-
-    model = Sensitive().eval()
-    example, calibration = inputs(), [inputs() for _ in range(2)]
+    model = _Sensitive().eval()
+    example, calibration = _sensitive_inputs(), [_sensitive_inputs() for _ in range(2)]
     _, plain = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration, return_report=True)
     assert {n["id"] for n in plain.nodes if n["precision"] == "int8"} >= {"conv2d", "conv2d_1", "conv2d_2"}
     program, report = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration, tolerance=0.05,
                                       progress=False, return_report=True)
     precision = {n["id"]: n["precision"] for n in report.nodes}
-    assert precision["conv2d_2"] != "int8" and precision["conv2d"] == precision["conv2d_1"] == "int8"
-    assert report.data["fallback"]["kept_fp32"] == ["conv2d_2"]
+    fallback = report.data["fallback"]
+    assert precision["conv2d"] == precision["conv2d_1"] == "int8"
+    assert fallback["kept_fp32"] + fallback["kept_float"] == ["conv2d_2"]
+    assert precision["conv2d_2"] == ("low" if fallback["kept_float"] else "fp32")
     with torch.no_grad():
         for batch in calibration:
             assert _relative_error(model(*batch), program.module()(*batch)) <= 0.05
+
+
+@pytest.mark.parametrize("tolerance, kept_float, kept_fp32, rounds", [
+    (0.01, ["conv2d_2"], [], 1),  # int8 -> bf16 is enough (bf16's error here about 2e-3)
+    (1e-3, [], ["conv2d_2"], 2),  # bf16 is not: a second round moves it on to fp32
+])
+def test_the_fallback_moves_int8_to_low_float_then_to_fp32(tolerance, kept_float, kept_fp32, rounds):
+    """The float plan forced to run convolutions in bf16 (cpu_features="all"): the sensitive int8 convolution moves
+    one step at a time, int8 -> bf16 -> fp32, as far as the tolerance needs and no further."""
+    torch.manual_seed(0)
+    model = _Sensitive().eval()
+    example, calibration = _sensitive_inputs(), [_sensitive_inputs() for _ in range(2)]
+    program, report = torch_mp.export(
+        model, example, torch.int8, calibration_inputs=calibration, tolerance=tolerance, progress=False,
+        return_report=True, int8_float_dtype=torch.bfloat16,
+        policy=torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all"))
+    fallback = report.data["fallback"]
+    assert (fallback["kept_float"], fallback["kept_fp32"], fallback["rounds"]) == (kept_float, kept_fp32, rounds)
+    precision = {n["id"]: n["precision"] for n in report.nodes}
+    assert precision["conv2d_2"] == ("low" if kept_float else "fp32")
+    assert precision["conv2d"] == precision["conv2d_1"] == "int8"
+    assert fallback["error_before"] > 0.05 >= tolerance >= fallback["error_after"]
+    with torch.no_grad():
+        for batch in calibration:
+            assert _relative_error(model(*batch), program.module()(*batch)) <= tolerance
 
 
 def test_int8_without_calibration_warns_that_ranges_come_from_one_batch(conv_net):

@@ -172,12 +172,14 @@ class ProgramConversion:
         return _probe(self.program, inputs, ids)
 
     def run(self, keep_fp32: Iterable[str] = (), keep_node_ids: bool = False, in_place: bool = False,
-            verify: bool = True) -> Tuple[ConvertedProgram, Report]:
-        """Plans and applies; FX node names stay as they are, so `keep_node_ids` and `in_place` change nothing."""
+            verify: bool = True, keep_float: Iterable[str] = ()) -> Tuple[ConvertedProgram, Report]:
+        """Plans and applies; FX node names stay as they are, so `keep_node_ids` and `in_place` change nothing.
+        `keep_fp32`: nodes run fp32, whatever the plans said; `keep_float`: int8 nodes moved to the float plan's
+        precision (the accuracy fallback's first step out of int8)."""
         start = time.perf_counter()
         keep, int8 = set(keep_fp32), None
         if self.int8:
-            int8, keep = self._int8_plan(keep)
+            int8 = self._int8_plan(keep | set(keep_float))
         planned = self._facts._decide(keep, self.keep_non_finite, int8.int8_nodes if int8 is not None else set())
         precision, forced = _plan(self.program, planned, self.seen, self.options, self.bound, self._facts._stored)
         program, casts, weights, graph = _apply(self.program, planned, precision, self.options.dtype,
@@ -202,15 +204,9 @@ class ProgramConversion:
             self._rules_checked = True
         return converted, report
 
-    def _int8_plan(self, keep: Set[str]) -> Tuple[Int8Plan, Set[str]]:
-        """The int8 plan, and what the float plan keeps fp32. A node the accuracy fallback keeps goes one step towards
-        fp32: from int8 to the float plan's precision where it would be int8, else to fp32."""
+    def _int8_plan(self, out_of_int8: Set[str]) -> Int8Plan:
+        """The int8 plan, with the nodes in `out_of_int8` kept float. Its facts come from the float plan without the
+        fallback's keeps (which of them runs low float is what int8 competes with)."""
         unkept = self._facts._decide(set(), self.keep_non_finite)
-        unkept_plan = plan_int8(unkept, self.seen, self._facts._stored, set(), self.int8_cost_model,
-                                self.int8_reduced_range)
-        leaves_int8 = keep & unkept_plan.int8_nodes
-        if not leaves_int8:  # nothing kept that would be int8: the plan without keeps is the plan
-            return unkept_plan, keep
-        return (plan_int8(unkept, self.seen, self._facts._stored, leaves_int8, self.int8_cost_model,
-                          self.int8_reduced_range), keep - leaves_int8)
-
+        return plan_int8(unkept, self.seen, self._facts._stored, out_of_int8, self.int8_cost_model,
+                         self.int8_reduced_range)
