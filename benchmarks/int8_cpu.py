@@ -1,13 +1,18 @@
 """torch_mp's int8 plan on this CPU (issue 60) beside fp32 and torchao's PT2E flow, in interleaved rounds in one process.
 
     python benchmarks/int8_cpu.py [--models resnet50 mobilenet_v2 vit_b_16 bert_4l] [--batches 1 8] [--repeats 10]
-                                  [--calibration 8] [--threads N] [--out benchmarks/INT8_CPU.md]
+                                  [--calibration 8] [--tolerance 0.05] [--threads N] [--out benchmarks/INT8_CPU.md]
+
+An AVX2-only CPU on a newer one: ATEN_CPU_CAPABILITY=avx2 (ATen's kernels), ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's: no
+VNNI, no AMX) and TORCH_MP_CPU_FEATURES=none (torch_mp's plan: no fast float kernels, no VNNI, the reduced range);
+with ATEN_CPU_CAPABILITY=avx2 Inductor's generated code is held to 256-bit vectors too. The page's header records them.
 
 Columns (median ms of interleaved rounds, after two warm-up calls each):
 - fp32: the model compiled by torch.compile with Inductor's freezing;
 - pt2e: torchao's PT2E flow as its docs give it (X86InductorQuantizer's default config: static, per-channel weights),
   calibrated on the same batches, compiled with freezing;
-- ours: torch_mp.export(model, args, torch.int8, calibration_inputs=...) compiled with freezing;
+- ours: torch_mp.export(model, args, torch.int8, calibration_inputs=..., tolerance=...) compiled with freezing (the
+  fallback's moves and seconds in the notes);
 - ours_aoti: the same program packaged as torch_mp.aoti_compile packages it (freezing, under no_grad), loaded with
   torch._inductor.aoti_load_package.
 Per row also: speed as ratios to fp32 and to PT2E; cosine to the fp32 model's output and top-1 agreement (classifiers:
@@ -30,6 +35,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "zoo"))
 from export_speed import cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
+
+from torch_mp.fallback import relative_error  # noqa: E402
 
 import torch_mp  # noqa: E402
 from torch_mp._export.package import write_package  # noqa: E402
@@ -112,7 +119,7 @@ def pt2e(model, args, calibration):
     return convert_pt2e(prepared)
 
 
-def measure(name, batch, repeats, calibration_count, folder):
+def measure(name, batch, repeats, calibration_count, tolerance, folder):
     model, next_batch = build(name, batch, seed=batch)
     args = next_batch()
     calibration = [next_batch() for _ in range(calibration_count)]
@@ -120,12 +127,18 @@ def measure(name, batch, repeats, calibration_count, folder):
     row = {"model": name, "batch": batch, "notes": []}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program, report = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration, return_report=True)
+        program, report = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration, tolerance=tolerance,
+                                          progress=False, return_report=True)
         # what torch_mp.aoti_compile does after its export, on the same program
         path = write_package(program, os.path.join(folder, f"{name}_{batch}.pt2"), report)
     heavy = sum(n["flops"] for n in report.nodes)
     row["int8_flops"] = sum(n["flops"] for n in report.nodes if n["precision"] == "int8") / max(heavy, 1)
     row["weights"] = report.data["weight_bytes_after"] / report.data["weight_bytes_before"]
+    if "fallback" in report.data:
+        fallback = report.data["fallback"]
+        row["notes"].append(f"fallback: error {fallback['error_before']:.3g} -> {fallback['error_after']:.3g}, "
+                            f"{len(fallback['kept_float'])} int8 -> low, {len(fallback['kept_fp32'])} -> fp32, "
+                            f"{fallback['conversions']} conversions, {fallback['seconds']:.0f} s")
     calls = {}
     with torch.no_grad(), torch._inductor.config.patch(freezing=True):
         calls["fp32"] = torch.compile(model)
@@ -142,13 +155,16 @@ def measure(name, batch, repeats, calibration_count, folder):
                 output = call(*held_out)
                 row[f"cos_{key}"] = cosine(reference, output)
                 row[f"agree_{key}"] = agreement(reference, output)
+                row[f"error_{key}"] = relative_error(reference, output)
     return row
 
 
 def table(rows) -> str:
     lines = ["| model | batch | fp32 ms | PT2E ms | ours ms | ours AOTI ms | ours / fp32 | ours / PT2E | AOTI / fp32 "
-             "| cosine PT2E | cosine ours | agreement PT2E | agreement ours | int8 FLOPs | weights | notes |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| cosine PT2E | cosine ours | rel. error PT2E | rel. error ours | agreement PT2E | agreement ours "
+             "| int8 FLOPs | weights | notes |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+             "| --- |"]
     for r in rows:
         ms = r["ms"]
         pt2e_ms = ms.get("pt2e")
@@ -161,7 +177,8 @@ def table(rows) -> str:
             f"{ms['ours_aoti']:.1f} | {ms['fp32'] / ms['ours']:.2f}x | "
             f"{fmt(pt2e_ms / ms['ours'] if pt2e_ms else None, '.2f')}{'x' if pt2e_ms else ''} | "
             f"{ms['fp32'] / ms['ours_aoti']:.2f}x | "
-            f"{fmt(r.get('cos_pt2e'), '.4f')} | {r['cos_ours']:.4f} | {fmt(r.get('agree_pt2e'), '.3f')} | "
+            f"{fmt(r.get('cos_pt2e'), '.4f')} | {r['cos_ours']:.4f} | {fmt(r.get('error_pt2e'), '.3g')} | "
+            f"{r['error_ours']:.3g} | {fmt(r.get('agree_pt2e'), '.3f')} | "
             f"{r['agree_ours']:.3f} | {r['int8_flops']:.2f} | {r['weights']:.3f} | {'; '.join(r['notes'])} |")
     return "\n".join(lines)
 
@@ -172,19 +189,25 @@ def main():
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--calibration", type=int, default=8, help="calibration batches (default 8)")
+    parser.add_argument("--tolerance", type=float, default=None, help="torch_mp's accuracy target (default: none)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--out", default=None, help="append the table to this markdown file")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if os.environ.get("ATEN_CPU_CAPABILITY") == "avx2":
+        torch._inductor.config.cpp.simdlen = 256
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models:
             for batch in args.batches:
-                rows.append(measure(name, batch, args.repeats, args.calibration, folder))
+                rows.append(measure(name, batch, args.repeats, args.calibration, args.tolerance, folder))
                 print(table(rows[-1:]), flush=True)
+    emulation = {name: os.environ[name] for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCH_MP_CPU_FEATURES")
+                 if name in os.environ}
     header = (f"\n## {datetime.date.today()}: {cpu_name()}, cpu_features {torch_mp.cpu_features()}, "
-              f"{torch.get_num_threads()} threads, torch {torch.__version__}\n\n"
+              f"{torch.get_num_threads()} threads, torch {torch.__version__}"
+              + (f", environment {emulation}" if emulation else "") + "\n\n"
               f"`python benchmarks/int8_cpu.py {' '.join(sys.argv[1:])}`; random weights; "
               f"{args.calibration} calibration batches, agreement on a held-out batch.\n")
     publish(header + "\n" + table(rows), args.out)

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 
+#include "core/activation_clipping.h"
 #include "core/int8_kernels.h"
 #include "core/int8_planner.h"
 
@@ -113,6 +114,22 @@ void bindInt8(py::module_& m) {
       .def_readonly("qmax", &core::ActivationQuantization::qmax);
   m.def("activation_quantization", &core::activationQuantization, py::arg("min"), py::arg("max"),
         py::arg("reduced_range"), "uint8 affine quantization of an activation from its observed range.");
+
+  py::class_<core::ValueTails>(m, "ValueTails", "What observation kept of a value for clipping (core/activation_clipping).")
+      .def(py::init([](int64_t numel, int64_t zeros, std::vector<double> largest, std::vector<double> smallest) {
+             return core::ValueTails{numel, zeros, std::move(largest), std::move(smallest)};
+           }),
+           py::kw_only(), py::arg("numel"), py::arg("zeros"), py::arg("largest"), py::arg("smallest"))
+      .def_readonly("numel", &core::ValueTails::numel)
+      .def_readonly("zeros", &core::ValueTails::zeros);
+  py::class_<core::ActivationRange>(m, "ActivationRange", "The range an activation is quantized over.")
+      .def_readonly("min", &core::ActivationRange::min)
+      .def_readonly("max", &core::ActivationRange::max)
+      .def_readonly("clipped", &core::ActivationRange::clipped)
+      .def_readonly("squared_error", &core::ActivationRange::squaredError)
+      .def_readonly("min_max_squared_error", &core::ActivationRange::minMaxSquaredError);
+  m.def("clipped_range", &core::clippedRange, py::arg("tails"), py::arg("reduced_range"),
+        "The observed range, or a clipped one where that has less expected squared error (core/activation_clipping).");
 }
 
 } // namespace torch_mp::python

@@ -198,7 +198,8 @@ class ProgramConversion:
                          int8)
         if int8 is not None:
             report.annotate("int8", {"float_dtype": self.options.dtype_name, "reduced_range": int8.reduced_range,
-                                     "int8_nodes": len(int8.int8_nodes), "quantized_values": len(int8.quantized)})
+                                     "int8_nodes": len(int8.int8_nodes), "quantized_values": len(int8.quantized),
+                                     "clipped_values": sum(bounds.clipped for bounds in int8.ranges.values())})
         if not self._rules_checked:
             check_rules_match(self.policy, report.nodes)
             self._rules_checked = True

@@ -2,7 +2,8 @@
 int8 role in core/int8_kernels: its FLOPs, whether the float plan runs it low, whether its weight is stored, whether the
 accuracy fallback keeps it float; each value such nodes would read quantized: its producer among them, its readers,
 size and observed range), has the core decide (_C.plan_int8, an exact minimum cut of float time lost against quantize
-passes) and fixes each quantized value's uint8 parameters from its observed range (_C.activation_quantization).
+passes) and fixes each quantized value's uint8 parameters from its observed range, clipped where that has less
+expected squared error (_C.clipped_range, _C.activation_quantization).
 Takes the float plan's decisions (_Planned records) and the observation; hands on an Int8Plan."""
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ _LOW_FLOAT_CATEGORIES = {"low", "low_fp32_output"}
 @dataclasses.dataclass(frozen=True)
 class Int8Plan:
     """What the int8 planner decided: its verdict on every node with an int8 role (by FX node name), and for each value
-    the int8 nodes read quantized (by FX node name) its uint8 parameters."""
+    the int8 nodes read quantized (by FX node name) its uint8 parameters and the range they cover (the observed one,
+    or clipped: core/activation_clipping)."""
 
     nodes: Dict[str, "_C.Int8NodePlan"]
     quantized: Dict[str, "_C.ActivationQuantization"]
+    ranges: Dict[str, "_C.ActivationRange"]
     reduced_range: bool
 
     @functools.cached_property  # asked per node of the graph by quantize: computed once
@@ -86,12 +89,12 @@ def plan_int8(planned: List[_Planned], seen: Dict[str, _Seen], is_stored, keep_f
             numel=observed.numel if observed is not None else 0, min=observed.minimum if usable else 0.0, max=observed.maximum if usable else 0.0, finite=usable))
     verdicts = _C.plan_int8(node_facts, value_facts, cost_model)
     chosen = {p.node.name: verdict for p, verdict in zip(candidates, verdicts)}
-    quantized = {}
+    quantized, ranges = {}, {}
     for name in values:
         if any(verdicts[reader].int8 for reader in readers[name]):
-            observed = seen[name]
-            quantized[name] = _C.activation_quantization(observed.minimum, observed.maximum, reduced_range)
-    return Int8Plan(chosen, quantized, reduced_range)
+            ranges[name] = bounds = _C.clipped_range(seen[name].tails(), reduced_range)
+            quantized[name] = _C.activation_quantization(bounds.min, bounds.max, reduced_range)
+    return Int8Plan(chosen, quantized, ranges, reduced_range)
 
 
 def check_int8_calibration(runs) -> None:

@@ -18,10 +18,11 @@ class _Seen:
     TorchScript front's observer keeps (_C.value_statistics, the one C++ function both fronts observe with): the
     largest finite and smallest finite non-zero magnitudes, integrality, finiteness; and where asked (int8
     conversions), its smallest and largest value (what int8 quantization scales an activation by; not finite where
-    the value is not)."""
+    the value is not) and its tails for clipping (`tails()`: the TAIL largest and smallest elements over all runs,
+    the element and exact-zero counts)."""
 
     __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite", "minimum", "maximum",
-                 "_ranges")
+                 "elements", "zeros", "top", "bottom", "_ranges")
 
     def __init__(self, tensor: torch.Tensor, ranges: bool = False):
         self.dtype = tensor.dtype
@@ -29,6 +30,8 @@ class _Seen:
         self.numel = tensor.numel()
         self.largest, self.smallest, self.only_integers, self.finite = 0.0, float("inf"), True, True
         self.minimum, self.maximum = float("inf"), float("-inf")
+        self.elements, self.zeros = 0, 0
+        self.top, self.bottom = torch.empty(0), torch.empty(0)
         self._ranges = ranges
         self.add(tensor)
 
@@ -39,8 +42,25 @@ class _Seen:
         self.largest, self.smallest = max(self.largest, largest), min(self.smallest, smallest)
         self.only_integers, self.finite = self.only_integers and only_integers, self.finite and finite
         if self._ranges:
-            minimum, maximum = torch.aminmax(tensor.detach())
+            flat = tensor.detach().flatten()
+            minimum, maximum = torch.aminmax(flat)
             self.minimum, self.maximum = min(self.minimum, minimum.item()), max(self.maximum, maximum.item())
+            self.elements += flat.numel()
+            self.zeros += int((flat == 0).sum())
+            self.top = _extremes(torch.cat([self.top, _extremes(flat, largest=True)]), largest=True)
+            self.bottom = _extremes(torch.cat([self.bottom, _extremes(flat, largest=False)]), largest=False)
+
+    def tails(self) -> "_C.ValueTails":
+        return _C.ValueTails(numel=self.elements, zeros=self.zeros, largest=self.top.tolist(),
+                             smallest=self.bottom.tolist())
+
+
+TAIL = 256  # extreme elements kept per side of a value: how far clipping may reach into it
+
+
+def _extremes(values: torch.Tensor, largest: bool) -> torch.Tensor:
+    """The TAIL largest (descending) or smallest (ascending) of `values`."""
+    return torch.topk(values, min(TAIL, values.numel()), largest=largest, sorted=True).values
 
 
 class _Recorder(torch.fx.Interpreter):
