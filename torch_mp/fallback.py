@@ -26,14 +26,16 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from ._errors import ConversionError
 from ._inputs import tensors_of
-from ._job import ConversionJob
 from .report import Report
+
+if TYPE_CHECKING:  # for the annotations only: _job.run_job imports this module
+    from ._job import ConversionJob
 
 Metric = Callable[[Any, Any], float]
 PRUNE_BUDGET = 24  # conversions the pruning step may spend

@@ -21,10 +21,8 @@ from .. import _C, capture_check
 from .._errors import ConversionError, ModelRunError
 from .._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _refuse_autocast,
                        module_inputs)
-from ..fallback import search_fallback
-from ..finite_outputs import repair_non_finite
+from .._job import run_job
 from ..options import ConversionOptions
-from ..policy import check_rules_match
 from ..report import Report
 from .apply import apply_plan, rewritten
 from .capture import _check_capture, _first_line, capture
@@ -91,13 +89,7 @@ def export(
         if eager is not None:
             _check_capture(model, program, eager, job.observation.outputs[0])
         eager = None  # checked: the model's outputs (a decoder's logits) need not stay alive through the conversion
-        if chosen.tolerance is None:
-            converted, report = job.run()
-        else:
-            converted, report = search_fallback(job, calibration or [inputs], chosen.tolerance, chosen.metric,
-                                                chosen.progress)
-        if report.data["non_finite"] is not None:
-            converted, report = repair_non_finite(job, converted, report, [inputs] + list(calibration))
+        converted, report = run_job(job, inputs, calibration)
         if chosen.int8:
             warn_without_int8(model, report)
     except (ValueError, TypeError, ConversionError):
@@ -142,7 +134,7 @@ class ProgramConversion:
     """A functional program, its observations and the options of its conversions; run() converts it, keeping given
     nodes (by FX name) in fp32 (what the accuracy fallback varies), and always those in `keep_non_finite`. The job
     interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), as _convert.Conversion for
-    TorchScript."""
+    TorchScript; _job.run_job runs it."""
 
     def __init__(self, program: ExportedProgram, inputs: CallInputs, calibration: Sequence[CallInputs],
                  options: ConversionOptions):
@@ -157,7 +149,6 @@ class ProgramConversion:
         self.policy = options.policy
         self.keep_non_finite: Set[str] = set()
         self.captured_seconds = 0.0
-        self._rules_checked = False
         self.stored = stored_tensors(program)
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
@@ -216,9 +207,6 @@ class ProgramConversion:
         if int8 is not None:
             report.annotate("int8", {"float_dtype": self.options.dtype_name, "reduced_range": int8.reduced_range,
                                      "int8_nodes": len(int8.int8_nodes), "quantized_values": len(int8.quantized)})
-        if not self._rules_checked:
-            check_rules_match(self.policy, report.nodes)
-            self._rules_checked = True
         return converted, report
 
     def _int8_plan(self, keep: Set[str]) -> Tuple[Int8Plan, Set[str]]:
