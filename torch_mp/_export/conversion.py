@@ -83,9 +83,9 @@ def export(
     if chosen.int8:
         check_int8_calibration([(call.args, call.kwargs) for call in [inputs] + calibration])
     try:
-        captured = time.perf_counter() - start
+        capture_seconds = time.perf_counter() - start
         job = ProgramConversion(program, inputs, calibration, chosen)
-        job.captured_seconds = captured
+        job.captured_seconds = capture_seconds
         if eager is not None:
             _check_capture(model, program, eager, job.observation.outputs[0])
         eager = None  # checked: the model's outputs (a decoder's logits) need not stay alive through the conversion
