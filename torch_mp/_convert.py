@@ -16,10 +16,8 @@ from ._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize
                       _normalize_kwargs, _refuse_autocast, module_inputs)
 from ._memory import release_freed_memory
 from ._torchscript import TorchScriptDeprecationWarning, jit_call, user_stacklevel
-from .fallback import search_fallback
-from .finite_outputs import repair_non_finite
+from ._job import run_job
 from .options import ConversionOptions
-from .policy import check_rules_match
 from .report import Report
 
 
@@ -150,16 +148,7 @@ class PreparedModel:
 
     def _convert(self, options: ConversionOptions, return_report: bool, in_place: bool):
         options = options.for_device(self.device)
-        job = Conversion(self, options)
-        if options.tolerance is None:
-            module, report = job.run(in_place=in_place)
-        else:
-            module, report = search_fallback(job, self.calibration or [self.inputs], options.tolerance,
-                                             options.metric, options.progress)
-        if report.data["non_finite"] is not None:
-            if in_place and options.tolerance is None:  # the conversion used the preparation up: plan again
-                self._bound = _prepare_scripted(self.scripted, self.inputs, self.calibration)
-            module, report = repair_non_finite(job, module, report, [self.inputs] + list(self.calibration))
+        module, report = run_job(Conversion(self, options), self.inputs, self.calibration, in_place=in_place)
         report.annotate("capture", self.capture)
         return (module, report) if return_report else module
 
@@ -167,7 +156,8 @@ class PreparedModel:
 class Conversion:
     """A prepared model and the options of its conversions; run() converts a copy, keeping given nodes (by id) in
     fp32 (what the accuracy fallback varies), and always those in `keep_non_finite` (what the repair of non-finite
-    outputs found). The job interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob)."""
+    outputs found). The job interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), which
+    _job.run_job runs."""
 
     def __init__(self, prepared: PreparedModel, options: ConversionOptions):
         self.prepared = prepared
@@ -175,7 +165,7 @@ class Conversion:
         self.options = options
         self.keep_non_finite: set = set()
         self._bound_options = options.bind()
-        self._rules_checked = False
+        self._preparation_used_up = False  # by an in-place conversion
 
     def reference(self, inputs: Tuple[Any, ...]) -> Any:
         with capture_check.buffers_kept(self.scripted):  # the captured module shares the user's module's buffers
@@ -197,23 +187,24 @@ class Conversion:
             verify: bool = True, keep_float: Iterable[int] = ()) -> Tuple[Any, Report]:
         """Converts a copy of the prepared model, the nodes with ids in `keep_fp32` kept in fp32; with
         `keep_node_ids` the result's graph keeps its node ids. `in_place` converts the preparation itself, which is
-        then used up. `verify=False` skips the verification run (a caller that runs the result itself checks it).
-        `keep_float` is for int8 nodes, which a TorchScript conversion has none of."""
+        then used up: a later run prepares the model again. `verify=False` skips the verification run (a caller that
+        runs the result itself checks it). `keep_float` is for int8 nodes, which a TorchScript conversion has none of."""
         if keep_float:
             raise ConversionError(f"torch_mp internal error: nodes {sorted(keep_float)} moved out of int8 in a "
                                   "TorchScript conversion, which plans no int8")
+        if self._preparation_used_up:
+            prepared = self.prepared
+            prepared._bound = _prepare_scripted(self.scripted, prepared.inputs, prepared.calibration)
+            self._preparation_used_up = False
         options = copy.copy(self._bound_options)
         options.keep_fp32 = set(keep_fp32)
         options.keep_fp32_non_finite = self.keep_non_finite
         options.keep_node_ids = keep_node_ids
         options.verify_outputs = options.verify_outputs and verify
         bound = self.prepared._bound
+        self._preparation_used_up = in_place
         converted, report = _bound_call(self.scripted, bound.convert_in_place if in_place else bound.convert, options)
-        report = Report(report)
-        if not self._rules_checked:
-            check_rules_match(self.options.policy, report.nodes)
-            self._rules_checked = True
-        return torch.jit._recursive.wrap_cpp_module(converted), report
+        return torch.jit._recursive.wrap_cpp_module(converted), Report(report)
 
     def module_inputs(self, inputs: Tuple[Any, ...]) -> Tuple[Any, ...]:
         """The inputs as the converted module takes them: with low-precision IO, fp32 tensors in the low dtype."""

@@ -30,14 +30,16 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
 from ._errors import ConversionError
 from ._inputs import tensors_of
-from ._job import ConversionJob
 from .report import Report
+
+if TYPE_CHECKING:  # for the annotations only: _job.run_job imports this module
+    from ._job import ConversionJob
 
 Metric = Callable[[Any, Any], float]
 PRUNE_BUDGET = 24  # conversions the pruning step may spend

@@ -15,14 +15,16 @@ If that cannot make the outputs finite, ConversionError names the nodes (or the 
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Set, Tuple
 
 import torch
 
 from ._errors import ConversionError
-from ._job import ConversionJob
 from .fallback import producers_read
 from .report import Report
+
+if TYPE_CHECKING:  # for the annotations only: _job.run_job imports this module
+    from ._job import ConversionJob
 
 MAX_ROUNDS = 8
 

@@ -392,7 +392,7 @@ class OpPolicy:
 def check_rules_match(policy: OpPolicy, nodes: Sequence[Dict[str, Any]]) -> None:
     """Refuses an exclusion, forced-low rule or force_low_nodes id of `policy` that matches none of `nodes` (a
     report's `nodes`: id, op, scope), naming it: a typo or a path that is not the model's would otherwise change
-    nothing, silently. Both fronts call it on their first conversion's nodes."""
+    nothing, silently. _job.run_job calls it on the nodes of a job's first conversion, on either front."""
     scopes = sorted({node["scope"] for node in nodes if node["scope"]})
     paths = ", ".join(scopes[:8]) + (", ..." if len(scopes) > 8 else "") or "none"
     for method, rules, matches in (("exclude", policy._c.exclusions(), "excluded_by"),

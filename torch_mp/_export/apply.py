@@ -4,13 +4,13 @@ layouts, without a fake run); the stored tensors (parameters, buffers, lifted co
 by core/stored_weights' rule (_C.storing_of), a low copy beside an fp32 one as a lifted constant; the stored
 tensors nothing reads dropped, as freezing drops them; the buffers the program writes copied (its own), stored low
 only where a cache write writes them (CACHE_WRITES) and written back in the dtype they are stored in. Takes the fp32
-program, the _Planned records and the plan; hands on the program, its casts, its weight bytes and fp32 weights, the
-report's graph (as _C.program_report takes them, by FX node name)."""
+program, its Plan, Observation and StoredTensors (records.py); hands on an Applied record: the program, its casts,
+its weight bytes and fp32 weights, the report's graph, by FX node name."""
 from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch.export import ExportedProgram
@@ -19,28 +19,24 @@ from torch.fx.node import map_arg
 
 from .. import _C
 from .._compat import EXPORT_LSTM_STATE_META_RIGHT
-from .facts import _Planned
-from .inference_form import graph_module_copy, quiet_spec_copies, renamed_outputs
-from .ir import CAST, _STORED, _fp32_tensor, _op_name, _val, _with_inputs
-from .observe import _Seen
+from .ir import (CAST, _STORED, _fp32_tensor, _op_name, _read_state, _val, _with_inputs, _without_unread_state,
+                 graph_module_copy, rebuilt_program)
+from .records import Applied, Cast, GraphItem, KeptFp32, Observation, Plan, StoredTensors, Weights
 
 
 _DTYPE_NAMES = {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float64: "Double"}
 
 
-def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[str, str], low: torch.dtype,
-           low_io: bool, seen: Dict[str, _Seen], stored_readers: Dict[str, List[torch.fx.Node]]):
+def apply_plan(program: ExportedProgram, plan: Plan, observation: Observation, stored: StoredTensors) -> Applied:
     """A new program with the plan applied: a cast wherever a reader needs another dtype than its producer writes
     (low nodes read the low dtype where the fp32 program had fp32, every other reader what the fp32 program had), made
-    once per value and dtype before its first reader; the stored tensors only low nodes read, in the low dtype
-    (`stored_readers`: each fp32 stored placeholder's name -> the readers of its tensor, ProgramConversion's).
-    Returns (program, casts: (name, value, from, to, bytes) each, (weight bytes before, after, fp32 tensors), the
-    report's graph)."""
+    once per value and dtype before its first reader; the stored tensors only low nodes read, in the low dtype."""
+    low, low_io, seen = plan.low_dtype, plan.low_io, observation.values
     module = graph_module_copy(program)
     graph = module.graph
     before = {node.name: _val(node) for node in graph.nodes}
     fake_mode = torch._guards.detect_fake_mode([before[n.name] for n in graph.nodes if n.op == "placeholder"])
-    low_nodes = {name for name, chosen in precision.items() if chosen == "low"}
+    low_nodes = {name for name in plan.precision if plan.runs_low(name)}
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs}
     state_dict, constants = dict(program.state_dict), dict(program.constants)
 
@@ -49,7 +45,7 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
 
     # how each stored tensor is kept is core/stored_weights' rule, from who reads it; one tensor may be held by
     # several placeholders (tied weights)
-    stored_low, stored_both = _storing(stored_readers, low_nodes, lambda name: table_of(name)[specs[name].target])
+    stored_low, stored_both = _storing(stored.readers, low_nodes, lambda name: table_of(name)[specs[name].target])
     _keep_state_fp32(program, graph, specs, stored_low, stored_both)
     low_copies, copy_specs = _low_copy_placeholders(graph, specs, stored_both, low, fake_mode)
     buffers_low = {specs[name].target for name in stored_low if specs[name].kind == InputKind.BUFFER}
@@ -61,7 +57,7 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             return None
         return low if reader_low and original.dtype == torch.float32 else original.dtype
 
-    casts: List[Tuple[str, str, str, str, int]] = []
+    casts: List[Cast] = []
     made: Dict[Tuple[str, torch.dtype], torch.fx.Node] = {}
 
     def read(value: Any, reader: torch.fx.Node, reader_low: bool) -> Any:
@@ -80,8 +76,8 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
                 cast.meta["val"] = CAST(_val(value), dtype=dtype)
             made[key] = cast
             numel = seen[value.name].numel if value.name in seen else 0
-            casts.append((cast.name, value.name, _DTYPE_NAMES.get(_val(value).dtype, "?"), _DTYPE_NAMES.get(dtype, "?"),
-                          numel * (_val(value).dtype.itemsize + dtype.itemsize)))
+            casts.append(Cast(cast.name, value.name, _DTYPE_NAMES.get(_val(value).dtype, "?"),
+                              _DTYPE_NAMES.get(dtype, "?"), numel * (_val(value).dtype.itemsize + dtype.itemsize)))
         return made[key]
 
     for node in list(graph.nodes):
@@ -132,12 +128,19 @@ def _apply(program: ExportedProgram, planned: List[_Planned], precision: Dict[st
             table[target] = table[target].clone()
     signature = _with_inputs(program.graph_signature, copy_specs)
     signature = _without_unread_state(signature, specs, graph, state_dict, constants)
-    weights = (_stored_bytes(*read_before), _stored_bytes(state_dict, constants),
-               _kept_fp32(program, state_dict, constants, stored_readers))
-    with quiet_spec_copies():
-        converted = program._update(module, renamed_outputs(signature, graph), state_dict=state_dict,
-                                    constants=constants)
-    return converted, casts, weights, _graph_items(graph, planned, made)
+    weights = Weights(_stored_bytes(*read_before), _stored_bytes(state_dict, constants),
+                      _kept_fp32(program, state_dict, constants, stored.readers))
+    converted = rebuilt_program(program, module, signature, state_dict=state_dict, constants=constants)
+    return Applied(converted, casts, weights, _graph_items(graph, plan, made))
+
+
+def rewritten(applied: Applied, program: ExportedProgram, fp32_program: ExportedProgram, stored: StoredTensors
+              ) -> Applied:
+    """`applied` for `program`, a rewrite of its program (quantize's Q/DQ): the same casts and graph, the weights after
+    counted again."""
+    weights = Weights(applied.weights.bytes_before, _stored_bytes(program.state_dict, program.constants),
+                      _kept_fp32(fp32_program, program.state_dict, program.constants, stored.readers))
+    return dataclasses.replace(applied, program=program, weights=weights)
 
 
 # The ops that write a buffer's new value by moving data only (a KV cache's writes), and why a buffer they write may
@@ -206,44 +209,6 @@ def _low_copy_placeholders(graph: torch.fx.Graph, specs, stored_both: Set[str], 
     return copies, copy_specs
 
 
-def _unread_state(specs, graph: torch.fx.Graph, state_dict: Dict[str, Any], constants: Dict[str, Any]
-                  ) -> List[torch.fx.Node]:
-    """The placeholders of parameters, buffers and lifted constants that nothing in the graph reads, but those holding
-    a tensor another placeholder is read through (a tied weight's second name costs nothing)."""
-    def tensor_of(node):
-        target = specs[node.name].target
-        return state_dict.get(target, constants.get(target))
-
-    stored = [node for node in graph.nodes if node.op == "placeholder" and specs[node.name].kind in _STORED]
-    read = {id(tensor_of(node)) for node in stored if node.users}
-    return [node for node in stored if not node.users and id(tensor_of(node)) not in read]
-
-
-def _read_state(program: ExportedProgram, specs, graph: torch.fx.Graph) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """The program's state_dict and constants without the tensors nothing reads."""
-    unread = {specs[node.name].target
-              for node in _unread_state(specs, graph, program.state_dict, program.constants)}
-    return ({k: v for k, v in program.state_dict.items() if k not in unread},
-            {k: v for k, v in program.constants.items() if k not in unread})
-
-
-def _without_unread_state(signature, specs, graph: torch.fx.Graph, state_dict: Dict[str, Any],
-                          constants: Dict[str, Any]):
-    """Drops the stored tensors nothing reads from the graph, `state_dict`, `constants` and the signature, as
-    freezing drops them from a TorchScript module: the converted program carries no dead weights (a module's unused
-    parameters) and its weight bytes are those convert counts."""
-    unread = _unread_state(specs, graph, state_dict, constants)
-    names = {node.name for node in unread}
-    for node in unread:
-        graph.erase_node(node)
-    kept = [spec for spec in signature.input_specs if spec.arg.name not in names]
-    still_read = {spec.target for spec in kept if spec.kind in _STORED}
-    for spec in signature.input_specs:
-        if spec.arg.name in names and spec.target not in still_read:
-            (state_dict if spec.target in state_dict else constants).pop(spec.target, None)
-    return dataclasses.replace(signature, input_specs=kept)
-
-
 def _recomputed(node: torch.fx.Node, before: Dict[str, Any]) -> Any:
     """The node's value for its inputs' new values (under the program's fake mode), `before` holding the fp32
     program's values by name. A low kernel may lay its result out otherwise than the fp32 one did (attention's output),
@@ -297,29 +262,21 @@ def _rnn_result_in_new_dtype(node: torch.fx.Node, before: Dict[str, Any]) -> Opt
                  for t in result)
 
 
-class _KeptFp32(NamedTuple):
-    """A stored fp32 tensor of the converted program: its first name (state_dict or constants key), its bytes and
-    the nodes that read it (of the fp32 program)."""
-    name: str
-    bytes: int
-    readers: List[torch.fx.Node]
-
-
 def _kept_fp32(program: ExportedProgram, state_dict: Dict[str, Any], constants: Dict[str, Any],
-               stored_readers: Dict[str, List[torch.fx.Node]]) -> List[_KeptFp32]:
+               stored_readers: Dict[str, List[torch.fx.Node]]) -> List[KeptFp32]:
     """The converted program's fp32 stored tensors (the report's weight_bytes_kept_fp32 and weights_kept_fp32), one
     per storage, with the readers of every placeholder holding it, in graph order."""
     holders: Dict[str, List[str]] = {}
     for spec in program.graph_signature.input_specs:
         if spec.kind in _STORED:
             holders.setdefault(spec.target, []).append(spec.arg.name)
-    kept: Dict[int, _KeptFp32] = {}
+    kept: Dict[int, KeptFp32] = {}
     for table in (state_dict, constants):
         for target, tensor in table.items():
             if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.float32:
                 continue
             storage = tensor.untyped_storage()
-            weight = kept.setdefault(storage.data_ptr(), _KeptFp32(target, storage.nbytes(), []))
+            weight = kept.setdefault(storage.data_ptr(), KeptFp32(target, storage.nbytes(), []))
             for holder in holders.get(target, []):
                 weight.readers.extend(r for r in stored_readers.get(holder, []) if r not in weight.readers)
     return list(kept.values())
@@ -335,11 +292,10 @@ def _stored_bytes(*tables: Dict[str, Any]) -> int:
     return sum(storages.values())
 
 
-def _graph_items(graph: torch.fx.Graph, planned: List[_Planned], made) -> List[Tuple[str, bool, str, List[str], int]]:
-    """The report's graph: planned nodes and casts, each (name, is a cast, op, the names of the items whose values it
-    reads (through getitems, to the call that computed the value), its index in the casts or -1)."""
+def _graph_items(graph: torch.fx.Graph, plan: Plan, made) -> List[GraphItem]:
+    """The report's graph: planned nodes and casts, in graph order."""
     casts = {cast.name: index for index, cast in enumerate(made.values())}
-    names = {p.node.name for p in planned}
+    names = set(plan.precision)
 
     def source(node: torch.fx.Node) -> Optional[str]:
         while node.target is operator.getitem:
@@ -350,6 +306,6 @@ def _graph_items(graph: torch.fx.Graph, planned: List[_Planned], made) -> List[T
     for node in graph.nodes:
         if node.name in names or node.name in casts:
             reads = [source(i) for i in node.all_input_nodes]
-            items.append((node.name, node.name in casts, _op_name(node), [r for r in reads if r is not None],
-                          casts.get(node.name, -1)))
+            items.append(GraphItem(node.name, node.name in casts, _op_name(node), [r for r in reads if r is not None],
+                                   casts.get(node.name, -1)))
     return items

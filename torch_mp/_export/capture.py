@@ -1,30 +1,26 @@
 """Capture: the program to plan, from a module (torch.export.export, non-strict then strict; the module run once
 eagerly on copies of its inputs and buffers, the reference its program is checked against, capture_check) or from a
-given ExportedProgram (its input count checked), in its functional inference form (inference_form.py), what it
-computes from stored tensors alone folded into constants (fold_constants.py), its batch norms after convolutions
-folded into them (fold_batch_norms.py). Neither the model nor a given program is changed."""
+given ExportedProgram (its input count checked); hands on a Capture record (records.py), which conversion.py cleans
+up. Neither the model nor a given program is changed."""
 from __future__ import annotations
 
 import inspect
-from typing import Any, Tuple
+from typing import Any
 
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
 from .. import capture_check
-from .._errors import ConversionError, ModelRunError
+from .._errors import ModelRunError
 from .._inputs import CallInputs, _normalize_inputs, _normalize_kwargs
-from .fold_batch_norms import fold_batch_norms
-from .fold_constants import fold_constants
 from .functional_writes import makes_view, writes
-from .inference_form import inference_form
+from .records import Capture
 
 
-def _program_of(model: Any, example_inputs: Any, example_kwarg_inputs: Any, dynamic_shapes: Any
-                ) -> Tuple[ExportedProgram, CallInputs, Any]:
-    """The functional program to plan (a new one: the model's or the given program is never changed), the example
-    inputs, and for a module its eager output on them (None for a program)."""
+def capture(model: Any, example_inputs: Any, example_kwarg_inputs: Any, dynamic_shapes: Any) -> Capture:
+    """The program of a module (torch.export's), or the program given; the example inputs; and for a module its
+    eager output on them (None for a program)."""
     eager = None
     if isinstance(model, ExportedProgram):
         if example_inputs is None and example_kwarg_inputs is None and model.example_inputs is not None:
@@ -57,14 +53,7 @@ def _program_of(model: Any, example_inputs: Any, example_kwarg_inputs: Any, dyna
         raise TypeError(f"expected a torch.nn.Module or torch.export.ExportedProgram, got {type(model).__name__}")
     if not call.args and not call.kwargs:
         raise ValueError("example_inputs are required: torch_mp runs the program to observe every value")
-    try:
-        functional = inference_form(program)
-    except Exception as error:  # noqa: BLE001 - torch's retrace failing inside torch_mp: say what was attempted
-        raise ConversionError(
-            f"torch_mp could not make the program of {type(model).__name__} functional: ExportedProgram."
-            f"run_decompositions({{}}) failed ({_first_line(error)}). A program that writes in place into tensors "
-            "other than its inputs, buffers and fresh tensors is the usual cause") from error
-    return fold_batch_norms(fold_constants(functional)), call, eager
+    return Capture(program, call, eager)
 
 
 def _check_program_inputs(program: ExportedProgram, call: CallInputs) -> None:

@@ -1,12 +1,18 @@
 """torch_mp.export and the job that sequences the export front's stages (as csrc/jit/pipeline.cpp sequences
-convert's): capture (capture.py, with the inference form), observe (observe.py), then per conversion facts and
-decisions (facts.py), plan (plan.py), apply (apply.py), verify (verify.py) and report (report.py); the accuracy
-fallback and the repair of non-finite outputs around them, through the job interface (ProgramConversion, a
-_job.ConversionJob). The order is written here and nowhere else; the work is in the stages' modules."""
+convert's), each handing the next a record (records.py):
+
+    capture (capture.py) -> clean up (_clean_up: inference_form.py, fold_constants.py, fold_batch_norms.py)
+    -> observe (observe.py), once per program; then per conversion (ProgramConversion.run):
+    decide (facts.py) -> plan (plan.py; int8_plan.py first for int8) -> apply (apply.py; quantize.py for int8)
+    -> verify (verify.py) -> report (report.py)
+
+with the accuracy fallback and the repair of non-finite outputs around the conversions, through the job interface
+(ProgramConversion, a _job.ConversionJob). The order is written here and nowhere else; the work is in the stages'
+modules."""
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterable, Optional, Sequence, Set, Tuple
 
 import torch
 from torch.export import ExportedProgram
@@ -15,21 +21,22 @@ from .. import _C, capture_check
 from .._errors import ConversionError, ModelRunError
 from .._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _refuse_autocast,
                        module_inputs)
-from ..fallback import search_fallback
-from ..finite_outputs import repair_non_finite
+from .._job import run_job
 from ..options import ConversionOptions
-from ..policy import check_rules_match
 from ..report import Report
-from .apply import _apply, _kept_fp32, _stored_bytes
-from .capture import _check_capture, _first_line, _program_of
+from .apply import apply_plan, rewritten
+from .capture import _check_capture, _first_line, capture
 from .facts import ProgramFacts
+from .fold_batch_norms import fold_batch_norms
+from .fold_constants import fold_constants
+from .inference_form import inference_form
 from .int8_plan import Int8Plan, check_int8_calibration, plan_int8, warn_without_int8
-from .ir import _STORED, _stored_groups
-from .observe import _observe, _probe
-from .plan import _plan
+from .ir import stored_tensors
+from .observe import _probe, observe
+from .plan import plan_precision
 from .quantize import _quantize
-from .report import _report
-from .verify import _verify
+from .report import build_report
+from .verify import find_non_finite
 
 
 def export(
@@ -65,7 +72,9 @@ def export(
     chosen.refuse_torchscript_only("torch_mp.export")
     _refuse_autocast("torch_mp.export")
     start = time.perf_counter()
-    program, inputs, eager = _program_of(model, example_inputs, example_kwarg_inputs, dynamic_shapes)
+    captured = capture(model, example_inputs, example_kwarg_inputs, dynamic_shapes)
+    program, inputs, eager = _clean_up(captured.program, type(model).__name__), captured.inputs, captured.eager_outputs
+    del captured  # the program as exported need not stay alive beside its cleaned-up form
     if inputs.kwargs:
         calibration = _normalize_calibration_calls(calibration_inputs, list(inputs.kwargs))
     else:
@@ -74,19 +83,13 @@ def export(
     if chosen.int8:
         check_int8_calibration([(call.args, call.kwargs) for call in [inputs] + calibration])
     try:
-        captured = time.perf_counter() - start
+        capture_seconds = time.perf_counter() - start
         job = ProgramConversion(program, inputs, calibration, chosen)
-        job.captured_seconds = captured
+        job.captured_seconds = capture_seconds
         if eager is not None:
-            _check_capture(model, program, eager, job.reference_outputs[0])
+            _check_capture(model, program, eager, job.observation.outputs[0])
         eager = None  # checked: the model's outputs (a decoder's logits) need not stay alive through the conversion
-        if chosen.tolerance is None:
-            converted, report = job.run()
-        else:
-            converted, report = search_fallback(job, calibration or [inputs], chosen.tolerance, chosen.metric,
-                                                chosen.progress)
-        if report.data["non_finite"] is not None:
-            converted, report = repair_non_finite(job, converted, report, [inputs] + list(calibration))
+        converted, report = run_job(job, inputs, calibration)
         if chosen.int8:
             warn_without_int8(model, report)
     except (ValueError, TypeError, ConversionError):
@@ -95,6 +98,22 @@ def export(
         name = type(model).__name__
         raise ConversionError(f"torch_mp could not convert the program of {name}: {_first_line(error)}") from error
     return (converted.program, report) if return_report else converted.program
+
+
+def _clean_up(program: ExportedProgram, model_name: str) -> ExportedProgram:
+    """The program cleaned up in fp32, before any cast exists, as convert's frozen-graph folding: its functional
+    inference form (inference_form.py: the plan needs a program without in-place writes), then what it computes from
+    stored tensors alone folded into constants (fold_constants.py), then its batch norms after convolutions folded
+    into them (fold_batch_norms.py: after fold_constants, so that a weight computed from stored tensors is a stored
+    tensor it can fold into)."""
+    try:
+        functional = inference_form(program)
+    except Exception as error:  # noqa: BLE001 - torch's retrace failing inside torch_mp: say what was attempted
+        raise ConversionError(
+            f"torch_mp could not make the program of {model_name} functional: ExportedProgram."
+            f"run_decompositions({{}}) failed ({_first_line(error)}). A program that writes in place into tensors "
+            "other than its inputs, buffers and fresh tensors is the usual cause") from error
+    return fold_batch_norms(fold_constants(functional))
 
 
 class ConvertedProgram:
@@ -115,7 +134,7 @@ class ProgramConversion:
     """A functional program, its observations and the options of its conversions; run() converts it, keeping given
     nodes (by FX name) in fp32 (what the accuracy fallback varies), and always those in `keep_non_finite`. The job
     interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), as _convert.Conversion for
-    TorchScript."""
+    TorchScript; _job.run_job runs it."""
 
     def __init__(self, program: ExportedProgram, inputs: CallInputs, calibration: Sequence[CallInputs],
                  options: ConversionOptions):
@@ -130,24 +149,18 @@ class ProgramConversion:
         self.policy = options.policy
         self.keep_non_finite: Set[str] = set()
         self.captured_seconds = 0.0
-        self._rules_checked = False
-        self._stored_names = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind in _STORED}
-        self._stored_readers: Dict[str, List[torch.fx.Node]] = {}  # a stored placeholder -> readers of its tensor
-        for group in _stored_groups(program).values():
-            readers = [user for holder in group for user in holder.users]
-            self._stored_readers.update((holder.name, readers) for holder in group)
+        self.stored = stored_tensors(program)
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
         try:
-            self.seen, self.reference_outputs = _observe(program, self.runs, ranges=self.int8)
+            self.observation = observe(program, self.runs, ranges=self.int8)
         except Exception as error:  # noqa: BLE001 - the program's own failure on its inputs (their shapes, ...)
             which = "example or calibration inputs" if calibration else "example inputs"
             raise ModelRunError(f"torch_mp: running the program on the {which} failed: {_first_line(error)}") \
                 from error
         self.observed_seconds = time.perf_counter() - start
         self._reference_module = None
-        self._facts = ProgramFacts(program, self.seen, self.policy, self.bound, self._stored_names,
-                                   self._stored_readers)
+        self.facts = ProgramFacts(program, self.observation, self.stored, self.policy, self.bound)
 
     # --- the job interface ------------------------------------------------------------------------------------
 
@@ -173,41 +186,35 @@ class ProgramConversion:
 
     def run(self, keep_fp32: Iterable[str] = (), keep_node_ids: bool = False, in_place: bool = False,
             verify: bool = True, keep_float: Iterable[str] = ()) -> Tuple[ConvertedProgram, Report]:
-        """Plans and applies; FX node names stay as they are, so `keep_node_ids` and `in_place` change nothing.
-        `keep_fp32`: nodes run fp32, whatever the plans said; `keep_float`: int8 nodes moved to the float plan's
-        precision (the accuracy fallback's first step out of int8)."""
+        """Decides, plans, applies, verifies and reports; FX node names stay as they are, so `keep_node_ids` and
+        `in_place` change nothing. `keep_fp32`: nodes run fp32, whatever the plans said; `keep_float`: int8 nodes
+        moved to the float plan's precision (the accuracy fallback's first step out of int8)."""
         start = time.perf_counter()
         keep, int8 = set(keep_fp32), None
         if self.int8:
             int8 = self._int8_plan(keep | set(keep_float))
-        planned = self._facts._decide(keep, self.keep_non_finite, int8.int8_nodes if int8 is not None else set())
-        precision, forced = _plan(self.program, planned, self.seen, self.options, self.bound, self._facts._stored)
-        program, casts, weights, graph = _apply(self.program, planned, precision, self.options.dtype,
-                                                not self.options.keep_io_dtypes, self.seen, self._stored_readers)
+        decisions = self.facts.decide(keep, self.keep_non_finite, int8.int8_nodes if int8 is not None else set())
+        plan = plan_precision(self.program, decisions, self.observation, self.stored, self.options, self.bound, int8)
+        applied = apply_plan(self.program, plan, self.observation, self.stored)
         if int8 is not None and int8.int8_nodes:
-            program = _quantize(program, int8)
-            weights = (weights[0], _stored_bytes(program.state_dict, program.constants),
-                       _kept_fp32(self.program, program.state_dict, program.constants, self._stored_readers))
-        converted = ConvertedProgram(program)
-        applied = time.perf_counter()
-        non_finite = _verify(converted.program, self.runs, self.seen, self.reference_outputs, self.module_inputs) \
+            applied = rewritten(applied, _quantize(applied.program, int8), self.program, self.stored)
+        converted = ConvertedProgram(applied.program)
+        applied_at = time.perf_counter()
+        non_finite = find_non_finite(converted.program, self.runs, self.observation, self.module_inputs) \
             if verify and self.options.verify else None
-        phases = {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan": applied - start,
-                  "verify": time.perf_counter() - applied}
-        report = _report(self.bound, self.seen, planned, precision, forced, casts, weights, graph, non_finite, phases,
-                         int8)
+        phases = {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan": applied_at - start,
+                  "verify": time.perf_counter() - applied_at}
+        report = build_report(self.bound, plan, self.observation, applied, non_finite, phases)
         if int8 is not None:
             report.annotate("int8", {"float_dtype": self.options.dtype_name, "reduced_range": int8.reduced_range,
                                      "int8_nodes": len(int8.int8_nodes), "quantized_values": len(int8.quantized),
                                      "clipped_values": sum(bounds.clipped for bounds in int8.ranges.values())})
-        if not self._rules_checked:
-            check_rules_match(self.policy, report.nodes)
-            self._rules_checked = True
         return converted, report
 
     def _int8_plan(self, out_of_int8: Set[str]) -> Int8Plan:
         """The int8 plan, with the nodes in `out_of_int8` kept float. Its facts come from the float plan without the
         fallback's keeps (which of them runs low float is what int8 competes with)."""
-        unkept = self._facts._decide(set(), self.keep_non_finite)
-        return plan_int8(unkept, self.seen, self._facts._stored, out_of_int8, self.int8_cost_model,
+        unkept = self.facts.decide(set(), self.keep_non_finite)
+        return plan_int8(unkept, self.observation.values, self.stored.holds, out_of_int8, self.int8_cost_model,
                          self.int8_reduced_range)
+

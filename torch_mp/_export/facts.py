@@ -2,13 +2,14 @@
 from the program and its observation, and the decision the core's rule order makes of them (core/classify_node, one
 _C.classify_nodes call): the dtypes a node reads and writes, the user's node rule's answer, the numbers the range guards
 judge (observed fp32 values, stored tensors' and float scalars' magnitudes: core/range_guards judges them), the
-underflow-to-zero walk over the FX graph's view (core/underflow_to_zero), whether a lookup's table is stored low, whether a product sums nothing; and each heavy node's FLOPs (core/flop_formulas). Hands
-on one _Planned record per planned node."""
+underflow-to-zero walk over the FX graph's view (core/underflow_to_zero), whether a lookup's table is stored low,
+whether a product sums nothing; and each heavy node's FLOPs (core/flop_formulas). Takes the program, its Observation
+and StoredTensors; hands on a Decision (records.py) per planned node, in graph order."""
 from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 from torch.export import ExportedProgram
@@ -17,34 +18,25 @@ from .. import _C
 from .._inputs import tensors_of
 from .ir import _floating_dtypes, _is_view, _op_name, _outputs_of, _scope, _val
 from .observe import _Seen
-
-
-class _Planned(NamedTuple):
-    """One record per planned node."""
-
-    node: torch.fx.Node
-    op: str
-    scope: str
-    decision: "_C.NodeDecision"  # category, rule_kind, rule, reason, guard
-    index: int  # in the dataflow graph
+from .records import Decision, Observation, StoredTensors
 
 
 class ProgramFacts:
     """The program, its observation and its stored tensors, read per FX node into what core::NodeFacts holds;
-    _decide hands every node's facts to core::classifyNode in one call (_C.classify_nodes)."""
+    decide hands every node's facts to core::classifyNode in one call (_C.classify_nodes)."""
 
-    def __init__(self, program: ExportedProgram, seen: Dict[str, _Seen], policy, bound: "_C.ConvertOptions",
-                 stored_names: Set[str], stored_readers: Dict[str, List[torch.fx.Node]]):
+    def __init__(self, program: ExportedProgram, observation: Observation, stored: StoredTensors, policy,
+                 bound: "_C.ConvertOptions"):
         self.program = program
-        self.seen = seen
+        self.seen = observation.values
         self.policy = policy
         self._bound = bound  # the options as C++ holds them: the policy and the dtype the core decides with
-        self._stored_names = stored_names
-        self._stored_readers = stored_readers  # a stored placeholder -> readers of its tensor
-        self._underflow = _underflow_to_zero(program.graph, seen, self._bound)
+        self._stored_names = stored.names
+        self._stored_readers = stored.readers  # a stored placeholder -> readers of its tensor
+        self._underflow = _underflow_to_zero(program.graph, self.seen, self._bound)
 
-    def _decide(self, keep_fp32: Set[str], keep_non_finite: Set[str], runs_int8: Set[str] = frozenset()
-                ) -> List[_Planned]:
+    def decide(self, keep_fp32: Set[str], keep_non_finite: Set[str], runs_int8: Set[str] = frozenset()
+               ) -> List[Decision]:
         """The decision per planned node: core::classifyNode (the rule order both fronts share) over the facts
         gathered here, in one call; `runs_int8` names an int8 conversion's int8 nodes."""
         nodes = []
@@ -59,8 +51,7 @@ class ProgramFacts:
         ask = None if node_rule is None else (lambda i: self._ask_node_rule(node_rule, *nodes[i]))
         decisions = _C.classify_nodes([self._facts(*entry, keep_fp32, keep_non_finite, runs_int8) for entry in nodes],
                                       self._bound, ask)
-        return [_Planned(node, op, scope, decision, index + 2)
-                for index, ((node, op, scope), decision) in enumerate(zip(nodes, decisions))]
+        return [Decision(node, op, scope, verdict) for (node, op, scope), verdict in zip(nodes, decisions)]
 
     def _facts(self, node, op, scope, keep_fp32, keep_non_finite, runs_int8) -> Dict[str, Any]:
         """What core::NodeFacts needs of one node. A program's nodes were all observed, and a tensor list an FX
@@ -190,9 +181,9 @@ def _underflow_to_zero(graph: torch.fx.Graph, seen: Dict[str, _Seen], options) -
     return {calls[i].name: verdict for i, verdict in _C.underflow_to_zero(nodes, values, options).items()}
 
 
-def _flops(planned: _Planned, seen: Dict[str, _Seen]) -> int:
+def _flops(decision: Decision, seen: Dict[str, _Seen]) -> int:
     """Multiply-add FLOPs of a heavy op at the example inputs' sizes (core/flop_formulas, as convert counts them)."""
-    node = planned.node
+    node = decision.node
 
     def sizes(value: Any) -> Optional[List[int]]:
         observed = seen.get(value.name)
@@ -209,5 +200,5 @@ def _flops(planned: _Planned, seen: Dict[str, _Seen]) -> int:
         listed = node.args[position] if position is not None and position < len(node.args) else ()
         weights = [sizes(t) for t in listed if isinstance(t, torch.fx.Node) and sizes(t) is not None]
     first = sizes(node.args[0]) if node.args and isinstance(node.args[0], torch.fx.Node) else None
-    return _C.estimate_flops(planned.op, inputs, sizes(outputs[0]) if outputs else None, transposed, weights,
+    return _C.estimate_flops(decision.op, inputs, sizes(outputs[0]) if outputs else None, transposed, weights,
                              integers, math.prod(first) if first is not None else None)

@@ -22,8 +22,9 @@ from typing import Any, Optional
 import torch
 from torch.export import ExportedProgram
 
-from .inference_form import INFERENCE_BATCH_NORM, graph_module_copy, quiet_spec_copies, renamed_outputs
-from .ir import LiftedConstants, _stored_groups, _stored_tensor, _with_inputs
+from .inference_form import INFERENCE_BATCH_NORM
+from .ir import (LiftedConstants, _stored_groups, _stored_tensor, _with_inputs, graph_module_copy,
+                 rebuilt_program)
 
 # The convolutions folded into: (input, weight, bias, ...) each; aten.convolution's transposed flag is argument 6.
 CONVOLUTIONS = {torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default, torch.ops.aten.conv3d.default,
@@ -55,9 +56,8 @@ def fold_batch_norms(program: ExportedProgram) -> ExportedProgram:
             reader.replace_all_uses_with(conv)
             graph.erase_node(reader)
         graph.erase_node(norm)
-    signature = _with_inputs(renamed_outputs(program.graph_signature, graph), lifted.specs)
-    with quiet_spec_copies():
-        return program._update(module, signature, state_dict=dict(program.state_dict), constants=lifted.constants)
+    return rebuilt_program(program, module, _with_inputs(program.graph_signature, lifted.specs),
+                           state_dict=dict(program.state_dict), constants=lifted.constants)
 
 
 class _StoredTensors:

@@ -26,8 +26,8 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputSpec
 
-from .inference_form import graph_module_copy, quiet_spec_copies, renamed_outputs
-from .ir import _STORED, LiftedConstants, _is_view, _stored_tensor, _with_inputs
+from .ir import (_STORED, LiftedConstants, _is_view, _stored_tensor, _with_inputs, graph_module_copy,
+                 rebuilt_program)
 
 # Calls that compute nothing but a copy of their input, and why: a fold made of them and views alone saves nothing.
 COPIES = {
@@ -70,9 +70,8 @@ def fold_constants(program: ExportedProgram) -> ExportedProgram:
         node = by_name[result.name]
         node.replace_all_uses_with(lifted.add(f"{node.name}_folded", values[result.name], node.meta["val"]))
     graph.eliminate_dead_code()
-    signature = _with_inputs(renamed_outputs(signature, graph), lifted.specs)
-    with quiet_spec_copies():
-        return program._update(module, signature, state_dict=dict(program.state_dict), constants=lifted.constants)
+    return rebuilt_program(program, module, _with_inputs(signature, lifted.specs), state_dict=dict(program.state_dict),
+                           constants=lifted.constants)
 
 
 def _stored(node: torch.fx.Node, specs: Dict[str, InputSpec]) -> bool:

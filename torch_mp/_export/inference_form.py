@@ -21,18 +21,13 @@ A program with any other write (into an input, a buffer, a reshaped view) is tra
 """
 from __future__ import annotations
 
-import contextlib
-import copy
-import dataclasses
 import operator
-import warnings
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import TensorArgument
 
-from .._compat import LazyGraphModule
 from .functional_writes import fake_result, make_writes_functional, writes
+from .ir import graph_module_copy, quiet_spec_copies, rebuilt_program
 
 BATCH_NORM = torch.ops.aten.batch_norm.default
 INFERENCE_BATCH_NORM = torch.ops.aten._native_batch_norm_legit_no_training.default
@@ -81,41 +76,7 @@ def inference_form(program: ExportedProgram) -> ExportedProgram:
         repeated.replace_all_uses_with(first)
         graph.erase_node(repeated)
     graph.eliminate_dead_code()
-    with quiet_spec_copies():
-        return program._update(module, renamed_outputs(program.graph_signature, graph))
-
-
-@contextlib.contextmanager
-def quiet_spec_copies():
-    """torch's own copies of a program's pytree specs warn of its deprecated LeafSpec (torch >= 2.13): not the
-    user's to act on."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
-        yield
-
-
-def graph_module_copy(program: ExportedProgram) -> torch.fx.GraphModule:
-    """A copy of the program's graph module to rewrite (its graph and the attributes the graph reads), its nodes named
-    as the program's signature names them. Its Python code is left ungenerated (a lazy module): the program made of it
-    (`program._update`) generates its own module's from the rewritten graph, and deepcopying the graph module would
-    generate it once more."""
-    with quiet_spec_copies():
-        graph = copy.deepcopy(program.graph)
-        held = copy.deepcopy({node.target: operator.attrgetter(node.target)(program.graph_module)
-                              for node in graph.nodes if node.op in ("get_attr", "call_module")})
-    for original, copied in zip(program.graph.nodes, graph.nodes):
-        copied.name = original.name  # deepcopy renames those that shadow builtins ("input")
-    return LazyGraphModule(held, graph)
-
-
-def renamed_outputs(signature, graph: torch.fx.Graph):
-    """The signature with each tensor output named by the node the graph now returns (a rewrite or a cast may have
-    replaced it)."""
-    returned = list(graph.output_node().args[0])
-    specs = [dataclasses.replace(spec, arg=TensorArgument(name=node.name))
-             if isinstance(spec.arg, TensorArgument) and isinstance(node, torch.fx.Node) else spec
-             for spec, node in zip(signature.output_specs, returned)]
-    return dataclasses.replace(signature, output_specs=specs)
+    return rebuilt_program(program, module, program.graph_signature)
 
 
 def _repeated_calls(graph: torch.fx.Graph):

@@ -4,7 +4,7 @@ accuracy fallback keeps it float; each value such nodes would read quantized: it
 size and observed range), has the core decide (_C.plan_int8, an exact minimum cut of float time lost against quantize
 passes) and fixes each quantized value's uint8 parameters from its observed range, clipped where that has less
 expected squared error (_C.clipped_range, _C.activation_quantization).
-Takes the float plan's decisions (_Planned records) and the observation; hands on an Int8Plan."""
+Takes the float plan's Decisions (records.py) and the observation; hands on an Int8Plan."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,8 +17,9 @@ import torch
 from .. import _C
 from .._errors import Int8Warning
 from .._inputs import tensors_of
-from .facts import _Planned, _flops
+from .facts import _flops
 from .observe import _Seen
+from .records import Decision
 
 # The float plan's categories whose nodes run in the low float dtype (core::OpCategory's names).
 _LOW_FLOAT_CATEGORIES = {"low", "low_fp32_output"}
@@ -60,7 +61,7 @@ def _kernel_behind_epilogues(value: torch.fx.Node) -> torch.fx.Node:
     return value
 
 
-def plan_int8(planned: List[_Planned], seen: Dict[str, _Seen], is_stored, keep_float: Set[str],
+def plan_int8(planned: List[Decision], seen: Dict[str, _Seen], is_stored, keep_float: Set[str],
               cost_model: "_C.Int8CostModel", reduced_range: bool) -> Int8Plan:
     """The int8 planner's verdicts over the program's nodes with an int8 role. `is_stored(node)`: whether a node is a
     parameter, buffer or constant; `keep_float`: the nodes the accuracy fallback keeps out of int8."""
@@ -71,7 +72,7 @@ def plan_int8(planned: List[_Planned], seen: Dict[str, _Seen], is_stored, keep_f
         facts = _C.int8_facts(p.op)
         weight = p.node.args[facts.weight_input] if 0 <= facts.weight_input < len(p.node.args) else None
         node_facts.append(_C.Int8NodeFacts(
-            op=p.op, flops=_flops(p, seen), runs_low_float=p.decision.category in _LOW_FLOAT_CATEGORIES,
+            op=p.op, flops=_flops(p, seen), runs_low_float=p.verdict.category in _LOW_FLOAT_CATEGORIES,
             weight_stored=weight is not None and is_stored(weight), kept_by_fallback=p.node.name in keep_float))
     readers: Dict[str, List[int]] = {}
     values: Dict[str, torch.fx.Node] = {}

@@ -1,18 +1,25 @@
-"""What every stage of the export front asks of an FX graph (as csrc/jit/ir is for the TorchScript passes): the cast
-op, the kinds of stored inputs, a node's value and op name, its module path, whether it is a view, the nodes holding
-its tensors, the program's stored tensors with the placeholders that hold each, new lifted constants in a copy of its
-graph, and a signature with constants added."""
+"""What every stage of the export front asks of an FX graph and does to a program (as csrc/jit/ir is for the
+TorchScript passes). Questions: the cast op, the kinds of stored inputs, a node's value and op name, its module path,
+whether it is a view, the nodes holding its tensors, the program's stored tensors (with the placeholders that hold
+each, and their readers: StoredTensors). Program surgery, each on a copy, never on the program given: a copy of its
+graph module to rewrite, new lifted constants in it, a signature with constants added, the stored tensors nothing
+reads dropped, and the program made of the rewritten copy."""
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import operator
-from typing import Any, Dict, List
+import warnings
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, InputSpec, TensorArgument
 
+from .._compat import LazyGraphModule
 from .._inputs import tensors_of
+from .records import StoredTensors
 
 
 CAST = torch.ops.aten._to_copy.default
@@ -77,6 +84,16 @@ def _stored_groups(program: ExportedProgram) -> Dict[int, List[torch.fx.Node]]:
     return groups
 
 
+def stored_tensors(program: ExportedProgram) -> StoredTensors:
+    """The program's stored placeholders, and for each fp32 one the readers of its tensor (one list per tensor)."""
+    names = frozenset(spec.arg.name for spec in program.graph_signature.input_specs if spec.kind in _STORED)
+    readers: Dict[str, List[torch.fx.Node]] = {}
+    for group in _stored_groups(program).values():
+        shared = [user for holder in group for user in holder.users]
+        readers.update((holder.name, shared) for holder in group)
+    return StoredTensors(names, readers)
+
+
 def _stored_tensor(program: ExportedProgram, target: str) -> Any:
     """The tensor a stored input spec's target names: a parameter or buffer, else a lifted constant."""
     return program.state_dict[target] if target in program.state_dict else program.constants[target]
@@ -119,3 +136,85 @@ class LiftedConstants:
         self.specs[holder.name] = InputSpec(kind=InputKind.CONSTANT_TENSOR, arg=TensorArgument(name=holder.name),
                                             target=holder.name)
         return holder
+
+
+# --- program surgery ------------------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def quiet_spec_copies():
+    """torch's own copies of a program's pytree specs warn of its deprecated LeafSpec (torch >= 2.13): not the
+    user's to act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+        yield
+
+
+def graph_module_copy(program: ExportedProgram) -> torch.fx.GraphModule:
+    """A copy of the program's graph module to rewrite (its graph and the attributes the graph reads), its nodes named
+    as the program's signature names them. Its Python code is left ungenerated (a lazy module): the program made of it
+    (rebuilt_program) generates its own module's from the rewritten graph, and deepcopying the graph module would
+    generate it once more."""
+    with quiet_spec_copies():
+        graph = copy.deepcopy(program.graph)
+        held = copy.deepcopy({node.target: operator.attrgetter(node.target)(program.graph_module)
+                              for node in graph.nodes if node.op in ("get_attr", "call_module")})
+    for original, copied in zip(program.graph.nodes, graph.nodes):
+        copied.name = original.name  # deepcopy renames those that shadow builtins ("input")
+    return LazyGraphModule(held, graph)
+
+
+def renamed_outputs(signature, graph: torch.fx.Graph):
+    """The signature with each tensor output named by the node the graph now returns (a rewrite or a cast may have
+    replaced it)."""
+    returned = list(graph.output_node().args[0])
+    specs = [dataclasses.replace(spec, arg=TensorArgument(name=node.name))
+             if isinstance(spec.arg, TensorArgument) and isinstance(node, torch.fx.Node) else spec
+             for spec, node in zip(signature.output_specs, returned)]
+    return dataclasses.replace(signature, output_specs=specs)
+
+
+def rebuilt_program(program: ExportedProgram, module: torch.fx.GraphModule, signature,
+                    state_dict: Dict[str, Any] = None, constants: Dict[str, Any] = None) -> ExportedProgram:
+    """The program made of `module` (a rewritten graph_module_copy of `program`'s) and `signature`, its outputs named
+    as the rewritten graph returns them; with `state_dict` and `constants` where given, else the program's."""
+    with quiet_spec_copies():
+        return program._update(module, renamed_outputs(signature, module.graph), state_dict=state_dict,
+                               constants=constants)
+
+
+def _unread_state(specs, graph: torch.fx.Graph, state_dict: Dict[str, Any], constants: Dict[str, Any]
+                  ) -> List[torch.fx.Node]:
+    """The placeholders of parameters, buffers and lifted constants that nothing in the graph reads, but those holding
+    a tensor another placeholder is read through (a tied weight's second name costs nothing)."""
+    def tensor_of(node):
+        target = specs[node.name].target
+        return state_dict.get(target, constants.get(target))
+
+    stored = [node for node in graph.nodes if node.op == "placeholder" and specs[node.name].kind in _STORED]
+    read = {id(tensor_of(node)) for node in stored if node.users}
+    return [node for node in stored if not node.users and id(tensor_of(node)) not in read]
+
+
+def _read_state(program: ExportedProgram, specs, graph: torch.fx.Graph) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The program's state_dict and constants without the tensors nothing reads."""
+    unread = {specs[node.name].target
+              for node in _unread_state(specs, graph, program.state_dict, program.constants)}
+    return ({k: v for k, v in program.state_dict.items() if k not in unread},
+            {k: v for k, v in program.constants.items() if k not in unread})
+
+
+def _without_unread_state(signature, specs, graph: torch.fx.Graph, state_dict: Dict[str, Any],
+                          constants: Dict[str, Any]):
+    """Drops the stored tensors nothing reads from the graph, `state_dict`, `constants` and the signature, as
+    freezing drops them from a TorchScript module: the converted program carries no dead weights (a module's unused
+    parameters) and its weight bytes are those convert counts."""
+    unread = _unread_state(specs, graph, state_dict, constants)
+    names = {node.name for node in unread}
+    for node in unread:
+        graph.erase_node(node)
+    kept = [spec for spec in signature.input_specs if spec.arg.name not in names]
+    still_read = {spec.target for spec in kept if spec.kind in _STORED}
+    for spec in signature.input_specs:
+        if spec.arg.name in names and spec.target not in still_read:
+            (state_dict if spec.target in state_dict else constants).pop(spec.target, None)
+    return dataclasses.replace(signature, input_specs=kept)

@@ -1,7 +1,8 @@
 """Observation: the program's graph module run by an FX interpreter on the example and calibration inputs, every
 floating value's dtype, size and statistics recorded per node name (_Seen: the statistics the TorchScript front's
 value_observer keeps, by the same C++ function), and the values of named nodes read on one input (_probe, the job
-interface's probe). Takes a functional program and its inputs; hands on {node name: _Seen} and each run's outputs."""
+interface's probe). Takes a functional program and its inputs; hands on an Observation (records.py): a _Seen per
+value's node name, and each run's outputs."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -11,6 +12,7 @@ from torch.export import ExportedProgram
 
 from .. import _C
 from .._inputs import CallInputs, tensors_of
+from .records import Observation
 
 
 class _Seen:
@@ -83,7 +85,7 @@ def _flat_inputs(program: ExportedProgram, call: CallInputs) -> List[Any]:
     return program._graph_module_flat_inputs(call.args, call.kwargs)
 
 
-def _observe(program: ExportedProgram, runs: Sequence[CallInputs], ranges: bool = False):
+def observe(program: ExportedProgram, runs: Sequence[CallInputs], ranges: bool = False) -> Observation:
     """What each run showed of every floating value, by node name, and each run's outputs; with `ranges`, each fp32
     value's smallest and largest value too."""
     seen: Dict[str, _Seen] = {}
@@ -99,7 +101,7 @@ def _observe(program: ExportedProgram, runs: Sequence[CallInputs], ranges: bool 
     with torch.no_grad():
         for inputs in runs:
             outputs.append(_Recorder(program.graph_module, record).run(*_flat_inputs(program, inputs)))
-    return seen, outputs
+    return Observation(seen, outputs)
 
 
 def _probe(program: ExportedProgram, inputs: CallInputs, ids: Sequence[str]) -> List[Optional[torch.Tensor]]:

@@ -16,10 +16,9 @@ from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noq
 from torch.export import ExportedProgram
 
 from .. import _C
-from .apply import _without_unread_state
-from .inference_form import graph_module_copy, quiet_spec_copies, renamed_outputs
 from .int8_plan import Int8Plan, quantized_input
-from .ir import CAST, LiftedConstants, _stored_tensor, _val, _with_inputs
+from .ir import (CAST, LiftedConstants, _stored_tensor, _val, _with_inputs, _without_unread_state, graph_module_copy,
+                 quiet_spec_copies, renamed_outputs)
 
 QUANTIZE = torch.ops.quantized_decomposed.quantize_per_tensor.default
 DEQUANTIZE = torch.ops.quantized_decomposed.dequantize_per_tensor.default

@@ -1,23 +1,23 @@
 """Report: the export front's ConversionReport, the type convert's pipeline fills and serialises (REPORT.md), filled
-by _C.program_report from what the stages hand on: the core's decision per planned node, its precision, FLOPs and
-largest observed magnitude, the casts and weights apply made, the verification's finding and the stages' seconds.
-The report's ids index the FX node names it is written with."""
+by _C.program_report from the stages' records: the Plan (the core's decision per planned node, its precision, and
+an int8 conversion's verdicts), the Observation (each node's largest observed magnitude and, with the sizes, its
+FLOPs), the Applied record (casts, weights, the graph), the verification's NonFinite and the stages' seconds. The
+report's ids index the FX node names it is written with."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 
 from .. import _C
 from ..report import Report
 from .facts import _flops
-from .int8_plan import Int8Plan
 from .ir import _op_name, _outputs_of
-from .observe import _Seen
+from .records import Applied, NonFinite, Observation, Plan
 
 
-def _report(bound: "_C.ConvertOptions", seen: Dict[str, _Seen], planned, precision, forced, casts, weights, graph,
-            non_finite: Optional[Dict[str, Any]], phases: Dict[str, float], int8: Optional[Int8Plan] = None) -> Report:
+def build_report(bound: "_C.ConvertOptions", plan: Plan, observation: Observation, applied: Applied,
+                 non_finite: Optional[NonFinite], phases: Dict[str, float]) -> Report:
     names: List[str] = []
     ids: Dict[str, int] = {}
 
@@ -27,23 +27,25 @@ def _report(bound: "_C.ConvertOptions", seen: Dict[str, _Seen], planned, precisi
             names.append(name)
         return ids[name]
 
+    seen, int8 = observation.values, plan.int8
     nodes = []
-    for p in planned:
-        outputs = _outputs_of(p.node)
+    for d in plan.decisions:
+        outputs = _outputs_of(d.node)
         observed = seen.get(outputs[0].name) if outputs else None
         amax = observed.largest if observed is not None and observed.dtype == torch.float32 else None
-        nodes.append((id_of(p.node.name), p.op, p.scope, p.decision, precision[p.node.name] == "low",
-                      p.node.name in forced, amax, _flops(p, seen),
-                      None if int8 is None else int8.nodes.get(p.node.name)))
-    before, after, kept = weights
-    decided = {p.node.name for p in planned}
+        nodes.append((id_of(d.node.name), d.op, d.scope, d.verdict, plan.runs_low(d.node.name),
+                      d.node.name in plan.forced_fp32, amax, _flops(d, seen),
+                      None if int8 is None else int8.nodes.get(d.node.name)))
+    weights = applied.weights
     kept_fp32 = [(w.name, w.bytes, [_op_name(r) for r in w.readers if r.op == "call_function"],
-                  next((id_of(r.name) for r in w.readers if r.name in decided), None)) for w in kept]
+                  next((id_of(r.name) for r in w.readers if r.name in plan.precision), None))
+                 for w in weights.kept_fp32]
     report = _C.program_report(
         bound, names, nodes,
-        [(id_of(name), value, source, target, size) for name, value, source, target, size in casts],
-        [(id_of(name), is_cast, op, [id_of(i) for i in inputs], cast) for name, is_cast, op, inputs, cast in graph],
-        kept_fp32, (before, after),
-        None if non_finite is None else (non_finite["run"], non_finite["tensor"], non_finite["value"]),
+        [(id_of(c.name), c.value, c.source, c.target, c.bytes) for c in applied.casts],
+        [(id_of(item.name), item.is_cast, item.op, [id_of(read) for read in item.reads], item.cast_index)
+         for item in applied.graph],
+        kept_fp32, (weights.bytes_before, weights.bytes_after),
+        None if non_finite is None else (non_finite.run, non_finite.tensor, non_finite.value),
         list(phases.items()))
     return Report(report)

@@ -1,24 +1,26 @@
 """Verify: the converted program run by the observation's interpreter on the example and calibration inputs (as the
 converted model takes them), looking for NaN or inf where the fp32 program's values are finite: the first output
-tensor, or else the first intermediate value the fp32 runs saw finite (the report's non_finite, which
-finite_outputs.py's repair starts from)."""
+tensor, or else the first intermediate value the fp32 runs saw finite (a NonFinite record, records.py: the report's
+non_finite, which finite_outputs.py's repair starts from)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
 
 from .. import _C
 from .._inputs import CallInputs, tensors_of
-from .observe import _Recorder, _Seen, _flat_inputs
+from .observe import _Recorder, _flat_inputs
+from .records import NonFinite, Observation
 
 
-def _verify(program: ExportedProgram, runs: Sequence[CallInputs], seen: Dict[str, _Seen],
-            reference_outputs: Sequence[Any], module_inputs: Callable[[CallInputs], CallInputs]
-            ) -> Optional[Dict[str, Any]]:
+def find_non_finite(program: ExportedProgram, runs: Sequence[CallInputs], observation: Observation,
+                    module_inputs: Callable[[CallInputs], CallInputs]) -> Optional[NonFinite]:
     """Where the converted program computes NaN or inf where the fp32 one is finite: the first output tensor, or
-    else the first intermediate value the fp32 runs saw finite; None when nowhere."""
+    else the first intermediate value the fp32 runs saw finite; None when nowhere. `runs`: the inputs the
+    observation ran, as the fp32 program takes them."""
+    seen, reference_outputs = observation.values, observation.outputs
     for run, inputs in enumerate(runs):
         bad: List[str] = []
 
@@ -34,7 +36,7 @@ def _verify(program: ExportedProgram, runs: Sequence[CallInputs], seen: Dict[str
                  if o.is_floating_point()]
         for position, (output, reference) in enumerate(pairs):
             if not _C.all_finite(output) and bool((~torch.isfinite(output) & torch.isfinite(reference)).any()):
-                return {"run": run, "tensor": position, "value": ""}
+                return NonFinite(run, position, "")
         if bad:
-            return {"run": run, "tensor": None, "value": bad[0]}
+            return NonFinite(run, None, bad[0])
     return None
