@@ -5,7 +5,7 @@ again. A deadline stops the session between cells, so a machine lent for a fixed
     session = Session(folder, deadline_s=3600)
     for case in cases:
         result = session.run(key_of(case), lambda: asdict(measure(case)))   # None: the deadline came first
-    session.missing  # keys of the cells not measured, to say so on the page
+    session.missing, session.resumed  # keys of the cells not measured, and of those taken from an earlier run
 
 A cell's result is whatever JSON-serialisable value `measure` returns (a dataclasses.asdict of the script's row
 record); the script rebuilds its record from it. Keys become file names: letters, digits, '.', '-', '_' only.
@@ -25,7 +25,8 @@ class Session:
         which no cell starts (None: no deadline)."""
         self.folder = folder
         self.deadline = None if deadline_s is None else time.monotonic() + deadline_s
-        self.missing: List[str] = []
+        self.missing: List[str] = []  # not started: the deadline came first
+        self.resumed: List[str] = []  # taken from the folder: measured by an earlier run
         if folder:
             os.makedirs(folder, exist_ok=True)
 
@@ -42,10 +43,11 @@ class Session:
             return json.load(f)
 
     def run(self, key: str, measure: Callable[[], object]):
-        """The result of cell `key`: stored, or measured now and stored; None when the deadline has passed (the key
-        is then in `missing`)."""
+        """The result of cell `key`: stored (the key is then in `resumed`), or measured now and stored; None when the
+        deadline has passed (the key is then in `missing`)."""
         stored = self.finished(key)
         if stored is not None:
+            self.resumed.append(key)
             print(f"cell {key}: finished in an earlier run, taken from {self.path(key)}", flush=True)
             return stored
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -60,3 +62,12 @@ class Session:
                 json.dump(result, f, indent=1)
             os.replace(partial, self.path(key))
         return result
+
+    def page_note(self) -> str:
+        """The lines a page needs when its cells are not all from this run ('' when they are)."""
+        lines = []
+        if self.resumed:
+            lines.append(f"Measured by an earlier run of this session (its cells folder): {', '.join(self.resumed)}.")
+        if self.missing:
+            lines.append(f"Not measured (the session's deadline came first): {', '.join(self.missing)}.")
+        return "\n".join(lines)

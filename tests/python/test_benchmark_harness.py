@@ -115,3 +115,13 @@ def test_a_call_past_its_timeout_is_stopped():
     with pytest.raises(Timeout, match="after 1 s"):
         with_timeout(1, lambda: time.sleep(10))
     assert with_timeout(None, lambda: 7) == 7
+
+
+def test_the_page_says_which_cells_came_from_earlier_runs_and_which_are_missing(tmp_path):
+    Session(str(tmp_path)).run("earlier", lambda: 1)
+    session = Session(str(tmp_path), deadline_s=0)
+    assert session.page_note() == ""
+    session.run("earlier", lambda: 2)
+    session.run("late", lambda: 3)
+    assert session.page_note() == ("Measured by an earlier run of this session (its cells folder): earlier.\n"
+                                   "Not measured (the session's deadline came first): late.")
