@@ -200,7 +200,8 @@ def markdown(all_results: Dict[str, List[Result]], device: str, settings: Settin
         machine_line(Machine.this(device), f"{threads} threads"),
         f"Command: `{command}` ({seconds / 60:.1f} min). Random weights (tests/zoo/registry.py); {sizes}.",
         "Median ms of one call, over rounds that call every variant in turn (benchmarks/harness/timing.py, on "
-        "torch.utils.benchmark's clock; samples per model in the notes) after 3 warm-up calls, under torch.no_grad; min ms: the fastest call, the "
+        "torch.utils.benchmark's clock; samples per model in the notes) "
+        "after 3 warm-up calls, under torch.no_grad; min ms: the fastest call, the "
         "least disturbed by other processes. Speedup: median vs fp32 TorchScript's "
         "(torch.jit.freeze of script, or of trace(strict=False) for BERT). Cosine: all floating outputs vs fp32 "
         "TorchScript's on the same inputs.",
@@ -274,7 +275,8 @@ def main() -> int:
     warnings.simplefilter("ignore")
     settings = (QUICK if args.quick else FULL)[args.device]
     torch.set_num_threads(args.threads)
-    page = ("inference_kernels_" if args.kernels else "inference_speed_") + args.device + ("_quick" if args.quick else "")
+    page = (("inference_kernels_" if args.kernels else "inference_speed_") + args.device
+            + ("_quick" if args.quick else ""))
     session = Session(args.cells, None if args.deadline_min is None else 60 * args.deadline_min)
     load, zoo, all_results = NeighbourLoad(), load_zoo(), {}
     with torch.no_grad():

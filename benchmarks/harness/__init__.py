@@ -1,4 +1,5 @@
-"""The benchmarks' shared machinery: a script under benchmarks/ keeps its cases and baselines, the harness does the rest.
+"""The benchmarks' shared machinery: a script under benchmarks/ keeps its cases and baselines, the harness does the
+rest.
 
 - timing: interleaved rounds over callables (warm-up, medians) on torch.utils.benchmark's clock; GPU time by CUDA events
 - cells: a session with a deadline, each cell's result written as JSON when it finishes, a rerun skips finished cells
@@ -16,5 +17,5 @@ from .render import command_line, machine_line, markdown_table, page_header, pub
 from .timing import Timing, Timeout, interleaved_medians, time_interleaved, with_timeout
 
 __all__ = ["Machine", "NeighbourLoad", "Session", "Timeout", "Timing", "command_line", "cosine", "cpu_name", "first",
-           "flat_output", "interleaved_medians", "machine_line", "markdown_table", "page_header", "publish", "time_interleaved",
-           "with_timeout"]
+           "flat_output", "interleaved_medians", "machine_line", "markdown_table", "page_header", "publish",
+           "time_interleaved", "with_timeout"]
