@@ -24,7 +24,8 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_speed import UnderAutocast, build, cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
+from export_speed import UnderAutocast, build  # noqa: E402
+from harness import cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
 
 import torch_mp  # noqa: E402
 from torch_mp._export.package import INDUCTOR_CONFIGS  # noqa: E402

@@ -3,7 +3,7 @@ process: results for benchmarks/EXPORT_SPEED.md.
 
     python benchmarks/export_speed.py [--device cpu|cuda] [--dtype bf16|fp16] [--batches 1 8]
                                       [--models resnet50 resnet50_ibn_a bert_base vit_b_16 resnext50 roberta_4l]
-                                      [--out EXPORT_SPEED.md]
+                                      [--out EXPORT_SPEED.md] [--cells FOLDER] [--deadline-min M]
 
 Columns (median call time, the columns timed in turn, one call each per round; accuracy as cosine of the first output
 against fp32):
@@ -14,20 +14,21 @@ against fp32):
                an autocast around torch.export.export is not captured)
   aoti_ours    AOTInductor of torch_mp.export's program (torch_mp.aoti_compile)
   torchscript  torch_mp.convert (the TorchScript front)
+--cells writes each (model, batch) row as JSON when it is measured, and a rerun with the same folder measures only the
+rows missing (benchmarks/harness/cells.py); --deadline-min starts no row after that many minutes.
 Also: torch.export.export alone against torch_mp.export (capture and plan), the AOTInductor compile times and the
 package sizes.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
-import statistics
 import sys
 import tempfile
 import time
 import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List
 
 import torch
 
@@ -36,7 +37,12 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers
 
 import torch_mp  # noqa: E402
+from harness import (Machine, Session, command_line, cosine, interleaved_medians, markdown_table,  # noqa: E402
+                     page_header, publish)
 from registry import Entry, build_model  # noqa: E402
+
+# int8_cpu.py still imports these helpers from here (the others from harness); they live in the harness now
+from harness import cpu_name, first  # noqa: E402,F401
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -108,47 +114,30 @@ class UnderAutocast(torch.nn.Module):
             return self.model(*args)
 
 
-def first(output):
-    while isinstance(output, (tuple, list)):
-        output = output[0]
-    return output
+@dataclass(slots=True)  # slots: a misspelt field in measure's setattr is an error
+class Row:
+    model: str
+    batch: int
+    ms: Dict[str, float] = field(default_factory=dict)  # median per column
+    cosine: Dict[str, float] = field(default_factory=dict)  # first output against fp32's, per column
+    export_s: float = 0.0  # torch.export.export alone
+    torch_mp_export_s: float = 0.0
+    aoti_amp_compile_s: float = 0.0
+    aoti_ours_compile_s: float = 0.0
+    aoti_amp_mb: float = 0.0
+    aoti_ours_mb: float = 0.0
 
 
-def interleaved_medians(calls, args, device, repeats):
-    """Median ms of each call, timed in rounds of one call of each (after two warm-up calls each), so that the
-    machine's drift during the run falls on every column alike instead of on whichever was timed then."""
-    times = {key: [] for key in calls}
-    with torch.no_grad():
-        for call in calls.values():
-            for _ in range(2):
-                call(*args)
-        for _ in range(repeats):
-            for key, call in calls.items():
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                call(*args)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                times[key].append((time.perf_counter() - start) * 1e3)
-    return {key: statistics.median(values) for key, values in times.items()}
-
-
-def cosine(reference, output):
-    a, b = first(reference).double().flatten(), first(output).double().flatten()
-    return (a @ b / (a.norm() * b.norm())).item()
-
-
-def measure(name, batch, device, dtype, repeats, folder):
+def measure(name, batch, device, dtype, repeats, folder) -> Row:
     model, args = build(name, batch, device)
     with torch.no_grad():
         reference = model(*args)
-    row = {"model": name, "batch": batch, "cosine": {}}
+    row = Row(name, batch)
     calls = {}
 
     def column(key, call):
         with torch.no_grad():
-            row["cosine"][key] = cosine(reference, call(*args))
+            row.cosine[key] = cosine(reference, call(*args))
         calls[key] = call
 
     column("fp32", model)
@@ -160,58 +149,44 @@ def measure(name, batch, device, dtype, repeats, folder):
         column("compile_ro", torch.compile(amp, mode="reduce-overhead"))
     start = time.perf_counter()
     torch.export.export(model, args)
-    row["export_s"] = time.perf_counter() - start
+    row.export_s = time.perf_counter() - start
     start = time.perf_counter()
     program = torch_mp.export(model, args, dtype)
-    row["torch_mp_export_s"] = time.perf_counter() - start
+    row.torch_mp_export_s = time.perf_counter() - start
     for key, exported in (("aoti_amp", torch.export.export(amp, args)), ("aoti_ours", program)):
         path = os.path.join(folder, f"{name}_{batch}_{key}.pt2")
         configs = torch_mp._export.package.INDUCTOR_CONFIGS if key == "aoti_ours" else {}
         start = time.perf_counter()
         torch._inductor.aoti_compile_and_package(exported, package_path=path, inductor_configs=configs)
-        row[f"{key}_compile_s"] = time.perf_counter() - start
-        row[f"{key}_mb"] = os.path.getsize(path) / 1e6
+        setattr(row, f"{key}_compile_s", time.perf_counter() - start)
+        setattr(row, f"{key}_mb", os.path.getsize(path) / 1e6)
         column(key, torch._inductor.aoti_load_package(path))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         column("torchscript", torch_mp.convert(model, args, dtype))
-    row["ms"] = interleaved_medians(calls, args, device, repeats)
+    row.ms = interleaved_medians(calls, args, device, repeats)
     return row
 
 
 COLUMNS = ["fp32", "autocast", "compile", "compile_ro", "aoti_amp", "aoti_ours", "torchscript"]
 
 
-def table(rows, device):
-    columns = [c for c in COLUMNS if any(c in r["ms"] for r in rows)]
-    lines = ["| model | batch | " + " | ".join(f"{c} ms" for c in columns) +
-             " | ours vs compile | ours vs aoti_amp | export s | torch_mp.export s | AOTI compile s (amp / ours) | "
-             "package MB (amp / ours) |",
-             "| --- | --- | " + " | ".join("---" for _ in columns) + " | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        ms = r["ms"]
-        lines.append(
-            f"| {r['model']} | {r['batch']} | " + " | ".join(f"{ms[c]:.1f}" if c in ms else "-" for c in columns) +
-            f" | {ms['compile'] / ms['aoti_ours']:.2f}x | {ms['aoti_amp'] / ms['aoti_ours']:.2f}x"
-            f" | {r['export_s']:.1f} | {r['torch_mp_export_s']:.1f} ({r['torch_mp_export_s'] / r['export_s']:.2f}x)"
-            f" | {r['aoti_amp_compile_s']:.0f} / {r['aoti_ours_compile_s']:.0f}"
-            f" | {r['aoti_amp_mb']:.1f} / {r['aoti_ours_mb']:.1f} |")
-    lines += ["", "Cosine of the first output against fp32:", "",
-              "| model | batch | " + " | ".join(c for c in columns if c != "fp32") + " |",
-              "| --- | --- | " + " | ".join("---" for c in columns if c != "fp32") + " |"]
-    for r in rows:
-        lines.append(f"| {r['model']} | {r['batch']} | " +
-                     " | ".join(f"{r['cosine'][c]:.6f}" if c in r["cosine"] else "-" for c in columns if c != "fp32")
-                     + " |")
-    return "\n".join(lines)
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.machine()
+def table(rows: List[Row]) -> str:
+    columns = [c for c in COLUMNS if any(c in r.ms for r in rows)]
+    compared = [c for c in columns if c != "fp32"]
+    speed = markdown_table(
+        ["model", "batch"] + [f"{c} ms" for c in columns] +
+        ["ours vs compile", "ours vs aoti_amp", "export s", "torch_mp.export s", "AOTI compile s (amp / ours)",
+         "package MB (amp / ours)"],
+        [[r.model, r.batch] + [f"{r.ms[c]:.1f}" if c in r.ms else "-" for c in columns] +
+         [f"{r.ms['compile'] / r.ms['aoti_ours']:.2f}x", f"{r.ms['aoti_amp'] / r.ms['aoti_ours']:.2f}x",
+          f"{r.export_s:.1f}", f"{r.torch_mp_export_s:.1f} ({r.torch_mp_export_s / r.export_s:.2f}x)",
+          f"{r.aoti_amp_compile_s:.0f} / {r.aoti_ours_compile_s:.0f}", f"{r.aoti_amp_mb:.1f} / {r.aoti_ours_mb:.1f}"]
+         for r in rows])
+    accuracy = markdown_table(["model", "batch"] + compared,
+                              [[r.model, r.batch] + [f"{r.cosine[c]:.6f}" if c in r.cosine else "-" for c in compared]
+                               for r in rows])
+    return speed + "\n\nCosine of the first output against fp32:\n\n" + accuracy
 
 
 def main():
@@ -222,28 +197,25 @@ def main():
     parser.add_argument("--models", nargs="+", default=["resnet50", "resnet50_ibn_a", "bert_base", "vit_b_16"])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", default=None, help="append the table to this markdown file")
+    parser.add_argument("--cells", default=None,
+                        help="folder for each (model, batch) row as JSON; a rerun with it skips the rows written")
+    parser.add_argument("--deadline-min", type=float, default=None, help="start no row after this many minutes")
     args = parser.parse_args()
     dtype_name = args.dtype or ("bf16" if args.device == "cpu" else "fp16")
     batches = args.batches or ([1, 8] if args.device == "cpu" else [1, 32])
+    session = Session(args.cells, None if args.deadline_min is None else 60 * args.deadline_min)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models:
             for batch in batches:
-                rows.append(measure(name, batch, args.device, DTYPES[dtype_name], args.repeats, folder))
-                print(rows[-1], "\n\n" + table(rows, args.device) + "\n", flush=True)  # the table so far
-    machine = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
-    header = (f"## {args.device}, {dtype_name}\n\nMachine: {machine}, {os.cpu_count()} CPU cores; date "
-              f"{datetime.date.today()}; torch {torch.__version__}.\nCommand: `python benchmarks/export_speed.py "
-              + " ".join(sys.argv[1:]) + "`\n")
-    publish(header + "\n" + table(rows, args.device) + "\n", args.out)
-
-
-def publish(text: str, out) -> None:
-    """Prints the results and appends them to the markdown file `out` (if given)."""
-    print(text)
-    if out:
-        with open(out, "a") as f:
-            f.write("\n" + text)
+                cell = session.run(f"{args.device}_{dtype_name}_{name}_b{batch}", lambda: asdict(
+                    measure(name, batch, args.device, DTYPES[dtype_name], args.repeats, folder)))
+                if cell is not None:
+                    rows.append(Row(**cell))
+                    print(rows[-1], "\n\n" + table(rows) + "\n", flush=True)  # the table so far
+    header = f"## {args.device}, {dtype_name}\n\n" + page_header(Machine.this(args.device), command_line()) + "\n"
+    note = session.page_note()
+    publish(header + "\n" + (note + "\n\n" if note else "") + (table(rows) if rows else "No rows.") + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -2,37 +2,36 @@
 low-precision TorchScript (.half() / .to(bfloat16)) and torch.compile with autocast, each checked against fp32.
 
     python benchmarks/inference_speed.py [--device cpu|cuda] [--models NAME ...] [--quick] [--threads N] [--kernels]
+                                         [--cells FOLDER] [--deadline-min M]
 
 Writes benchmarks/inference_speed_<device>.md (the table, also printed) and inference_speed_<device>.png;
 --kernels compares torch_mp's portable and fused output (kernels="fused") next to fp32 TorchScript instead, and
 writes inference_kernels_<device>.*;
---quick (short timings, no torch.compile, small CPU inputs: a smoke run) writes inference_speed_<device>_quick.*.
+--quick (short timings, no torch.compile, small CPU inputs: a smoke run) writes inference_speed_<device>_quick.*;
+--cells FOLDER writes each model's results as JSON when they are measured, and a rerun with the same folder measures
+only the models missing (benchmarks/harness/cells.py); --deadline-min M starts no model after M minutes.
 Models come from the zoo (tests/zoo/registry.py) with random weights; inputs are the issue's sizes, not the zoo's.
 """
 import argparse
 import copy
-import datetime
 import os
-import platform
-import resource
-import shlex
-import signal
-import statistics
 import sys
 import time
 import warnings
+from dataclasses import asdict, dataclass, replace
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch._inductor.config
 from torch._inductor.async_compile import shutdown_compile_workers
-from torch.utils.benchmark import Timer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers
 
 import torch_mp  # noqa: E402
+from harness import (Machine, NeighbourLoad, Session, command_line, cosine, flat_output, machine_line,  # noqa: E402
+                     markdown_table, time_interleaved, with_timeout)
 from registry import build_model, load_zoo  # noqa: E402
 
 MODELS = {"tv.resnet50": "ResNet-50", "resnet50_ibn_a": "ResNet-50 IBN-a", "tv.vit_b_16": "ViT-B/16",
@@ -58,7 +57,8 @@ QUICK = {"cpu": Settings(batch=2, seq=64, rounds=3, timing_s=0, compile_timeout_
          "cuda": Settings(batch=32, seq=128, rounds=10, timing_s=0, compile_timeout_s=None)}
 
 
-class Result(NamedTuple):
+@dataclass(frozen=True)
+class Result:
     variant: str
     ms: Optional[float]  # median; None when the variant failed
     min_ms: Optional[float]  # the least disturbed call, where a neighbour's load makes the median move
@@ -147,38 +147,6 @@ def kernel_variants(device: str) -> Dict[str, Callable]:
             f"torch_mp {SHORT[low]} fused kernels": torch_mp_variant(low, "fused")}
 
 
-class Timeout(Exception):
-    pass
-
-
-def with_timeout(seconds: Optional[int], fn: Callable):
-    """fn() or Timeout after `seconds`: a compilation that runs away is recorded instead of stalling the run."""
-    if seconds is None:
-        return fn()
-
-    def expire(signum, frame):
-        raise Timeout(f"no result after {seconds} s")
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        return fn()
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def flat_output(output) -> torch.Tensor:
-    """All floating tensors of an output (a tensor, a tuple, a dict), as one fp64 vector."""
-    if isinstance(output, torch.Tensor):
-        return output.detach().double().flatten() if output.is_floating_point() else output.new_empty(0).double()
-    values = output.values() if isinstance(output, dict) else output
-    return torch.cat([flat_output(v) for v in values])
-
-
-def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    return torch.nn.functional.cosine_similarity(a, b, dim=0).item()
-
-
 def benchmark_model(name: str, entry, device: str, settings: Settings, threads: int,
                     table: Dict[str, Callable]) -> List[Result]:
     model = build_model(entry).to(device)
@@ -211,55 +179,29 @@ def benchmark_model(name: str, entry, device: str, settings: Settings, threads: 
         built[variant] = fn
         results[variant] = Result(variant, None, None, cosine(output, reference) if reference is not None else None,
                                   f"setup + warm-up {time.perf_counter() - start:.0f} s")
-    # Timer synchronises CUDA before reading the clock; it defaults to one thread, hence num_threads
-    timers = {variant: Timer("fn(*inputs)", globals={"fn": fn, "inputs": inputs}, num_threads=threads)
-              for variant, fn in built.items()}
-    times: Dict[str, List[float]] = {variant: [] for variant in built}
-    start, rounds = time.perf_counter(), 0
-    while timers and (rounds < settings.rounds or time.perf_counter() - start < settings.timing_s):
-        for variant, timer in timers.items():
-            times[variant].append(timer.timeit(number=1).median)
-        rounds += 1
-    for variant, samples in times.items():
+    # warmup=0: the three calls above warmed each variant up (and count in its setup time)
+    timings = time_interleaved({variant: (lambda fn=fn: fn(*inputs)) for variant, fn in built.items()},
+                               rounds=settings.rounds, min_seconds=settings.timing_s, warmup=0, threads=threads)
+    for variant, timing in timings.items():
         r = results[variant]
-        results[variant] = r._replace(ms=1e3 * statistics.median(samples), min_ms=1e3 * min(samples),
-                                      note=f"{r.note}; {len(samples)} samples")
+        results[variant] = replace(r, ms=timing.median_ms, min_ms=timing.min_ms,
+                                   note=f"{r.note}; {len(timing.samples_ms)} samples")
         print(f"  {variant}: {results[variant].ms:.1f} ms ({results[variant].note})", flush=True)
     return list(results.values())
 
 
-def cpu_seconds() -> Tuple[float, float]:
-    """CPU seconds spent busy since boot by all processes (/proc/stat), and by this one and its children."""
-    with open("/proc/stat") as stat:
-        user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in stat.readline().split()[1:9])
-    everyone = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    return everyone, sum(u.ru_utime + u.ru_stime for u in usage)
-
-
-def machine(device: str) -> str:
-    if device == "cuda":
-        return f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPU cores"
-    cpu = platform.processor() or platform.machine()
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return f"{cpu}, {os.cpu_count()} cores"
-
-
 def markdown(all_results: Dict[str, List[Result]], device: str, settings: Settings, command: str, seconds: float,
-             threads: int, others: float) -> str:
+             threads: int, others: float, session_note: str) -> str:
     sizes = (f"images batch {settings.batch} at 224x224, BERT batch {settings.batch} seq {settings.seq} "
              f"(last quarter padded)")
     lines = [
         f"# Inference speed ({device})",
         "",
-        f"Machine: {machine(device)}; {threads} threads; date {datetime.date.today()}; torch {torch.__version__}.",
+        machine_line(Machine.this(device), f"{threads} threads"),
         f"Command: `{command}` ({seconds / 60:.1f} min). Random weights (tests/zoo/registry.py); {sizes}.",
-        "Median ms of one call, over rounds that call every variant in turn (torch.utils.benchmark Timer.timeit; "
-        "samples per model in the notes) after 3 warm-up calls, under torch.no_grad; min ms: the fastest call, the "
+        "Median ms of one call, over rounds that call every variant in turn (benchmarks/harness/timing.py, on "
+        "torch.utils.benchmark's clock; samples per model in the notes) "
+        "after 3 warm-up calls, under torch.no_grad; min ms: the fastest call, the "
         "least disturbed by other processes. Speedup: median vs fp32 TorchScript's "
         "(torch.jit.freeze of script, or of trace(strict=False) for BERT). Cosine: all floating outputs vs fp32 "
         "TorchScript's on the same inputs.",
@@ -273,17 +215,19 @@ def markdown(all_results: Dict[str, List[Result]], device: str, settings: Settin
         f"Other processes share this machine's CPUs (during this run they kept {others:.1f} of its "
         f"{os.cpu_count()} cores busy on average): absolute times move between runs, compare ratios within one run.",
         "",
-        "| model | variant | median ms | speedup | min ms | cosine vs fp32 | note |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    if session_note:
+        lines += [session_note, ""]
+    rows = []
     for name, results in all_results.items():
         base = results[0].ms
         for r in results:
             ms, min_ms = (f"{r.ms:.1f}", f"{r.min_ms:.1f}") if r.ms is not None else ("-", "-")
             speedup = f"{base / r.ms:.2f}x" if r.ms is not None and base is not None else "-"
             cos = f"{r.cosine:.6f}" if r.cosine is not None else "-"
-            lines.append(f"| {MODELS[name]} | {r.variant} | {ms} | {speedup} | {min_ms} | {cos} | {r.note} |")
-    return "\n".join(lines) + "\n"
+            rows.append([MODELS[name], r.variant, ms, speedup, min_ms, cos, r.note])
+    headers = ["model", "variant", "median ms", "speedup", "min ms", "cosine vs fp32", "note"]
+    return "\n".join(lines) + "\n" + markdown_table(headers, rows) + "\n"
 
 
 def chart(all_results: Dict[str, List[Result]], device: str, path: str) -> None:
@@ -324,27 +268,33 @@ def main() -> int:
     parser.add_argument("--kernels", action="store_true", help="portable vs fused torch_mp output only")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="intra-op threads (default: all cores; fewer where another process holds some)")
+    parser.add_argument("--cells", default=None,
+                        help="folder for each model's results as JSON; a rerun with it skips the models written")
+    parser.add_argument("--deadline-min", type=float, default=None, help="start no model after this many minutes")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     settings = (QUICK if args.quick else FULL)[args.device]
     torch.set_num_threads(args.threads)
-    command = "python benchmarks/inference_speed.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    start, (everyone, own) = time.perf_counter(), cpu_seconds()
-    zoo, all_results = load_zoo(), {}
+    page = (("inference_kernels_" if args.kernels else "inference_speed_") + args.device
+            + ("_quick" if args.quick else ""))
+    session = Session(args.cells, None if args.deadline_min is None else 60 * args.deadline_min)
+    load, zoo, all_results = NeighbourLoad(), load_zoo(), {}
     with torch.no_grad():
         for name in args.models:
             print(f"{MODELS[name]}:", flush=True)
             table = kernel_variants(args.device) if args.kernels else variants(args.device)
-            all_results[name] = benchmark_model(name, zoo[name], args.device, settings, args.threads, table)
-    seconds, (everyone_after, own_after) = time.perf_counter() - start, cpu_seconds()
-    others = ((everyone_after - everyone) - (own_after - own)) / seconds
-    table = markdown(all_results, args.device, settings, command.strip(), seconds, args.threads, others)
+            cell = session.run(f"{page}_{name}", lambda: [asdict(r) for r in benchmark_model(
+                name, zoo[name], args.device, settings, args.threads, table)])
+            if cell is not None:
+                all_results[name] = [Result(**r) for r in cell]
+    table = markdown(all_results, args.device, settings, command_line(), load.seconds(), args.threads,
+                     load.cores_busy(), session.page_note())
     print(table)
-    stem = os.path.join(ROOT, "benchmarks", ("inference_kernels_" if args.kernels else "inference_speed_") + args.device
-                        + ("_quick" if args.quick else ""))
+    stem = os.path.join(ROOT, "benchmarks", page)
     with open(stem + ".md", "w") as out:
         out.write(table)
-    chart(all_results, args.device, stem + ".png")
+    if all_results:  # none when the deadline came before the first model
+        chart(all_results, args.device, stem + ".png")
     return 0
 
 

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models a
 
 import torch_mp  # noqa: E402
 from evaluate import evaluate  # noqa: E402
-from export_speed import cpu_name  # noqa: E402
+from harness import cpu_name  # noqa: E402
 from registry import build_model, load_zoo  # noqa: E402
 from test_zoo_export import NOT_EXPORTABLE  # noqa: E402
 

@@ -1,0 +1,127 @@
+"""benchmarks/harness: the order of interleaved timing, its medians, a killed session's resume from its per-cell
+JSON, and markdown tables; fast, no real models."""
+import json
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                "benchmarks"))
+
+from harness import (Machine, Session, Timeout, Timing, cosine, first, interleaved_medians,  # noqa: E402
+                     markdown_table, page_header, time_interleaved, with_timeout)
+
+
+def test_rounds_call_every_callable_in_turn_after_its_warmup():
+    order = []
+    calls = {key: (lambda key=key: order.append(key)) for key in "abc"}
+    timings = time_interleaved(calls, rounds=3, warmup=2)
+    assert order == list("aabbcc") + list("abc") * 3
+    assert {key: len(timing.samples_ms) for key, timing in timings.items()} == {"a": 3, "b": 3, "c": 3}
+
+
+def test_rounds_go_on_until_min_seconds():
+    count = []
+    time_interleaved({"a": lambda: count.append(1)}, rounds=1, min_seconds=0.05, warmup=0)
+    assert len(count) > 1
+
+
+def test_calls_run_without_grad():
+    grad = []
+    time_interleaved({"a": lambda: grad.append(torch.is_grad_enabled())}, rounds=1, warmup=0)
+    assert grad == [False]
+
+
+def test_median_and_min():
+    assert Timing([5.0, 1.0, 3.0]).median_ms == 3.0
+    assert Timing([4.0, 1.0, 3.0, 2.0]).median_ms == 2.5
+    assert Timing([4.0, 1.0, 3.0]).min_ms == 1.0
+
+
+def test_interleaved_medians_passes_the_arguments():
+    seen = []
+    medians = interleaved_medians({"f": lambda x, y: seen.append((x, y))}, (1, 2), "cpu", repeats=3)
+    assert seen == [(1, 2)] * 5  # two warm-up calls, three timed
+    assert list(medians) == ["f"] and medians["f"] >= 0
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_session_resumes_without_measuring_finished_cells_again(tmp_path):
+    measured = []
+
+    def measure(key):
+        def run():
+            if key == "b" and "killed" not in measured:
+                measured.append("killed")
+                raise Killed  # the session dies in the middle of cell b
+            measured.append(key)
+            return {"key": key, "ms": [1.5, 2.5]}
+        return run
+
+    session = Session(str(tmp_path))
+    with pytest.raises(Killed):
+        for key in "abc":
+            session.run(key, measure(key))
+    assert sorted(os.listdir(tmp_path)) == ["a.json"]  # no file for the cell it died in
+    resumed = Session(str(tmp_path))
+    results = [resumed.run(key, measure(key)) for key in "abc"]
+    assert measured == ["a", "killed", "b", "c"]
+    assert results == [{"key": key, "ms": [1.5, 2.5]} for key in "abc"]
+    with open(tmp_path / "c.json") as f:
+        assert json.load(f) == {"key": "c", "ms": [1.5, 2.5]}
+
+
+def test_no_cell_starts_after_the_deadline(tmp_path):
+    session = Session(str(tmp_path), deadline_s=0)
+    Session(str(tmp_path)).run("done", lambda: 1)
+    assert session.run("done", lambda: pytest.fail("finished cells are not measured")) == 1
+    assert session.run("late", lambda: pytest.fail("no cell starts after the deadline")) is None
+    assert session.missing == ["late"]
+
+
+def test_cell_keys_name_files():
+    with pytest.raises(ValueError, match="cell key"):
+        Session(None).path("resnet50/batch 8")
+
+
+def test_markdown_table():
+    assert markdown_table(["model", "ms"], [["resnet50", f"{1.234:.1f}"], ["vit", "-"]]) == (
+        "| model | ms |\n| --- | --- |\n| resnet50 | 1.2 |\n| vit | - |")
+    with pytest.raises(ValueError, match="every row"):
+        markdown_table(["model", "ms"], [["resnet50"]])
+
+
+def test_page_header_says_what_ran_it():
+    header = page_header(Machine("Some CPU", 2, ["avx512_bf16"]), "python benchmarks/x.py --quick", "2 threads")
+    machine, command = header.split("\n")
+    assert machine.startswith("Machine: Some CPU, 2 CPU cores (cpu_features: avx512_bf16); 2 threads; date ")
+    assert f"torch {torch.__version__}." in machine
+    assert command == "Command: `python benchmarks/x.py --quick`"
+
+
+def test_cosine_of_first_outputs():
+    a = torch.tensor([1.0, 2.0, 3.0])
+    assert cosine((a, torch.zeros(3)), [a * 2]) == pytest.approx(1.0)
+    assert first(((a,),)) is a
+
+
+def test_a_call_past_its_timeout_is_stopped():
+    with pytest.raises(Timeout, match="after 1 s"):
+        with_timeout(1, lambda: time.sleep(10))
+    assert with_timeout(None, lambda: 7) == 7
+
+
+def test_the_page_says_which_cells_came_from_earlier_runs_and_which_are_missing(tmp_path):
+    Session(str(tmp_path)).run("earlier", lambda: 1)
+    session = Session(str(tmp_path), deadline_s=0)
+    assert session.page_note() == ""
+    session.run("earlier", lambda: 2)
+    session.run("late", lambda: 3)
+    assert session.page_note() == ("Measured by an earlier run of this session (its cells folder): earlier.\n"
+                                   "Not measured (the session's deadline came first): late.")
