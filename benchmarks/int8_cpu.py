@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "zoo"))
-from export_speed import cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
+from harness import cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
 
 from torch_mp.fallback import relative_error  # noqa: E402
 
