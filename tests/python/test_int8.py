@@ -230,6 +230,33 @@ def test_a_rare_outlier_over_millions_of_elements_is_clipped_out_of_the_range():
         assert _relative_error(model(held_out), program.module()(held_out)) < 0.03
 
 
+def test_the_fallback_runs_an_int8_program_as_its_module_computes_it(conv_net):
+    """int8_simulation: each quantize -> dequantize pair one fake_quantize, each int8 weight dequantized once; the
+    outputs are module()'s up to the rare element that 1/scale's float rounding puts one step over (a relative error
+    under 1e-3, where int8 itself is about 1e-2 from fp32); the weights dequantized once are bit for bit."""
+    from torch_mp._export.int8_simulation import simulated
+
+    model, example, calibration = conv_net
+    program = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration)
+    pairs, weights = len(_calls(program, DEQUANTIZE)), len(_calls(program, DEQUANTIZE_PER_CHANNEL))
+    assert pairs >= 3 and weights >= 3
+    module = simulated(program.module())
+    targets = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    assert targets.count(torch.fake_quantize_per_tensor_affine) == pairs
+    assert not {QUANTIZE, DEQUANTIZE, DEQUANTIZE_PER_CHANNEL} & set(targets)
+    dequantized = [n for n in module.graph.nodes if n.op == "get_attr" and n.target.startswith("_dequantized_")]
+    assert len(dequantized) == weights
+    reference_weights = [n for n in program.module().graph.nodes if n.target == DEQUANTIZE_PER_CHANNEL]
+    assert all(torch.equal(getattr(module, n.target), DEQUANTIZE_PER_CHANNEL(*[
+        getattr(program.module(), a.target) if isinstance(a, torch.fx.Node) else a for a in r.args]))
+        for n, r in zip(dequantized, reference_weights))
+    with torch.no_grad():
+        for (batch,) in [(example,)] + calibration:
+            reference = program.module()(batch)
+            assert _relative_error(reference, module(batch)) < 1e-3
+            assert _relative_error(model(batch), reference) > 1e-3  # int8's own error is larger: the check can fail
+
+
 def test_int8_without_calibration_warns_that_ranges_come_from_one_batch(conv_net):
     model, x, _ = conv_net
     with pytest.warns(Int8Warning, match="no calibration_inputs"):

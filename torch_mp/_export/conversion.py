@@ -31,6 +31,7 @@ from .fold_batch_norms import fold_batch_norms
 from .fold_constants import fold_constants
 from .inference_form import inference_form
 from .int8_plan import Int8Plan, check_int8_calibration, plan_int8, warn_without_int8
+from .int8_simulation import simulated
 from .ir import stored_tensors
 from .observe import _probe, observe
 from .plan import plan_precision
@@ -117,8 +118,8 @@ def _clean_up(program: ExportedProgram, model_name: str) -> ExportedProgram:
 
 
 class ConvertedProgram:
-    """A converted program and its runnable module (made on first call): what job.run returns to the fallback and
-    the repair, which call it."""
+    """A converted program and its runnable module (made on first call; an int8 program's as int8_simulation runs it):
+    what job.run returns to the fallback and the repair, which call it."""
 
     def __init__(self, program: ExportedProgram):
         self.program = program
@@ -126,7 +127,7 @@ class ConvertedProgram:
 
     def __call__(self, *args, **kwargs):
         if self._module is None:
-            self._module = self.program.module()
+            self._module = simulated(self.program.module())
         return self._module(*args, **kwargs)
 
 
