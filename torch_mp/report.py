@@ -11,6 +11,10 @@ from . import _C
 USER_RULE_KINDS = ("exclusion", "callable", "fallback", "range guard")
 
 
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:.1f} KB" if nbytes >= 100 else f"{nbytes} B"
+
+
 class Report:
     """A conversion's report (schema: see README, "Report"): a view of the C++ ConversionReport, read into dicts and
     lists the first time `data` is asked for, or such a dict itself (a report read back from JSON)."""
@@ -133,6 +137,12 @@ class Report:
                          f"{', '.join(sorted(set(weight['readers'])))}): {weight['rule'] or 'no planned reader'}")
         if len(self.weights_kept_fp32) > 3:
             lines.append(f"    ... {len(self.weights_kept_fp32) - 3} more fp32 weights over 64 KB (weights_kept_fp32)")
+        if d.get("mutable_buffers"):  # the export front's: buffers the program writes (a KV cache)
+            buffers = d["mutable_buffers"]
+            lines.append(f"  mutable buffers: {_size(sum(b['fp32_bytes'] for b in buffers))} -> "
+                         f"{_size(sum(b['bytes'] for b in buffers))} (counted in the weights): "
+                         + ", ".join(f"{b['name']} {b['dtype']} {_size(b['bytes'])}" for b in buffers[:4])
+                         + (f", ... {len(buffers) - 4} more (mutable_buffers)" if len(buffers) > 4 else ""))
         if d["column_major_matmul_weights"]:
             lines.append(f"  CPU matmul weights stored column-major: {d['column_major_matmul_weights']}")
         if d["channels_last_convolutions"] or d["fused_convolutions"]:

@@ -5,6 +5,7 @@ greedy tokens, the user's module is never written, and a capture that would lose
 tensor, the op, the module and the source line. On the export front the cache is stored in the low dtype where the
 attention reading it runs low (issue 59, item 3)."""
 import copy
+import json
 import os
 import sys
 import types
@@ -109,6 +110,27 @@ def test_export_keeps_the_cache_writes_and_decodes_fp32s_tokens(decoder, dtype):
     for name in ("key_cache", "value_cache"):
         torch.testing.assert_close(getattr(module, name).float(), getattr(reference, name), rtol=0,
                                    atol=8 * tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_report_lists_the_mutable_buffers_beside_the_weights(decoder, dtype):
+    """Issue 59, item 3: each buffer the program writes, with its stored dtype and bytes and its fp32 bytes."""
+    model, example, *_ = decoder
+    _, report = torch_mp.export(model, example, dtype, policy=POLICIES[dtype], return_report=True)
+    cache_bytes = 1 * 4 * 32 * 8 * 4  # (1, heads, max_len, head_dim) fp32
+    name = str(dtype).replace("torch.", "")
+    assert report.data["mutable_buffers"] == [
+        {"name": "key_cache", "dtype": name, "bytes": cache_bytes // 2, "fp32_bytes": cache_bytes},
+        {"name": "value_cache", "dtype": name, "bytes": cache_bytes // 2, "fp32_bytes": cache_bytes},
+        {"name": "steps", "dtype": "int64", "bytes": 8, "fp32_bytes": 8}]
+    assert json.loads(report.to_json())["mutable_buffers"] == report.data["mutable_buffers"]
+    summary = report.summary().splitlines()
+    weights = next(i for i, line in enumerate(summary) if line.startswith("  weights: "))
+    assert summary[weights + 1] == (f"  mutable buffers: 8.2 KB -> 4.1 KB (counted in the weights): key_cache {name} "
+                                    f"2.0 KB, value_cache {name} 2.0 KB, steps int64 8 B")
+    # a program that writes nothing lists none, and the summary says nothing of them
+    _, report = torch_mp.export(nn.Linear(4, 4).eval(), (torch.randn(2, 4),), dtype, return_report=True)
+    assert report.data["mutable_buffers"] == [] and "mutable buffers" not in report.summary()
 
 
 def test_convert_keeps_the_cache_writes_as_module_state(decoder):

@@ -28,7 +28,7 @@ from .ir import _STORED, _stored_groups
 from .observe import _observe, _probe
 from .plan import _plan
 from .quantize import _quantize
-from .report import _report
+from .report import _mutable_buffers, _report
 from .verify import _verify
 
 
@@ -194,6 +194,7 @@ class ProgramConversion:
                   "verify": time.perf_counter() - applied}
         report = _report(self.bound, self.seen, planned, precision, forced, casts, weights, graph, non_finite, phases,
                          int8)
+        report.annotate("mutable_buffers", _mutable_buffers(self.program, program))
         if int8 is not None:
             report.annotate("int8", {"float_dtype": self.options.dtype_name, "reduced_range": int8.reduced_range,
                                      "int8_nodes": len(int8.int8_nodes), "quantized_values": len(int8.quantized)})

@@ -4,9 +4,11 @@ largest observed magnitude, the casts and weights apply made, the verification's
 The report's ids index the FX node names it is written with."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, List, Optional
 
 import torch
+from torch.export import ExportedProgram
 
 from .. import _C
 from ..report import Report
@@ -47,3 +49,27 @@ def _report(bound: "_C.ConvertOptions", seen: Dict[str, _Seen], planned, precisi
         None if non_finite is None else (non_finite["run"], non_finite["tensor"], non_finite["value"]),
         list(phases.items()))
     return Report(report)
+
+
+@dataclasses.dataclass(frozen=True)
+class MutableBuffer:
+    """A buffer the program writes (a KV cache, a step counter): the report's `mutable_buffers[]` entry."""
+    name: str
+    dtype: str  # as stored in the converted program
+    bytes: int
+    fp32_bytes: int  # as stored in the program given
+
+
+def _mutable_buffers(given: ExportedProgram, converted: ExportedProgram) -> List[Dict[str, Any]]:
+    """The buffers the converted program writes, in the order its signature writes them, with their dtype and bytes
+    there and in the program given (a persistent buffer is in the state_dict, a non-persistent one a constant)."""
+
+    def stored(program: ExportedProgram, name: str) -> torch.Tensor:
+        return program.state_dict[name] if name in program.state_dict else program.constants[name]
+
+    buffers = []
+    for name in converted.graph_signature.buffers_to_mutate.values():
+        tensor = stored(converted, name)
+        buffers.append(dataclasses.asdict(MutableBuffer(name, str(tensor.dtype).replace("torch.", ""), tensor.nbytes,
+                                                        stored(given, name).nbytes)))
+    return buffers
