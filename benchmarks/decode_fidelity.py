@@ -27,7 +27,7 @@ import os
 import statistics
 import sys
 import warnings
-from typing import Callable, Dict, List
+from typing import Callable, List
 
 import torch
 
