@@ -136,7 +136,7 @@ def main():
     began = time.perf_counter()
     rows, notes = [], []
     with tempfile.TemporaryDirectory() as folder:
-        for batch in args.batches:
+        for i, batch in enumerate(args.batches):
             runs = runs_for(model, shape, batch, args.dtype, folder, notes)
             prompt = torch.randint(0, shape.vocab, (batch, args.prompt), generator=torch.Generator().manual_seed(1))
             warm = prompt[:, :4]
@@ -166,14 +166,21 @@ def main():
                             f"{run.cache_bytes / 1e6:.1f} | {(run.weight_bytes + run.cache_bytes) / 1e6:.1f} | "
                             f"{agreement:.3f} |")
                 print(rows[-1], flush=True)
-    minutes = (time.perf_counter() - began) / 60
+            write_page(args, shape, rows, notes, (time.perf_counter() - began) / 60, args.batches[:i + 1],
+                       i + 1 == len(args.batches))
+
+
+def write_page(args, shape: DecoderShape, rows: List[str], notes: List[str], minutes: float, batches: List[int],
+               done: bool) -> None:
+    """The results page (written after each batch, so that a run cut short leaves what it measured)."""
     page = "\n".join([
         "# Decoding a small Llama on the CPU: tokens per second and memory",
         "",
         f"Machine: {cpu_name()}, {args.threads} threads; other processes shared the machine's 2 cores during the run, "
         f"so absolute rates are low and noisy; the runs were timed in {args.rounds} interleaved rounds (medians). "
         f"Date: {datetime.date.today()}. torch {torch.__version__}, transformers "
-        f"{sys.modules['transformers'].__version__}. The whole run took {minutes:.1f} minutes.",
+        f"{sys.modules['transformers'].__version__}. The run took {minutes:.1f} minutes"
+        + ("." if done else f" until here: batches {batches} measured, the others not yet."),
         f"Command: `python benchmarks/llm_decode.py {' '.join(sys.argv[1:])}`",
         "",
         f"Model: transformers' Llama, random weights: {shape.describe('llama')}, intermediate {shape.hidden * 8 // 3}. "
@@ -194,7 +201,6 @@ def main():
         "",
         *[f"- {note}" for note in notes],
         ""])
-    print(page)
     if args.out:
         with open(args.out, "w") as f:
             f.write(page)
