@@ -20,7 +20,7 @@ from .fallback import search_fallback
 from .finite_outputs import repair_non_finite
 from .options import ConversionOptions
 from .policy import check_rules_match
-from .report import Report
+from .report import MutableBuffer, Report
 
 
 def convert(
@@ -161,6 +161,9 @@ class PreparedModel:
                 self._bound = _prepare_scripted(self.scripted, self.inputs, self.calibration)
             module, report = repair_non_finite(job, module, report, [self.inputs] + list(self.calibration))
         report.annotate("capture", self.capture)
+        # a frozen module keeps as attributes only the state its forward writes; the TorchScript front keeps their dtype
+        report.annotate("mutable_buffers", [MutableBuffer.of(name, buffer, buffer.nbytes)
+                                            for name, buffer in module.named_buffers()])
         return (module, report) if return_report else module
 
 

@@ -4,14 +4,13 @@ largest observed magnitude, the casts and weights apply made, the verification's
 The report's ids index the FX node names it is written with."""
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Dict, List, Optional
 
 import torch
 from torch.export import ExportedProgram
 
 from .. import _C
-from ..report import Report
+from ..report import MutableBuffer, Report
 from .facts import _flops
 from .int8_plan import Int8Plan
 from .ir import _op_name, _outputs_of
@@ -51,15 +50,6 @@ def _report(bound: "_C.ConvertOptions", seen: Dict[str, _Seen], planned, precisi
     return Report(report)
 
 
-@dataclasses.dataclass(frozen=True)
-class MutableBuffer:
-    """A buffer the program writes (a KV cache, a step counter): the report's `mutable_buffers[]` entry."""
-    name: str
-    dtype: str  # as stored in the converted program
-    bytes: int
-    fp32_bytes: int  # as stored in the program given
-
-
 def _mutable_buffers(given: ExportedProgram, converted: ExportedProgram) -> List[Dict[str, Any]]:
     """The buffers the converted program writes, in the order its signature writes them, with their dtype and bytes
     there and in the program given (a persistent buffer is in the state_dict, a non-persistent one a constant)."""
@@ -70,6 +60,5 @@ def _mutable_buffers(given: ExportedProgram, converted: ExportedProgram) -> List
     buffers = []
     for name in converted.graph_signature.buffers_to_mutate.values():
         tensor = stored(converted, name)
-        buffers.append(dataclasses.asdict(MutableBuffer(name, str(tensor.dtype).replace("torch.", ""), tensor.nbytes,
-                                                        stored(given, name).nbytes)))
+        buffers.append(MutableBuffer.of(name, tensor, stored(given, name).nbytes))
     return buffers
