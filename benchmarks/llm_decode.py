@@ -10,7 +10,7 @@ wrapper (TorchExportableModuleWithStaticCache): one token per call, the prompt f
 takes it (its export has one static input shape), then the argmax of each call's logits. Per run:
 - decode tokens/s: batch x new tokens over the seconds of the generated tokens' calls; prompt ms: the prompt's calls;
 - weights and cache: the bytes the run stores (parameters / the program's constants; the key and value caches).
-  autocast keeps the fp32 weights and casts them each call (under no_grad its cast cache is off); its cache is fp32,
+  autocast keeps the fp32 weights; its cache is fp32,
   the keys and values cast to fp32 as they are written (index_copy_ takes no other dtype).
 Every run decodes the same prompts; the page also gives the share of each run's tokens equal to fp32's.
 """
