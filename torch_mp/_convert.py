@@ -18,7 +18,7 @@ from ._memory import release_freed_memory
 from ._torchscript import TorchScriptDeprecationWarning, jit_call, user_stacklevel
 from ._job import run_job
 from .options import ConversionOptions
-from .report import Report
+from .report import MutableBuffer, Report
 
 
 def convert(
@@ -150,6 +150,9 @@ class PreparedModel:
         options = options.for_device(self.device)
         module, report = run_job(Conversion(self, options), self.inputs, self.calibration, in_place=in_place)
         report.annotate("capture", self.capture)
+        # a frozen module keeps as attributes only the state its forward writes; the TorchScript front keeps their dtype
+        report.annotate("mutable_buffers", [MutableBuffer.of(name, buffer, buffer.nbytes)
+                                            for name, buffer in module.named_buffers()])
         return (module, report) if return_report else module
 
 

@@ -1,14 +1,34 @@
 """The conversion report: per node the precision and the rule that chose it, casts with bytes, weight sizes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from typing import Any, Dict, Optional, Union
+
+import torch
 
 from . import _C
 
 
 USER_RULE_KINDS = ("exclusion", "callable", "fallback", "range guard")
+
+
+@dataclasses.dataclass(frozen=True)
+class MutableBuffer:
+    """A buffer the converted model writes (a KV cache, a step counter): the report's `mutable_buffers[]` entry."""
+    name: str
+    dtype: str  # as the converted model stores it
+    bytes: int
+    fp32_bytes: int  # as the model or program given stores it
+
+    @classmethod
+    def of(cls, name: str, tensor: torch.Tensor, fp32_bytes: int) -> Dict[str, Any]:
+        return dataclasses.asdict(cls(name, str(tensor.dtype).replace("torch.", ""), tensor.nbytes, fp32_bytes))
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:.1f} KB" if nbytes >= 100 else f"{nbytes} B"
 
 
 class Report:
@@ -133,6 +153,12 @@ class Report:
                          f"{', '.join(sorted(set(weight['readers'])))}): {weight['rule'] or 'no planned reader'}")
         if len(self.weights_kept_fp32) > 3:
             lines.append(f"    ... {len(self.weights_kept_fp32) - 3} more fp32 weights over 64 KB (weights_kept_fp32)")
+        if d.get("mutable_buffers"):  # buffers the model writes (a KV cache)
+            buffers = d["mutable_buffers"]
+            lines.append(f"  mutable buffers: {_size(sum(b['fp32_bytes'] for b in buffers))} -> "
+                         f"{_size(sum(b['bytes'] for b in buffers))} (counted in the weights): "
+                         + ", ".join(f"{b['name']} {b['dtype']} {_size(b['bytes'])}" for b in buffers[:4])
+                         + (f", ... {len(buffers) - 4} more (mutable_buffers)" if len(buffers) > 4 else ""))
         if d["column_major_matmul_weights"]:
             lines.append(f"  CPU matmul weights stored column-major: {d['column_major_matmul_weights']}")
         if d["channels_last_convolutions"] or d["fused_convolutions"]:

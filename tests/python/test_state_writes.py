@@ -5,6 +5,7 @@ greedy tokens, the user's module is never written, and a capture that would lose
 tensor, the op, the module and the source line. On the export front the cache is stored in the low dtype where the
 attention reading it runs low (issue 59, item 3)."""
 import copy
+import json
 import os
 import sys
 import types
@@ -111,6 +112,30 @@ def test_export_keeps_the_cache_writes_and_decodes_fp32s_tokens(decoder, dtype):
                                    atol=8 * tolerance)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_report_lists_the_mutable_buffers_beside_the_weights(decoder, dtype):
+    """Issue 59, item 3: each buffer the program writes, with its stored dtype and bytes and its fp32 bytes."""
+    model, example, *_ = decoder
+    _, report = torch_mp.export(model, example, dtype, policy=POLICIES[dtype], return_report=True)
+    cache_bytes = 1 * 4 * 32 * 8 * 4  # (1, heads, max_len, head_dim) fp32
+    name = str(dtype).replace("torch.", "")
+    assert report.data["mutable_buffers"] == [
+        {"name": "key_cache", "dtype": name, "bytes": cache_bytes // 2, "fp32_bytes": cache_bytes},
+        {"name": "value_cache", "dtype": name, "bytes": cache_bytes // 2, "fp32_bytes": cache_bytes},
+        {"name": "steps", "dtype": "int64", "bytes": 8, "fp32_bytes": 8}]
+    assert json.loads(report.to_json())["mutable_buffers"] == report.data["mutable_buffers"]
+    summary = report.summary().splitlines()
+    weights = next(i for i, line in enumerate(summary) if line.startswith("  weights: "))
+    assert summary[weights + 1] == (f"  mutable buffers: 8.2 KB -> 4.1 KB (counted in the weights): key_cache {name} "
+                                    f"2.0 KB, value_cache {name} 2.0 KB, steps int64 8 B")
+    # a model that writes nothing lists none, and the summary says nothing of them; a buffer it only reads (a batch
+    # norm's statistics) is no mutable buffer, on either front
+    reads_a_buffer = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).eval()
+    for front in (torch_mp.export, torch_mp.convert):
+        _, report = front(reads_a_buffer, (torch.randn(2, 4),), dtype, return_report=True)
+        assert report.data["mutable_buffers"] == [] and "mutable buffers" not in report.summary()
+
+
 def test_convert_keeps_the_cache_writes_as_module_state(decoder):
     model, example, prompt, reference, tokens = decoder
     converted, report = torch_mp.convert(model, example, torch.bfloat16, policy=POLICIES[torch.bfloat16],
@@ -119,6 +144,11 @@ def test_convert_keeps_the_cache_writes_as_module_state(decoder):
     # the TorchScript front keeps module state in its dtype: the cache stays fp32 there
     assert {name: buffer.dtype for name, buffer in converted.named_buffers()} == \
         {"key_cache": torch.float32, "value_cache": torch.float32, "steps": torch.int64}
+    cache_bytes = model.key_cache.nbytes
+    assert report.data["mutable_buffers"] == [
+        {"name": "key_cache", "dtype": "float32", "bytes": cache_bytes, "fp32_bytes": cache_bytes},
+        {"name": "value_cache", "dtype": "float32", "bytes": cache_bytes, "fp32_bytes": cache_bytes},
+        {"name": "steps", "dtype": "int64", "bytes": 8, "fp32_bytes": 8}]
     assert greedy(converted, prompt, NEW_TOKENS) == tokens
     assert int(converted.steps) == PROMPT + NEW_TOKENS - 1 and untouched(model)
 

@@ -116,6 +116,12 @@ def apply_plan(program: ExportedProgram, plan: Plan, observation: Observation, s
             lowered[id(tensor)] = torch.nn.Parameter(copy_, requires_grad=tensor.requires_grad) \
                 if isinstance(tensor, torch.nn.Parameter) else copy_
         table[target] = lowered[id(tensor)]
+    # a tied tensor's other name (GPT-2's lm_head.weight beside wte's) is in the state_dict without a placeholder:
+    # it names the low tensor too, or the program would hold the fp32 one beside it
+    held = {spec.target for spec in specs.values() if spec.kind in _STORED}
+    for table in (state_dict, constants):
+        table.update({target: lowered[id(tensor)] for target, tensor in table.items()
+                      if target not in held and id(tensor) in lowered})
     for name, copy_node in low_copies.items():  # the low copy beside the fp32 tensor, one per tensor
         tensor = table_of(name)[specs[name].target]
         lowered.setdefault(id(tensor), tensor.detach().to(low))

@@ -36,7 +36,7 @@ from .ir import stored_tensors
 from .observe import _probe, observe
 from .plan import plan_precision
 from .quantize import _quantize
-from .report import build_report
+from .report import _mutable_buffers, build_report
 from .verify import find_non_finite
 
 
@@ -206,6 +206,7 @@ class ProgramConversion:
         phases = {"capture": self.captured_seconds, "observe": self.observed_seconds, "plan": applied_at - start,
                   "verify": time.perf_counter() - applied_at}
         report = build_report(self.bound, plan, self.observation, applied, non_finite, phases)
+        report.annotate("mutable_buffers", _mutable_buffers(self.program, applied.program))
         if int8 is not None:
             report.annotate("int8", {"float_dtype": self.options.dtype_name, "reduced_range": int8.reduced_range,
                                      "int8_nodes": len(int8.int8_nodes), "quantized_values": len(int8.quantized),

@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 import torch
+from torch.export import ExportedProgram
 
 from .. import _C
-from ..report import Report
+from ..report import MutableBuffer, Report
 from .facts import _flops
 from .ir import _op_name, _outputs_of
 from .records import Applied, NonFinite, Observation, Plan
@@ -49,3 +50,17 @@ def build_report(bound: "_C.ConvertOptions", plan: Plan, observation: Observatio
         None if non_finite is None else (non_finite.run, non_finite.tensor, non_finite.value),
         list(phases.items()))
     return Report(report)
+
+
+def _mutable_buffers(given: ExportedProgram, converted: ExportedProgram) -> List[Dict[str, Any]]:
+    """The buffers the converted program writes, in the order its signature writes them, with their dtype and bytes
+    there and in the program given (a persistent buffer is in the state_dict, a non-persistent one a constant)."""
+
+    def stored(program: ExportedProgram, name: str) -> torch.Tensor:
+        return program.state_dict[name] if name in program.state_dict else program.constants[name]
+
+    buffers = []
+    for name in converted.graph_signature.buffers_to_mutate.values():
+        tensor = stored(converted, name)
+        buffers.append(MutableBuffer.of(name, tensor, stored(given, name).nbytes))
+    return buffers
