@@ -33,7 +33,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decoders import DecoderShape, language_model, static_cache_step, for_autocast  # noqa: E402
-from export_speed import cpu_name  # noqa: E402
+from harness import cpu_name  # noqa: E402
 
 import torch_mp  # noqa: E402
 

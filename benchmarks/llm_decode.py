@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decoders import DecoderShape, cache_bytes, for_autocast, language_model, static_cache_step  # noqa: E402
-from export_speed import cpu_name  # noqa: E402
+from harness import cpu_name  # noqa: E402
 
 import torch_mp  # noqa: E402
 from torch_mp._export.package import write_package  # noqa: E402
