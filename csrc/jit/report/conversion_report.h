@@ -16,6 +16,7 @@
 #include "core/int8_planner.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
+#include "jit/ir/casts.h"
 #include "jit/ir/ir_utils.h"
 
 namespace torch_mp::jit {
@@ -40,15 +41,6 @@ struct NodeDecision {
   bool runsInt8() const {
     return int8 && int8->int8;
   }
-};
-
-struct CastRecord {
-  NodeId id = -1;     // its item in the report's graph
-  std::string value;  // debug name of the value cast
-  std::string from;   // dtype names, e.g. "Float"
-  std::string to;
-  int64_t bytes = 0;  // read + written per inference, at the example inputs' sizes
-  bool reached = true;  // whether the example inputs ran it (a cast on a path they skipped moves no bytes then)
 };
 
 // An fp32 tensor constant the converted graph still holds (each storage once).
