@@ -1,6 +1,6 @@
 // What a conversion decided and what it cost: per node the precision and the rule that chose it, every cast with
 // the bytes it moves per inference, weight bytes before and after, ops in no policy list, the converted graph by
-// ids. Python reads it as a dict (csrc/python/bindings.cpp) and writes JSON with its json module.
+// ids. Python reads it as a dict (csrc/python/report_bindings.cpp) and writes JSON with its json module.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
@@ -74,7 +74,7 @@ struct NonFiniteValue {
   std::string value;                   // else the intermediate's debug name
 };
 
-// Both fronts fill it: convert's pipeline (assemble_report) and the export front (bindings' program_report).
+// Both fronts fill it: convert's pipeline (assemble_report) and the export front (program_report).
 struct ConversionReport {
   std::string dtype;
   std::string policy;
