@@ -38,7 +38,6 @@ def _plan(program: ExportedProgram, planned: List[_Planned], seen: Dict[str, _Se
         consumers = sorted({_SINK if user.op == "output" else index[user.name] for user in node.users
                             if user.op == "output" or user.name in index})
         observed = seen.get(node.name)
-        numel = observed.numel if observed is not None else 0
-        values.append((producer, numel * (4 + options.dtype.itemsize), consumers))
+        values.append((producer, _C.fp32_cast_bytes(observed.numel if observed is not None else 0), consumers))
     precision, forced = _C.plan_dataflow(categories, values, bound)
     return {p.node.name: precision[p.index] for p in planned}, {p.node.name for p in planned if forced[p.index]}
