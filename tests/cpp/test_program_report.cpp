@@ -18,13 +18,11 @@ core::NodeDecision decided(core::OpCategory category, core::RuleKind kind, std::
 ProgramRecords linearThenRelu() {
   ProgramRecords records;
   records.names = {"x", "linear", "relu", "_to_copy"};
+  const core::NodeDecision matmul = decided(core::OpCategory::kLowPrecision, core::RuleKind::kPolicy, "low: matmul");
+  const core::NodeDecision follow = decided(core::OpCategory::kFollow, core::RuleKind::kPolicy, "follow");
   records.nodes = {
-      {.id = 1, .op = "aten::linear", .scope = "fc", .decision = decided(core::OpCategory::kLow, core::RuleKind::kPolicy,
-                                                                         "low: matmul"),
-       .low = true, .amax = 3.0, .flops = 4096},
-      {.id = 2, .op = "aten::relu", .scope = "", .decision = decided(core::OpCategory::kFollow, core::RuleKind::kPolicy,
-                                                                     "follow"),
-       .low = false, .forcedToFp32 = true},
+      {.id = 1, .op = "aten::linear", .scope = "fc", .decision = matmul, .low = true, .amax = 3.0, .flops = 4096},
+      {.id = 2, .op = "aten::relu", .decision = follow, .low = false, .forcedToFp32 = true},
   };
   records.casts = {{.id = 3, .value = "linear", .from = "Half", .to = "Float", .bytes = 96}};
   records.graph = {{.id = 0, .op = "x"},
