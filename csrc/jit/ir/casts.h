@@ -14,25 +14,14 @@
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "jit/ir/ir_utils.h"
+#include "jit/ir/cast_record.h"
 #include "jit/ir/observed_values.h"
 
 namespace torch_mp::jit {
-
-// A cast the converted graph holds, as the report lists it (ConversionReport::casts).
-struct CastRecord {
-  NodeId id = -1;     // its item in the report's graph
-  std::string value;  // debug name of the value cast
-  std::string from;   // dtype names, e.g. "Float"
-  std::string to;
-  int64_t bytes = 0;  // read + written per inference, at the example inputs' sizes
-  bool reached = true;  // whether the example inputs ran it (a cast on a path they skipped moves no bytes then)
-};
 
 // The target dtype of a plain dtype cast, or nothing for any other node.
 std::optional<c10::ScalarType> plainCastTarget(const torch::jit::Node* node);

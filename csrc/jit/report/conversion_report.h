@@ -16,7 +16,7 @@
 #include "core/int8_planner.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
-#include "jit/ir/casts.h"
+#include "jit/ir/cast_record.h"
 #include "jit/ir/ir_utils.h"
 
 namespace torch_mp::jit {
