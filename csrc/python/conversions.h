@@ -37,7 +37,8 @@ pybind11::tuple namesOf(const Enum (&values)[N]) {
 // A category by its name; a ValueError listing the names for another.
 core::OpCategory parseCategory(const std::string& name);
 
-// The host's CPU features (or TORCH_MP_CPU_FEATURES), or those `declared` names ("all", "none", "avx512_bf16,amx_bf16").
+// The host's CPU features (or TORCH_MP_CPU_FEATURES), or those `declared` names ("all", "none",
+// "avx512_bf16,amx_bf16").
 core::CpuFeatures cpuFeatures(const std::optional<std::string>& declared);
 
 // "low" or "fp32", as the report and plan_dataflow write a precision.

@@ -159,7 +159,8 @@ void bindNodeFacts(py::module_& m) {
              return core::RangeGuardNumbers{std::move(observed), std::move(constants), std::move(scalars)};
            }),
            py::kw_only(), py::arg("observed"), py::arg("constants"), py::arg("scalars"));
-  py::class_<core::RangeGuardVerdicts>(m, "RangeGuardVerdicts", "The range guards' verdicts, each None or a GuardVerdict.")
+  py::class_<core::RangeGuardVerdicts>(m, "RangeGuardVerdicts",
+                                       "The range guards' verdicts, each None or a GuardVerdict.")
       .def_readonly("observed_range", &core::RangeGuardVerdicts::observedRange)
       .def_readonly("constant_range", &core::RangeGuardVerdicts::constantRange)
       .def_readonly("lost_scalar", &core::RangeGuardVerdicts::lostScalar);
@@ -285,9 +286,9 @@ void bindExportCore(py::module_& m) {
         return verdicts;
       },
       py::arg("nodes"), py::arg("values"), py::arg("options"),
-      "core/underflow_to_zero, in the options' dtype, over a graph's view: per node (op, the value index per input or -1, the non-zero float "
-      "scalars' magnitudes, whether a pow's exponent may be negative), per value (name, producing node or -1, "
-      "smallest non-zero magnitude); returns {node index: GuardVerdict}.");
+      "core/underflow_to_zero, in the options' dtype, over a graph's view: per node (op, the value index per input "
+      "or -1, the non-zero float scalars' magnitudes, whether a pow's exponent may be negative), per value (name, "
+      "producing node or -1, smallest non-zero magnitude); returns {node index: GuardVerdict}.");
 }
 
 } // namespace torch_mp::python

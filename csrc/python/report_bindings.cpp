@@ -149,7 +149,8 @@ void bindProgramRecords(py::module_& m) {
       .def(py::init([](jit::NodeId id, std::string value, std::string fromDtype, std::string toDtype, int64_t bytes) {
              return jit::ProgramCast{id, std::move(value), std::move(fromDtype), std::move(toDtype), bytes};
            }),
-           py::kw_only(), py::arg("id"), py::arg("value"), py::arg("from_dtype"), py::arg("to_dtype"), py::arg("bytes"));
+           py::kw_only(), py::arg("id"), py::arg("value"), py::arg("from_dtype"), py::arg("to_dtype"),
+           py::arg("bytes"));
   py::class_<jit::ProgramGraphItem>(m, "ProgramGraphItem", "A node or cast of the converted program's graph.")
       .def(py::init([](jit::NodeId id, bool isCast, std::string op, std::vector<jit::NodeId> inputs, int cast) {
              return jit::ProgramGraphItem{id, isCast, std::move(op), std::move(inputs), cast};
