@@ -106,7 +106,9 @@ class BuildOverCMake(BuildExtension):
 
 bindings = CppExtension(
     name="torch_mp._C",
-    sources=[os.path.join("csrc", "python", "bindings.cpp"), os.path.join("csrc", "python", "int8_bindings.cpp")],
+    sources=[os.path.join("csrc", "python", name + ".cpp")
+             for name in ("bindings", "conversions", "export_bindings", "int8_bindings", "policy_bindings",
+                          "report_bindings")],
     include_dirs=[os.path.join(ROOT, "csrc")],
     library_dirs=[BUILD],
     libraries=["torch_mp"],

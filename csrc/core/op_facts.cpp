@@ -208,14 +208,4 @@ const OpFacts& factsOf(const std::string& op) {
   return it == byName.end() ? kNoFacts : *it->second;
 }
 
-std::vector<const OpFacts*> zeroSensitiveOps() {
-  std::vector<const OpFacts*> ops;
-  for (const OpFacts& facts : kOpFacts) {
-    if (facts.zeroSensitivity != ZeroSensitivity::kNone) {
-      ops.push_back(&facts);
-    }
-  }
-  return ops;
-}
-
 } // namespace torch_mp::core

@@ -86,7 +86,4 @@ struct OpFacts {
 // The facts of a qualified op name; an op in no row has none (every field its default).
 const OpFacts& factsOf(const std::string& op);
 
-// Every op with a zero-sensitive input (one walk of a graph asks a set of these, not the table per node).
-std::vector<const OpFacts*> zeroSensitiveOps();
-
 } // namespace torch_mp::core

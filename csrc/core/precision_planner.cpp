@@ -1,11 +1,17 @@
 #include "core/precision_planner.h"
 
+#include <algorithm>
 #include <deque>
 #include <stdexcept>
 
 #include "core/min_cut.h"
 
 namespace torch_mp::core {
+
+int64_t fp32CastBytes(int64_t elements) {
+  constexpr int64_t kLowBytes = 2;
+  return std::max<int64_t>(elements, 1) * (static_cast<int64_t>(sizeof(float)) + kLowBytes);
+}
 
 int DataflowGraph::addNode(OpCategory category) {
   nodes.push_back({category});

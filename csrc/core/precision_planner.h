@@ -29,6 +29,11 @@ namespace torch_mp::core {
 
 enum class Precision : uint8_t { kLow, kFp32 };
 
+// The bytes one cast of an fp32 tensor of `elements` to the low dtype (2 bytes, float16 and bfloat16 alike) moves, read
+// and written: a value's cost in the dataflow graph, on both fronts. A tensor seen empty, or not seen, counts one
+// element: no cast is free.
+int64_t fp32CastBytes(int64_t elements);
+
 // How a value ties the precisions of the nodes around it.
 enum class Tie : uint8_t {
   kNone,     // castable: readers of the other precision share one cast of it

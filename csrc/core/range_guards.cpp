@@ -58,6 +58,11 @@ std::optional<GuardVerdict> lostScalarGuard(const std::vector<NamedNumber>& scal
   return std::nullopt;
 }
 
+RangeGuardVerdicts judgeRanges(const RangeGuardNumbers& numbers, LowDtype dtype) {
+  return {observedRangeGuard(numbers.observed, dtype), constantRangeGuard(numbers.constants, dtype),
+          lostScalarGuard(numbers.scalars, dtype)};
+}
+
 double roundedTo(double value, LowDtype dtype) {
   const float single = static_cast<float>(value);  // c10 rounds the fp32 number
   if (!std::isfinite(single) || single == 0.0f) {

@@ -1,5 +1,5 @@
 // The range guards on the numbers one node reads and writes, written once for both fronts: a front lists the numbers
-// of its IR (jit/plan/numeric_guards for TorchScript, _C.classify_nodes' facts for torch.export programs) and each
+// of its IR (jit/plan/numeric_guards for TorchScript, _C.judge_ranges for torch.export programs) and each
 // guard gives the first the low dtype would lose, or nothing.
 //
 //   observed range  a computed fp32 tensor observed above half the low dtype's max (one binade in reserve: the
@@ -45,6 +45,22 @@ std::optional<GuardVerdict> observedRangeGuard(const std::vector<ObservedNumber>
 // `largestMagnitudes`: per constant the node reads, its largest finite magnitude (0 where it has none).
 std::optional<GuardVerdict> constantRangeGuard(const std::vector<NamedNumber>& largestMagnitudes, LowDtype dtype);
 std::optional<GuardVerdict> lostScalarGuard(const std::vector<NamedNumber>& scalars, LowDtype dtype);
+
+// The numbers of one node the three guards judge, for a front that lists them rather than judging them itself (the
+// torch.export front's, through _C.judge_ranges), and the guards' verdicts on them.
+struct RangeGuardNumbers {
+  std::vector<ObservedNumber> observed;  // the computed fp32 tensors it reads and writes
+  std::vector<NamedNumber> constants;    // per stored tensor and finite float scalar it reads, its largest magnitude
+  std::vector<NamedNumber> scalars;      // the float scalars it reads
+};
+
+struct RangeGuardVerdicts {
+  std::optional<GuardVerdict> observedRange;
+  std::optional<GuardVerdict> constantRange;
+  std::optional<GuardVerdict> lostScalar;
+};
+
+RangeGuardVerdicts judgeRanges(const RangeGuardNumbers& numbers, LowDtype dtype);
 
 // The low dtype's value nearest `value` (ties to even, subnormals kept, beyond its range infinite), as c10::Half and
 // c10::BFloat16 round an fp32 number.

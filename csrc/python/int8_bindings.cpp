@@ -6,22 +6,11 @@
 #include "core/activation_clipping.h"
 #include "core/int8_kernels.h"
 #include "core/int8_planner.h"
+#include "python/conversions.h"
 
 namespace py = pybind11;
 
 namespace torch_mp::python {
-namespace {
-
-core::CpuFeatures featuresNamed(const std::optional<std::string>& declared) {
-  if (!declared) {
-    return core::CpuFeatures::host();
-  }
-  std::optional<core::CpuFeatures> features = core::CpuFeatures::parse(*declared);
-  TORCH_CHECK_VALUE(features, "torch_mp: unknown CPU feature in '", *declared, "'; use ", core::cpuFeaturesSyntax());
-  return *features;
-}
-
-} // namespace
 
 void bindInt8(py::module_& m) {
   py::enum_<core::Int8Role>(m, "Int8Role", "What an op does in an int8 plan (core/int8_kernels).")
@@ -55,12 +44,12 @@ void bindInt8(py::module_& m) {
   py::class_<core::Int8CostModel>(m, "Int8CostModel", "Seconds an int8 kernel saves and a quantize pass costs.")
       .def(py::init<>())
       .def_static(
-          "for_cpu", [](const std::optional<std::string>& features) { return core::Int8CostModel::forCpu(featuresNamed(features)); },
+          "for_cpu", [](const std::optional<std::string>& features) { return core::Int8CostModel::forCpu(cpuFeatures(features)); },
           py::arg("cpu_features") = py::none(),
           "The model for a CPU with these features (default: this CPU's, or TORCH_MP_CPU_FEATURES).")
       .def_static(
           "reduced_range",
-          [](const std::optional<std::string>& features) { return core::Int8CostModel::reducedRange(featuresNamed(features)); },
+          [](const std::optional<std::string>& features) { return core::Int8CostModel::reducedRange(cpuFeatures(features)); },
           py::arg("cpu_features") = py::none(),
           "Whether activations take the reduced range [0, 127] on that CPU (no VNNI).")
       .def_readwrite("fp32_multiply_adds_per_second", &core::Int8CostModel::fp32MultiplyAddsPerSecond)

@@ -225,6 +225,12 @@ std::string describe(const DataflowGraph& graph, const std::vector<Precision>& p
   return out.str();
 }
 
+TEST(PrecisionPlannerTest, ACastMovesFourBytesReadAndTwoWrittenPerElementAndIsNeverFree) {
+  EXPECT_EQ(fp32CastBytes(1000), 6000);
+  EXPECT_EQ(fp32CastBytes(1), 6);
+  EXPECT_EQ(fp32CastBytes(0), 6);  // an empty or unseen tensor counts one element
+}
+
 TEST(PrecisionPlannerTest, MinCutMatchesBruteForceOnRandomGraphs) {
   std::mt19937 rng(20240607);
   for (int trial = 0; trial < 500; ++trial) {

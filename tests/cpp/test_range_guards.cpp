@@ -65,3 +65,22 @@ TEST(RangeGuardsTest, EachGuardNamesTheFirstNumberTheLowDtypeLoses) {
 
 } // namespace
 } // namespace torch_mp::core
+
+namespace torch_mp::core {
+namespace {
+
+TEST(RangeGuardsTest, JudgeRangesGivesEachGuardsVerdictOnItsNumbers) {
+  const RangeGuardNumbers numbers{.observed = {{"x", {40000.0, false}}},
+                                  .constants = {{"mask", 1e9}},
+                                  .scalars = {{"clamp[1]", 1e-8}}};
+  const RangeGuardVerdicts fp16 = judgeRanges(numbers, LowDtype::kFloat16);
+  ASSERT_TRUE(fp16.observedRange && fp16.constantRange && fp16.lostScalar);
+  EXPECT_EQ(fp16.observedRange->value, "x");
+  EXPECT_EQ(fp16.constantRange->kind, GuardKind::kConstantRange);
+  EXPECT_EQ(fp16.lostScalar->kind, GuardKind::kLostScalar);
+  const RangeGuardVerdicts bf16 = judgeRanges(numbers, LowDtype::kBFloat16);  // every number fits bf16
+  EXPECT_FALSE(bf16.observedRange || bf16.constantRange || bf16.lostScalar);
+}
+
+} // namespace
+} // namespace torch_mp::core

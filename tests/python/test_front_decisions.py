@@ -1,11 +1,16 @@
 """Both fronts take their decisions from one rule order (core/classify_node): the divergences their two copies of it
 had are gone, and what still differs comes from what the IRs are (a TorchScript prim::If's blocks are planned, a
 torch.export higher-order op's subgraphs are not)."""
+import ast
+import inspect
+import textwrap
+
 import pytest
 import torch
 
 import torch_mp
 from torch_mp import _C
+from torch_mp._export import facts as export_facts
 
 
 def _reports(model, inputs, dtype, **options):
@@ -91,10 +96,34 @@ def test_the_export_front_asks_the_node_rule_only_where_the_rule_order_reaches_i
         assert linear["rule_kind"] != "callable"
 
 
+def _linear_facts(**facts):
+    """The facts of a plain aten::linear node, `facts` changed."""
+    fields = dict(op="aten::linear", scope="", id="", boundary=_C.Boundary.none, unobserved=False, not_fp32=False,
+                  control_flow=_C.ControlFlow.none, kept_non_finite=False, kept_by_fallback=False, runs_int8=False,
+                  observed_range=None, underflow_to_zero=None, constant_range=None, lost_scalar=None,
+                  reads_table_stored_low=False, writes_tensor_list=False, sums_nothing=False)
+    fields.update(facts)
+    return _C.NodeFacts(**fields)
+
+
+def _numbers(observed=(), constants=(), scalars=()):
+    return _C.RangeGuardNumbers(
+        observed=[_C.ObservedNumber(name=n, largest_magnitude=m, only_integers=i) for n, m, i in observed],
+        constants=[_C.NamedNumber(name=n, value=v) for n, v in constants],
+        scalars=[_C.NamedNumber(name=n, value=v) for n, v in scalars])
+
+
+def _judged(options, **numbers):
+    """The facts of a linear node whose numbers are these, judged by core/range_guards in the options' dtype."""
+    ranges = _C.judge_ranges(_numbers(**numbers), options)
+    return _linear_facts(observed_range=ranges.observed_range, constant_range=ranges.constant_range,
+                         lost_scalar=ranges.lost_scalar)
+
+
 @pytest.mark.parametrize("fact, value, kind", [
     ("not_fp32", True, "not fp32"),
     ("unobserved", True, "unobserved"),
-    ("opaque_subgraphs", True, "control flow"),
+    ("control_flow", _C.ControlFlow.opaque_subgraphs, "control flow"),
     ("kept_non_finite", True, "non-finite"),
     ("kept_by_fallback", True, "fallback"),
     ("sums_nothing", True, "sums nothing"),
@@ -104,7 +133,9 @@ def test_the_export_front_asks_the_node_rule_only_where_the_rule_order_reaches_i
 ])
 def test_classify_nodes_takes_every_fact_the_export_front_gives(fact, value, kind):
     options = torch_mp.ConversionOptions(dtype=torch.bfloat16, policy=torch_mp.OpPolicy.default("cpu_bf16")).bind()
-    [plain, decided] = _C.classify_nodes([{"op": "aten::linear"}, {"op": "aten::linear", fact: value}], options)
+    facts = _judged(options, **{fact: value}) if fact in ("scalars", "constants", "observed") else \
+        _linear_facts(**{fact: value})
+    [plain, decided] = _C.classify_nodes([_linear_facts(), facts], options)
     assert (plain.category, plain.rule_kind, plain.guard) == ("low", "policy", None)
     assert plain.reason == torch_mp.OpPolicy.default("cpu_bf16")._c.entry("aten::linear")[1]
     assert decided.rule_kind == kind
@@ -121,12 +152,51 @@ def test_the_range_guards_judge_the_numbers_in_the_options_dtype(fact, value, dt
     def decide(low):
         target = "cpu_fp16" if low == torch.float16 else "cpu_bf16"
         options = torch_mp.ConversionOptions(dtype=low, policy=torch_mp.OpPolicy.default(target)).bind()
-        return _C.classify_nodes([{"op": "aten::linear", fact: value}], options)[0]
+        return _C.classify_nodes([_judged(options, **{fact: value})], options)[0]
 
     decided = decide(dtype)
     assert decided.rule_kind == "range guard" and decided.guard["kind"] == guard
     assert decided.guard["value"] == value[0][0]
     assert decide(torch.bfloat16 if dtype == torch.float16 else torch.float16).rule_kind != "range guard"
+
+
+def _node_facts_fields():
+    return {name for name, attribute in vars(_C.NodeFacts).items() if isinstance(attribute, property)}
+
+
+def test_node_facts_refuses_a_misspelt_or_missing_field():
+    """The seam is typed: a misspelt fact is an error, not a fact silently false on the export front only."""
+    with pytest.raises(TypeError):
+        _linear_facts(kept_by_fallbak=True)
+    for field in _node_facts_fields():
+        fields = {name: getattr(_linear_facts(), name) for name in _node_facts_fields() - {field}}
+        with pytest.raises(TypeError):
+            _C.NodeFacts(**fields)
+    facts = _linear_facts()
+    with pytest.raises(AttributeError):
+        facts.kept_by_fallbak = True
+
+
+def test_the_export_front_sets_every_field_node_facts_has(monkeypatch):
+    """facts.py names every field of the bound core::NodeFacts (as its constructor requires), and the facts it
+    gathers of a program are NodeFacts."""
+    source = textwrap.dedent(inspect.getsource(export_facts.ProgramFacts._facts))
+    [call] = [node for node in ast.walk(ast.parse(source))
+              if isinstance(node, ast.Call) and ast.unparse(node.func) == "_C.NodeFacts"]
+    assert {keyword.arg for keyword in call.keywords} == _node_facts_fields()
+
+    gathered = []
+    classify_nodes = _C.classify_nodes
+
+    def recording(nodes, *rest):
+        gathered.extend(nodes)
+        return classify_nodes(nodes, *rest)
+
+    monkeypatch.setattr(_C, "classify_nodes", recording)
+    torch_mp.export(ClampedProduct().eval(), (torch.randn(4, 16),), torch.float16)
+    assert gathered and all(isinstance(facts, _C.NodeFacts) for facts in gathered)
+    linear = next(facts for facts in gathered if facts.op == "aten::linear")
+    assert linear.scope == "fc" and linear.control_flow == _C.ControlFlow.none
 
 
 class RecurrentClassifier(torch.nn.Module):

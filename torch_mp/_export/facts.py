@@ -53,26 +53,28 @@ class ProgramFacts:
                                       self._bound, ask)
         return [Decision(node, op, scope, verdict) for (node, op, scope), verdict in zip(nodes, decisions)]
 
-    def _facts(self, node, op, scope, keep_fp32, keep_non_finite, runs_int8) -> Dict[str, Any]:
-        """What core::NodeFacts needs of one node. A program's nodes were all observed, and a tensor list an FX
-        node returns is read item by item (getitem), each cast on its own, so `unobserved` and
-        `writes_tensor_list` never apply here."""
+    def _facts(self, node, op, scope, keep_fp32, keep_non_finite, runs_int8) -> "_C.NodeFacts":
+        """What core::NodeFacts holds of one node, every field named (the record has no defaults). A program's
+        nodes were all observed, none is a graph input or output, and a tensor list an FX node returns is read item
+        by item (getitem), each cast on its own, so `boundary`, `unobserved` and `writes_tensor_list` never apply
+        here. The range guards judge the node's numbers in the options' dtype (_C.judge_ranges)."""
         outputs = _outputs_of(node)
         floating = [d for i in node.all_input_nodes for d in _floating_dtypes(_val(i))] + \
             [d for o in outputs for d in _floating_dtypes(_val(o))]
-        return {
-            "op": op, "scope": scope, "id": node.name,
-            "not_fp32": any(d != torch.float32 for d in floating),
-            "opaque_subgraphs": not isinstance(node.target, torch._ops.OpOverload),  # a higher-order op
-            "kept_non_finite": node.name in keep_non_finite, "kept_by_fallback": node.name in keep_fp32,
-            "runs_int8": node.name in runs_int8,
-            "observed": self._observed(node, outputs),
-            "underflow_to_zero": self._underflow.get(node.name),
-            "constants": self._constants(node),
-            "scalars": self._scalars(node),
-            "reads_table_stored_low": bool(_C.op_facts(op)["table_lookup"]) and self._table_stored_low(node),
-            "sums_nothing": self._sums_nothing(node, op),
-        }
+        ranges = _C.judge_ranges(_C.RangeGuardNumbers(observed=self._observed(node, outputs),
+                                                      constants=self._constants(node), scalars=self._scalars(node)),
+                                 self._bound)
+        opaque = not isinstance(node.target, torch._ops.OpOverload)  # a higher-order op
+        return _C.NodeFacts(
+            op=op, scope=scope, id=node.name, boundary=_C.Boundary.none, unobserved=False,
+            not_fp32=any(d != torch.float32 for d in floating),
+            control_flow=_C.ControlFlow.opaque_subgraphs if opaque else _C.ControlFlow.none,
+            kept_non_finite=node.name in keep_non_finite, kept_by_fallback=node.name in keep_fp32,
+            runs_int8=node.name in runs_int8,
+            observed_range=ranges.observed_range, underflow_to_zero=self._underflow.get(node.name),
+            constant_range=ranges.constant_range, lost_scalar=ranges.lost_scalar,
+            reads_table_stored_low=bool(_C.op_facts(op)["table_lookup"]) and self._table_stored_low(node),
+            writes_tensor_list=False, sums_nothing=self._sums_nothing(node, op))
 
     def _ask_node_rule(self, node_rule, node, op, scope) -> Optional[Tuple[str, str]]:
         """The user's per-node callable on one node, given what convert's NodeDescription gives it."""
@@ -103,27 +105,27 @@ class ProgramFacts:
         seen = self.seen.get(first.name) if isinstance(first, torch.fx.Node) else None
         return _C.sums_nothing(op, equation, list(seen.shape) if seen is not None and seen.shape is not None else None)
 
-    def _scalars(self, node) -> List[Tuple[str, float]]:
+    def _scalars(self, node) -> List["_C.NamedNumber"]:
         """The float scalars the node reads, named by position."""
-        return [(f"{node.name}[{position}]", scalar)
-                for position, scalar in enumerate(list(node.args) + list(node.kwargs.values()))
-                if isinstance(scalar, float)]
+        return [_C.NamedNumber(name=name, value=scalar) for name, scalar in _float_scalars(node)]
 
-    def _observed(self, node, outputs) -> List[Tuple[str, float, bool]]:
-        """The computed fp32 values the node reads and writes, as observed: (name, largest magnitude, integers)."""
+    def _observed(self, node, outputs) -> List["_C.ObservedNumber"]:
+        """The computed fp32 values the node reads and writes, as observed."""
         observed = []
         for value in list(node.all_input_nodes) + outputs:
             seen = self.seen.get(value.name)
             if seen is not None and seen.dtype == torch.float32 and not self._stored(value):
-                observed.append((value.name, seen.largest, seen.only_integers))
+                observed.append(_C.ObservedNumber(name=value.name, largest_magnitude=seen.largest,
+                                                  only_integers=seen.only_integers))
         return observed  # stored tensors count as constants: a tiny bias is harmless
 
-    def _constants(self, node) -> List[Tuple[str, float]]:
+    def _constants(self, node) -> List["_C.NamedNumber"]:
         """The largest magnitude of each stored tensor and finite float scalar the node reads (in a frozen
         TorchScript graph both are constants, which jit/plan/numeric_guards lists)."""
         stored = [(value.name, self.seen[value.name].largest) for value in node.all_input_nodes
                   if self._stored(value) and value.name in self.seen]
-        return stored + [(name, abs(scalar)) for name, scalar in self._scalars(node) if math.isfinite(scalar)]
+        scalars = [(name, abs(scalar)) for name, scalar in _float_scalars(node) if math.isfinite(scalar)]
+        return [_C.NamedNumber(name=name, value=largest) for name, largest in stored + scalars]
 
     def _table_stored_low(self, lookup: torch.fx.Node) -> bool:
         """Whether a lookup's table is a stored tensor that can be stored once, low (core::OpPolicy::storesTableLow, as
@@ -152,7 +154,14 @@ class ProgramFacts:
         return isinstance(node, torch.fx.Node) and node.op == "placeholder" and node.name in self._stored_names
 
 
-def _underflow_to_zero(graph: torch.fx.Graph, seen: Dict[str, _Seen], options) -> Dict[str, Dict[str, Any]]:
+def _float_scalars(node: torch.fx.Node) -> List[Tuple[str, float]]:
+    """(name by position, value) of the float scalars a node reads."""
+    return [(f"{node.name}[{position}]", scalar)
+            for position, scalar in enumerate(list(node.args) + list(node.kwargs.values()))
+            if isinstance(scalar, float)]
+
+
+def _underflow_to_zero(graph: torch.fx.Graph, seen: Dict[str, _Seen], options) -> Dict[str, "_C.GuardVerdict"]:
     """The underflow-to-zero verdict by node name (core/underflow_to_zero, as convert's numeric guards ask it) over
     the FX graph's view: its ATen calls, the tensor values each reads, the float scalars each reads."""
     calls = [node for node in graph.nodes

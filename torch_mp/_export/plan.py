@@ -41,8 +41,7 @@ def plan_precision(program: ExportedProgram, decisions: List[Decision], observat
         consumers = sorted({_SINK if user.op == "output" else number[user.name] for user in node.users
                             if user.op == "output" or user.name in number})
         observed = observation.values.get(node.name)
-        numel = observed.numel if observed is not None else 0
-        values.append((producer, numel * (4 + options.dtype.itemsize), consumers))
+        values.append((producer, _C.fp32_cast_bytes(observed.numel if observed is not None else 0), consumers))
     precision, forced = _C.plan_dataflow(categories, values, bound)
     return Plan(decisions=decisions,
                 precision={name: precision[i] for name, i in number.items()},

@@ -34,21 +34,27 @@ def build_report(bound: "_C.ConvertOptions", plan: Plan, observation: Observatio
         outputs = _outputs_of(d.node)
         observed = seen.get(outputs[0].name) if outputs else None
         amax = observed.largest if observed is not None and observed.dtype == torch.float32 else None
-        nodes.append((id_of(d.node.name), d.op, d.scope, d.verdict, plan.runs_low(d.node.name),
-                      d.node.name in plan.forced_fp32, amax, _flops(d, seen),
-                      None if int8 is None else int8.nodes.get(d.node.name)))
+        nodes.append(_C.ProgramNode(id=id_of(d.node.name), op=d.op, scope=d.scope, decision=d.verdict,
+                                    low=plan.runs_low(d.node.name), forced_to_fp32=d.node.name in plan.forced_fp32,
+                                    amax=amax, flops=_flops(d, seen),
+                                    int8=None if int8 is None else int8.nodes.get(d.node.name)))
     weights = applied.weights
-    kept_fp32 = [(w.name, w.bytes, [_op_name(r) for r in w.readers if r.op == "call_function"],
-                  next((id_of(r.name) for r in w.readers if r.name in plan.precision), None))
+    kept_fp32 = [_C.ProgramWeight(name=w.name, bytes=w.bytes,
+                                  readers=[_op_name(r) for r in w.readers if r.op == "call_function"],
+                                  decided_by=next((id_of(r.name) for r in w.readers if r.name in plan.precision),
+                                                  None))
                  for w in weights.kept_fp32]
     report = _C.program_report(
-        bound, names, nodes,
-        [(id_of(c.name), c.value, c.source, c.target, c.bytes) for c in applied.casts],
-        [(id_of(item.name), item.is_cast, item.op, [id_of(read) for read in item.reads], item.cast_index)
-         for item in applied.graph],
-        kept_fp32, (weights.bytes_before, weights.bytes_after),
-        None if non_finite is None else (non_finite.run, non_finite.tensor, non_finite.value),
-        list(phases.items()))
+        bound, names=names, nodes=nodes,
+        casts=[_C.ProgramCast(id=id_of(c.name), value=c.value, from_dtype=c.source, to_dtype=c.target, bytes=c.bytes)
+               for c in applied.casts],
+        graph=[_C.ProgramGraphItem(id=id_of(item.name), is_cast=item.is_cast, op=item.op,
+                                   inputs=[id_of(read) for read in item.reads], cast=item.cast_index)
+               for item in applied.graph],
+        kept_fp32=kept_fp32, weight_bytes_before=weights.bytes_before, weight_bytes_after=weights.bytes_after,
+        non_finite=None if non_finite is None else _C.NonFiniteValue(
+            run=non_finite.run, output_tensor=non_finite.tensor, value=non_finite.value),
+        phases=list(phases.items()))
     return Report(report)
 
 

@@ -18,8 +18,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "jit/ir/cast_record.h"
 #include "jit/ir/observed_values.h"
-#include "jit/report/conversion_report.h"
 
 namespace torch_mp::jit {
 

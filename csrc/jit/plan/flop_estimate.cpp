@@ -15,7 +15,8 @@ using torch::jit::Node;
 using torch::jit::Value;
 using core::Sizes;
 
-std::optional<Sizes> sizesOf(const Value* value, const ObservedValues& observed) {
+// A constant's sizes, or those a run observed (not through casts: flopsOf counts the op's own operands).
+std::optional<Sizes> sizesWhereRan(const Value* value, const ObservedValues& observed) {
   if (auto constant = torch::jit::toIValue(value); constant && constant->isTensor()) {
     return constant->toTensor().sizes().vec();
   }
@@ -32,7 +33,7 @@ std::vector<Sizes> listedSizes(const Value* list, const ObservedValues& observed
   std::vector<Sizes> listed;
   if (list->node()->kind() == c10::prim::ListConstruct) {
     for (const Value* element : list->node()->inputs()) {
-      if (auto sizes = sizesOf(element, observed)) {
+      if (auto sizes = sizesWhereRan(element, observed)) {
         listed.push_back(std::move(*sizes));
       }
     }
@@ -50,12 +51,12 @@ std::vector<Sizes> listedSizes(const Value* list, const ObservedValues& observed
 core::FlopOperands operandsOf(const Node* node, core::FlopFormula formula, const ObservedValues& observed) {
   core::FlopOperands operands;
   for (const Value* input : node->inputs()) {
-    operands.inputs.push_back(sizesOf(input, observed));
+    operands.inputs.push_back(sizesWhereRan(input, observed));
     operands.integers.push_back(input->type()->kind() == c10::TypeKind::IntType
                                     ? torch::jit::constant_as<int64_t>(input)
                                     : std::nullopt);
   }
-  operands.output = node->outputs().empty() ? std::nullopt : sizesOf(node->output(0), observed);
+  operands.output = node->outputs().empty() ? std::nullopt : sizesWhereRan(node->output(0), observed);
   if (formula == core::FlopFormula::kGenericConvolution) {
     operands.transposed = torch::jit::constant_as<bool>(node->input(6));
   }

@@ -234,11 +234,7 @@ class DataflowBuilder {
       if (kind != ValueKind::kFp32Tensor && kind != ValueKind::kContainer) {
         continue;
       }
-      int64_t castBytes = 0;
-      if (kind == ValueKind::kFp32Tensor) {
-        const int64_t numel = std::max<int64_t>(observed_.at(output).numel, 1);
-        castBytes = numel * static_cast<int64_t>(sizeof(float) + c10::elementSize(lowDtype_));
-      }
+      const int64_t castBytes = kind == ValueKind::kFp32Tensor ? core::fp32CastBytes(observed_.at(output).numel) : 0;
       mapping_.values.emplace(output, mapping_.dataflow.addValue(index, castBytes, tieOf(producer, output, kind)));
     }
   }

@@ -1,6 +1,6 @@
 // What a conversion decided and what it cost: per node the precision and the rule that chose it, every cast with
 // the bytes it moves per inference, weight bytes before and after, ops in no policy list, the converted graph by
-// ids. Python reads it as a dict (csrc/python/bindings.cpp) and writes JSON with its json module.
+// ids. Python reads it as a dict (csrc/python/report_bindings.cpp) and writes JSON with its json module.
 #pragma once
 
 #include <torch/csrc/jit/ir/ir.h>
@@ -16,6 +16,7 @@
 #include "core/int8_planner.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
+#include "jit/ir/cast_record.h"
 #include "jit/ir/ir_utils.h"
 
 namespace torch_mp::jit {
@@ -40,15 +41,6 @@ struct NodeDecision {
   bool runsInt8() const {
     return int8 && int8->int8;
   }
-};
-
-struct CastRecord {
-  NodeId id = -1;     // its item in the report's graph
-  std::string value;  // debug name of the value cast
-  std::string from;   // dtype names, e.g. "Float"
-  std::string to;
-  int64_t bytes = 0;  // read + written per inference, at the example inputs' sizes
-  bool reached = true;  // whether the example inputs ran it (a cast on a path they skipped moves no bytes then)
 };
 
 // An fp32 tensor constant the converted graph still holds (each storage once).
@@ -82,7 +74,7 @@ struct NonFiniteValue {
   std::string value;                   // else the intermediate's debug name
 };
 
-// Both fronts fill it: convert's pipeline (assemble_report) and the export front (bindings' program_report).
+// Both fronts fill it: convert's pipeline (assemble_report) and the export front (program_report).
 struct ConversionReport {
   std::string dtype;
   std::string policy;

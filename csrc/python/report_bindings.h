@@ -1,0 +1,11 @@
+// The report (jit::ConversionReport) as a Python class read into dicts (`Report.data`), and the export front's report
+// from its records (jit::programReport): each record a class with named fields.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace torch_mp::python {
+
+void bindReport(pybind11::module_& m);
+
+} // namespace torch_mp::python
