@@ -30,7 +30,7 @@ from .facts import ProgramFacts
 from .fold_batch_norms import fold_batch_norms
 from .fold_constants import fold_constants
 from .inference_form import inference_form
-from .int8_plan import Int8Plan, check_int8_calibration, plan_int8, warn_without_int8
+from .int8_plan import Int8Plan, check_int8_calibration, plan_int8, values_read_quantized, warn_without_int8
 from .int8_simulation import simulated
 from .ir import stored_tensors
 from .observe import _probe, observe
@@ -154,7 +154,8 @@ class ProgramConversion:
         start = time.perf_counter()
         self.runs = [inputs] + list(calibration)
         try:
-            self.observation = observe(program, self.runs, ranges=self.int8)
+            self.observation = observe(program, self.runs,
+                                       ranges=values_read_quantized(program.graph) if self.int8 else frozenset())
         except Exception as error:  # noqa: BLE001 - the program's own failure on its inputs (their shapes, ...)
             which = "example or calibration inputs" if calibration else "example inputs"
             raise ModelRunError(f"torch_mp: running the program on the {which} failed: {_first_line(error)}") \

@@ -46,6 +46,15 @@ def quantized_input(node: torch.fx.Node) -> torch.fx.Node:
     return node.args[0]
 
 
+def values_read_quantized(graph: torch.fx.Graph) -> Set[str]:
+    """The values an int8 node could read quantized: the first argument of each node with an int8 kernel or follow
+    role (the values whose ranges and tails observation keeps)."""
+    return {quantized_input(node).name for node in graph.nodes
+            if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.args
+            and isinstance(node.args[0], torch.fx.Node)
+            and _role(node.target._schema.name) not in (None, _C.Int8Role.epilogue)}
+
+
 def _role(op: str):
     facts = _C.int8_facts(op)
     return None if facts is None else facts.role

@@ -5,7 +5,7 @@ interface's probe). Takes a functional program and its inputs; hands on an Obser
 value's node name, and each run's outputs."""
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -85,9 +85,10 @@ def _flat_inputs(program: ExportedProgram, call: CallInputs) -> List[Any]:
     return program._graph_module_flat_inputs(call.args, call.kwargs)
 
 
-def observe(program: ExportedProgram, runs: Sequence[CallInputs], ranges: bool = False) -> Observation:
-    """What each run showed of every floating value, by node name, and each run's outputs; with `ranges`, each fp32
-    value's smallest and largest value too."""
+def observe(program: ExportedProgram, runs: Sequence[CallInputs], ranges: AbstractSet[str] = frozenset()) \
+        -> Observation:
+    """What each run showed of every floating value, by node name, and each run's outputs; of the values named in
+    `ranges` (those an int8 node could read quantized), their ranges and tails too."""
     seen: Dict[str, _Seen] = {}
 
     def record(node: torch.fx.Node, value: Any) -> None:
@@ -95,7 +96,7 @@ def observe(program: ExportedProgram, runs: Sequence[CallInputs], ranges: bool =
             if node.name in seen:
                 seen[node.name].add(value)
             else:
-                seen[node.name] = _Seen(value, ranges)
+                seen[node.name] = _Seen(value, node.name in ranges)
 
     outputs = []
     with torch.no_grad():
