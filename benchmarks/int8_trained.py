@@ -232,7 +232,8 @@ def fmt(value, spec, suffix=""):
 
 def speed_table(rows) -> str:
     lines = ["| model | batch | fp32 ms | PT2E ms | ours ms | ours tol ms | PT2E / fp32 | ours / fp32 "
-             "| ours tol / fp32 | ours / PT2E | ours tol / PT2E | int8 FLOPs (ours / tol) | weights (ours / tol) | notes |",
+             "| ours tol / fp32 | ours / PT2E | ours tol / PT2E | int8 FLOPs (ours / tol) | weights (ours / tol) "
+             "| notes |",
              "| --- " * 14 + "|"]
     for r in rows:
         ms = r["ms"]
