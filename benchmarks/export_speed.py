@@ -41,9 +41,6 @@ from harness import (Machine, Session, command_line, cosine, interleaved_medians
                      page_header, publish)
 from registry import Entry, build_model  # noqa: E402
 
-# int8_cpu.py still imports these helpers from here (the others from harness); they live in the harness now
-from harness import cpu_name, first  # noqa: E402,F401
-
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

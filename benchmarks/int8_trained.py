@@ -51,7 +51,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "zoo"))
-from export_speed import cosine, cpu_name, interleaved_medians, publish  # noqa: E402
+from harness import cosine, cpu_name, interleaved_medians, publish  # noqa: E402
 from int8_cpu import pt2e  # noqa: E402
 
 import torch_mp  # noqa: E402
