@@ -58,7 +58,7 @@ def build_report(bound: "_C.ConvertOptions", plan: Plan, observation: Observatio
     return Report(report)
 
 
-def _mutable_buffers(given: ExportedProgram, converted: ExportedProgram) -> List[Dict[str, Any]]:
+def _mutable_buffers(given: ExportedProgram, converted: ExportedProgram) -> List[MutableBuffer]:
     """The buffers the converted program writes, in the order its signature writes them, with their dtype and bytes
     there and in the program given (a persistent buffer is in the state_dict, a non-persistent one a constant)."""
 
