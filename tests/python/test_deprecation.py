@@ -168,7 +168,8 @@ def test_warnings_as_errors():
     )
     result = run_python("-W", "error", "-c", script, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == (["raised", "script"] if TORCH_WARNS else ["script"])
+    # stderr says why, where the capture was a trace (CI saw 'trace' once, on a loaded machine, not reproduced since)
+    assert result.stdout.split() == (["raised", "script"] if TORCH_WARNS else ["script"]), result.stderr
 
 
 def test_command_line(tmp_path):
