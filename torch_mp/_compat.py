@@ -35,6 +35,31 @@ EXPORT_LSTM_STATE_META_RIGHT = TORCH[:2] >= (2, 13)
 from torch.fx._lazy_graph_module import _LazyGraphModule as LazyGraphModule  # noqa: E402
 
 
+def import_quantized_decomposed() -> None:
+    """Every version (2.11-2.15): registers torch.ops.quantized_decomposed (torch.ao's reference Q/DQ ops) without
+    leaving dead ids in TorchScript's builtin table (forget_dead_quantized_decomposed_builtins)."""
+    from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401  (registers the ops)
+
+    forget_dead_quantized_decomposed_builtins()
+
+
+def forget_dead_quantized_decomposed_builtins() -> None:
+    """Every version (2.11-2.15): TorchScript's builtin table (torch.jit._builtins) is keyed by id() of each op's
+    function object. Defining another overload of an op that has a packet (quantized_decomposed's dequantize_per_channel,
+    ..., when torch.ao's or torchao's quantization modules load) replaces the packet's function object and registers the
+    new one; the old one dies and its id stays in the table. A later object at that address (a Conv2d's padding list)
+    is then taken for the builtin, and torch.jit.script fails ("builtin cannot be used as a value"): about one
+    conversion in 15 traced instead of scripting. Called where quantized_decomposed loads and before torch_mp scripts."""
+    from torch.jit._builtins import _get_builtin_table
+
+    namespace = torch.ops.quantized_decomposed
+    table = _get_builtin_table()
+    for key, qualified_name in list(table.items()):
+        prefix, _, name = qualified_name.partition("::")
+        if prefix == "quantized_decomposed" and (name not in namespace.__dict__ or id(namespace.__dict__[name]._op) != key):
+            del table[key]
+
+
 def check_extension(built_with: Tuple[int, int, int]) -> None:
     """Every version: the extension's compiled-in operator ids (c10::aten::to, ...) are those of the torch whose
     headers it was built with, and each release renumbers them (2.15 added five ops before aten::to, so an extension

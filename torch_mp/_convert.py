@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _C, capture_check
+from ._compat import forget_dead_quantized_decomposed_builtins
 from ._errors import ConversionError, ModelRunError
 from ._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _normalize_inputs,
                       _normalize_kwargs, _refuse_autocast, module_inputs)
@@ -291,6 +292,7 @@ _CAPTURE_LOCK = threading.Lock()
 
 def _script_or_trace(model: torch.nn.Module, inputs: Tuple[Any, ...]) -> Tuple[torch.jit.ScriptModule, str]:
     capture = "script"
+    forget_dead_quantized_decomposed_builtins()  # torch.ao or torchao may have loaded since torch_mp did
     try:
         scripted = jit_call(torch.jit.script, model)
     except TorchScriptDeprecationWarning:

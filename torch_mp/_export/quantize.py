@@ -12,14 +12,15 @@ import dataclasses
 from typing import Dict
 
 import torch
-from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401  (registers the ops)
 from torch.export import ExportedProgram
 
 from .. import _C
+from .._compat import import_quantized_decomposed
 from .int8_plan import Int8Plan, quantized_input
 from .ir import (CAST, LiftedConstants, _stored_tensor, _val, _with_inputs, _without_unread_state, graph_module_copy,
                  quiet_spec_copies, renamed_outputs)
 
+import_quantized_decomposed()
 QUANTIZE = torch.ops.quantized_decomposed.quantize_per_tensor.default
 DEQUANTIZE = torch.ops.quantized_decomposed.dequantize_per_tensor.default
 DEQUANTIZE_PER_CHANNEL = torch.ops.quantized_decomposed.dequantize_per_channel.default
