@@ -36,7 +36,7 @@ Timings, each the median of --repeats runs (--repeats-large above 20k nodes) on 
              each reads and writes (graph_walk.cpp, built once per run with torch.utils.cpp_extension): the floor
              under any pass that touches every node, which grows per node as the graph outgrows the caches.
 Fit: time = a * nodes^b by least squares on log(time) vs log(nodes); the exponent b is printed with the us/node at
-the largest size. Writes benchmarks/conversion_scaling.png and benchmarks/CONVERSION_SCALING.md.
+the largest size. Writes benchmarks/results/conversion_scaling.png and benchmarks/results/CONVERSION_SCALING.md.
 """
 from __future__ import annotations
 
@@ -384,7 +384,7 @@ def main() -> int:
     print(f"\ntotal benchmark time {total:.0f} s")
     if args.no_write:
         return 0
-    plot(rows, os.path.join(HERE, "conversion_scaling.png"))
+    plot(rows, os.path.join(HERE, "results", "conversion_scaling.png"))
     largest = rows[-1]
     md = f"""# Conversion time vs graph size
 
@@ -422,7 +422,7 @@ ratio {largest['convert'] / largest['freeze']:.2f}.
 
 ![conversion time vs graph size](conversion_scaling.png)
 """
-    path = os.path.join(HERE, "CONVERSION_SCALING.md")
+    path = os.path.join(HERE, "results", "CONVERSION_SCALING.md")
     begin, end = "<!-- conversion_scaling.py: begin -->", "<!-- conversion_scaling.py: end -->"
     section = f"{begin}\n{md.split(chr(10), 2)[2].strip()}\n{end}"
     text_now = open(path).read() if os.path.exists(path) else ""
@@ -432,7 +432,7 @@ ratio {largest['convert'] / largest['freeze']:.2f}.
         text_now = "# Conversion time vs graph size\n\n" + section + "\n"
     with open(path, "w") as f:
         f.write(text_now)
-    print("wrote benchmarks/CONVERSION_SCALING.md and benchmarks/conversion_scaling.png")
+    print("wrote benchmarks/results/CONVERSION_SCALING.md and benchmarks/results/conversion_scaling.png")
     return 0
 
 

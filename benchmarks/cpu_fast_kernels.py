@@ -6,7 +6,8 @@ seconds, inference median (interleaved rounds), low-FLOP fraction.
     python benchmarks/cpu_fast_kernels.py [--threads 2] [--rounds 5] [--height 320 --width 640]
 
 Models: a VGG-16 U-Net text detector (CRAFT-like: VGG-16-BN encoder, four upsample+concat decoder stages) at
-1x3xHEIGHTxWIDTH (on a CPU without fp16 arithmetic its forced fp16 form takes minutes per call at 320x640), and an LSTM tagger (2 layers, 256 wide, 64 tokens, batch 8). Writes benchmarks/CPU_FAST_KERNELS.md.
+1x3xHEIGHTxWIDTH (on a CPU without fp16 arithmetic its forced fp16 form takes minutes per call at 320x640), and an
+LSTM tagger (2 layers, 256 wide, 64 tokens, batch 8). Writes benchmarks/results/CPU_FAST_KERNELS.md.
 """
 import argparse
 import datetime
@@ -82,7 +83,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--height", type=int, default=320)
     parser.add_argument("--width", type=int, default=640)
-    parser.add_argument("--output", default=os.path.join(HERE, "CPU_FAST_KERNELS.md"))
+    parser.add_argument("--output", default=os.path.join(HERE, "results", "CPU_FAST_KERNELS.md"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")

@@ -7,7 +7,7 @@ Why: a mixed-precision model can only beat fp32 by as much as its low-precision 
 on the machine. This separates the kernels' own speed from anything a converter does. Shapes: BERT-base at batch 8,
 sequence 128 (1024 rows: QKV/output 768x768, FFN 768x3072 and 3072x768, attention scores and context as batched
 matmuls over 96 heads x 128 x 64); ResNet-50 at batch 8, 224x224 (a 3x3 and a 1x1 convolution of stage 1 and 3).
-Writes benchmarks/cpu_matmul_dtypes.md.
+Writes benchmarks/results/cpu_matmul_dtypes.md.
 """
 import argparse
 import datetime
@@ -107,7 +107,7 @@ def main():
                  f"{total[0] / total[1]:.2f}x | {total[0] / total[2]:.2f}x |")
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(os.path.join(HERE, "cpu_matmul_dtypes.md"), "w") as out:
+    with open(os.path.join(HERE, "results", "cpu_matmul_dtypes.md"), "w") as out:
         out.write(text)
     return 0
 

@@ -9,8 +9,8 @@ Measure (on the GPU machine):
 Render one or more result files (later files override earlier ones cell by cell; a skipped cell never overrides a
 measured one) into markdown and a bar chart:
 
-    python benchmarks/cuda_speed.py --render results1.json results2.json --md benchmarks/CUDA_SPEED.md \\
-        --png benchmarks/cuda_speed.png
+    python benchmarks/cuda_speed.py --render results1.json results2.json --md benchmarks/results/CUDA_SPEED.md \\
+        --png benchmarks/results/cuda_speed.png
     python benchmarks/cuda_speed.py --summary results.json      # a short plain-text table and the targets
 
 Smoke test of the whole logic on a CPU machine (tiny batches, few repeats, perf_counter timing, torch.compile only

@@ -2,7 +2,7 @@
 GPT-2 (random weights, decoders.py) in transformers' static-cache wrapper, one token per call.
 
     python benchmarks/decode_fidelity.py [--dtypes bf16 fp16] [--prompts 4] [--prompt-len 16] [--new-tokens 32]
-                                         [--threads 2] [--out benchmarks/DECODE_FIDELITY.md]
+                                         [--threads 2] [--out benchmarks/results/DECODE_FIDELITY.md]
 
 Per model, dtype and prompt (random tokens), each of fp32, autocast (the eager wrapper under torch.autocast("cpu",
 dtype)) and torch_mp (torch_mp.export of the wrapper, OpPolicy.default(target, cpu_features="all"), its module();

@@ -4,7 +4,7 @@ low-precision TorchScript (.half() / .to(bfloat16)) and torch.compile with autoc
     python benchmarks/inference_speed.py [--device cpu|cuda] [--models NAME ...] [--quick] [--threads N] [--kernels]
                                          [--cells FOLDER] [--deadline-min M]
 
-Writes benchmarks/inference_speed_<device>.md (the table, also printed) and inference_speed_<device>.png;
+Writes benchmarks/results/inference_speed_<device>.md (the table, also printed) and inference_speed_<device>.png;
 --kernels compares torch_mp's portable and fused output (kernels="fused") next to fp32 TorchScript instead, and
 writes inference_kernels_<device>.*;
 --quick (short timings, no torch.compile, small CPU inputs: a smoke run) writes inference_speed_<device>_quick.*;
@@ -290,7 +290,7 @@ def main() -> int:
     table = markdown(all_results, args.device, settings, command_line(), load.seconds(), args.threads,
                      load.cores_busy(), session.page_note())
     print(table)
-    stem = os.path.join(ROOT, "benchmarks", page)
+    stem = os.path.join(ROOT, "benchmarks", "results", page)
     with open(stem + ".md", "w") as out:
         out.write(table)
     if all_results:  # none when the deadline came before the first model

@@ -1,7 +1,8 @@
 """torch_mp's int8 plan on this CPU (issue 60) beside fp32 and torchao's PT2E flow, in interleaved rounds in one process.
 
     python benchmarks/int8_cpu.py [--models resnet50 mobilenet_v2 vit_b_16 bert_4l] [--batches 1 8] [--repeats 10]
-                                  [--calibration 8] [--tolerance 0.05] [--threads N] [--out benchmarks/INT8_CPU.md]
+                                  [--calibration 8] [--tolerance 0.05] [--threads N]
+                                  [--out benchmarks/results/INT8_CPU.md]
 
 An AVX2-only CPU on a newer one: ATEN_CPU_CAPABILITY=avx2 (ATen's kernels), ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's: no
 VNNI, no AMX) and TORCH_MP_CPU_FEATURES=none (torch_mp's plan: no fast float kernels, no VNNI, the reduced range);

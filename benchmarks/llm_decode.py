@@ -3,7 +3,7 @@ torch.compile under autocast, torch_mp's program (module() eager and torch.compi
 side by side in interleaved rounds in one process.
 
     python benchmarks/llm_decode.py [--batches 1 4] [--prompt 128] [--new-tokens 128] [--rounds 3] [--threads 2]
-                                    [--dtype bf16] [--out benchmarks/LLM_DECODE.md]
+                                    [--dtype bf16] [--out benchmarks/results/LLM_DECODE.md]
 
 The model is transformers' Llama from its config (random weights, decoders.py) in transformers' static-cache
 wrapper (TorchExportableModuleWithStaticCache): one token per call, the prompt fed token by token as the wrapper

@@ -2,9 +2,9 @@
 and bf16 by torch_mp.export and by torch_mp.convert, measured against fp32 as the accuracy suite measures it (worst
 cosine of the first output over the example batch and two fresh ones), with the share of heavy-op FLOPs run low, the
 weight ratio, whether exporting the result again changes any node, and the time of export + plan against
-torch.export.export alone (both after one warm-up export of the model). Writes benchmarks/ZOO_EXPORT.md.
+torch.export.export alone (both after one warm-up export of the model). Writes benchmarks/results/ZOO_EXPORT.md.
 
-    python benchmarks/zoo_export.py [--models NAME ...] [--out benchmarks/ZOO_EXPORT.md]
+    python benchmarks/zoo_export.py [--models NAME ...] [--out benchmarks/results/ZOO_EXPORT.md]
 """
 import argparse
 import datetime
@@ -64,7 +64,7 @@ def idempotent(model, inputs, dtype) -> Tuple[bool, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", help="zoo names (default: every exportable one)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "ZOO_EXPORT.md"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "ZOO_EXPORT.md"))
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     zoo = load_zoo()
