@@ -61,6 +61,8 @@ os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
 import torch_mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import cpu_name  # noqa: E402
 DEFAULT_SIZES = (1000, 2000, 5000, 10000, 20000, 50000, 100000)
 BLOCKS_PER_METHOD = 50
 IF_EVERY = 40
@@ -186,17 +188,6 @@ def fit_power(nodes, seconds):
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return math.exp(my - b * mx), b
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def graph_walk():
@@ -390,7 +381,7 @@ def main() -> int:
 
 Command: `python benchmarks/conversion_scaling.py` (sizes {args.sizes}; median of {args.repeats} runs up to 20k
 nodes, {args.repeats_large} above;
-{total:.0f} s in all). Date: {datetime.date.today().isoformat()}. Machine: {cpu_model()}, {os.cpu_count()} cores
+{total:.0f} s in all). Date: {datetime.date.today().isoformat()}. Machine: {cpu_name()}, {os.cpu_count()} cores
 (torch uses 1 thread; "CPU s" is the process's CPU time, steadier than wall time when other jobs share the
 machine). torch {torch.__version__}, Python {platform.python_version()}.
 

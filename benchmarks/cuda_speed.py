@@ -107,6 +107,8 @@ os.environ.setdefault("TEARDOWN_CUPTI", "1")
 sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers  # registry.py and torchvision_shim.py
 sys.path.append(ROOT)  # torch_mp from the checkout where it is not installed (an in-place build)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from harness import cpu_name  # noqa: E402
 
 PAIRED_WINDOWS = 5  # windows per cell, alternating with fp32_ts (time_paired)
 SLEEP_FACTOR = 3.0  # GPU-time samples: the sleep before the start event, in host enqueue times
@@ -1185,17 +1187,6 @@ def _cast_inputs_module():
 
 def CastInputs(model, dtype, channels_last):  # noqa: N802
     return _cast_inputs_module()(model, dtype, channels_last)
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def nvidia_smi(fields: str) -> Optional[str]:

@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
                                 "benchmarks"))
 
 from harness import (Machine, Session, Timeout, Timing, cosine, first, interleaved_medians,  # noqa: E402
-                     markdown_table, page_header, time_interleaved, with_timeout)
+                     markdown_table, page_header, publish, time_interleaved, with_timeout)
 
 
 def test_rounds_call_every_callable_in_turn_after_its_warmup():
@@ -103,6 +103,16 @@ def test_page_header_says_what_ran_it():
     assert machine.startswith("Machine: Some CPU, 2 CPU cores (cpu_features: avx512_bf16); 2 threads; date ")
     assert f"torch {torch.__version__}." in machine
     assert command == "Command: `python benchmarks/x.py --quick`"
+
+
+def test_publish_appends_or_writes_the_whole_page(tmp_path, capsys):
+    page = tmp_path / "PAGE.md"
+    publish("first", str(page))
+    publish("second", str(page))
+    assert page.read_text() == "\nfirst\nsecond"
+    publish("whole", str(page), whole_page=True)  # a page written again after each part measured
+    assert page.read_text() == "whole"
+    assert capsys.readouterr().out.split() == ["first", "second", "whole"]
 
 
 def test_cosine_of_first_outputs():
