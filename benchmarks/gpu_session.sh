@@ -234,5 +234,5 @@ if [ -s "$OUT/cuda_speed.json" ]; then
     --png "$OUT/cuda_speed.png" > /tmp/gpu_session_render.$$ 2>&1 || tail -n 20 /tmp/gpu_session_render.$$
   rm -f /tmp/gpu_session_render.$$
 fi
-rm -f "$OUT"/cuda_speed.json.tmp*
+rm -f "$OUT"/cuda_speed.json.partial
 finish
