@@ -62,7 +62,7 @@ import torch_mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from harness import cpu_name  # noqa: E402
+from harness import RESULTS, cpu_name  # noqa: E402
 DEFAULT_SIZES = (1000, 2000, 5000, 10000, 20000, 50000, 100000)
 BLOCKS_PER_METHOD = 50
 IF_EVERY = 40
@@ -375,7 +375,7 @@ def main() -> int:
     print(f"\ntotal benchmark time {total:.0f} s")
     if args.no_write:
         return 0
-    plot(rows, os.path.join(HERE, "results", "conversion_scaling.png"))
+    plot(rows, os.path.join(RESULTS, "conversion_scaling.png"))
     largest = rows[-1]
     md = f"""# Conversion time vs graph size
 
@@ -413,7 +413,7 @@ ratio {largest['convert'] / largest['freeze']:.2f}.
 
 ![conversion time vs graph size](conversion_scaling.png)
 """
-    path = os.path.join(HERE, "results", "CONVERSION_SCALING.md")
+    path = os.path.join(RESULTS, "CONVERSION_SCALING.md")
     begin, end = "<!-- conversion_scaling.py: begin -->", "<!-- conversion_scaling.py: end -->"
     section = f"{begin}\n{md.split(chr(10), 2)[2].strip()}\n{end}"
     text_now = open(path).read() if os.path.exists(path) else ""
