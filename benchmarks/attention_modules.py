@@ -9,7 +9,7 @@ attributes (in_proj_weight, handed to has_torch_function by the fast-path check)
 (need_weights, masks) that the example inputs take one way. Per model and dtype: weights (MB, before -> after,
 constants and folded attributes), the casts that ran on the example inputs and the MB they move, the size of the
 torch.jit.save file next to the fp32 frozen model's, and cosine similarity to fp32. Writes
-benchmarks/ATTENTION_MODULES.md.
+benchmarks/results/ATTENTION_MODULES.md.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def main() -> None:
         return
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
-    with open(os.path.join(HERE, "ATTENTION_MODULES.md"), "w") as f:
+    with open(os.path.join(HERE, "results", "ATTENTION_MODULES.md"), "w") as f:
         f.write("# PyTorch's attention modules, converted\n\n")
         f.write(f"Command: `python benchmarks/attention_modules.py`. Date: {datetime.date.today()}. Machine: {cpu}, "
                 f"{os.cpu_count()} cores. torch {torch.__version__}, Python {sys.version.split()[0]}. "

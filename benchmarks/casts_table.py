@@ -1,5 +1,5 @@
 """Casts per inference: torch_mp's planners (greedy painting, exact min-cut, min-cut + cast fusion) next to the
-converters of other projects on the same models and inputs. Writes benchmarks/CASTS.md.
+converters of other projects on the same models and inputs. Writes benchmarks/results/CASTS.md.
 
     python benchmarks/casts_table.py [--models NAME ...]
 
@@ -427,7 +427,7 @@ def main() -> int:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += rows
-    write_section(os.path.join(ROOT, "benchmarks", "CASTS.md"), "\n".join(lines[2:]))
+    write_section(os.path.join(ROOT, "benchmarks", "results", "CASTS.md"), "\n".join(lines[2:]))
     return 0
 
 

@@ -36,7 +36,7 @@ Timings, each the median of --repeats runs (--repeats-large above 20k nodes) on 
              each reads and writes (graph_walk.cpp, built once per run with torch.utils.cpp_extension): the floor
              under any pass that touches every node, which grows per node as the graph outgrows the caches.
 Fit: time = a * nodes^b by least squares on log(time) vs log(nodes); the exponent b is printed with the us/node at
-the largest size. Writes benchmarks/conversion_scaling.png and benchmarks/CONVERSION_SCALING.md.
+the largest size. Writes benchmarks/results/conversion_scaling.png and benchmarks/results/CONVERSION_SCALING.md.
 """
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ os.environ.setdefault("TORCH_MP_CPU_FEATURES", "all")
 import torch_mp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import RESULTS, cpu_name  # noqa: E402
 DEFAULT_SIZES = (1000, 2000, 5000, 10000, 20000, 50000, 100000)
 BLOCKS_PER_METHOD = 50
 IF_EVERY = 40
@@ -186,17 +188,6 @@ def fit_power(nodes, seconds):
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     return math.exp(my - b * mx), b
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def graph_walk():
@@ -384,13 +375,13 @@ def main() -> int:
     print(f"\ntotal benchmark time {total:.0f} s")
     if args.no_write:
         return 0
-    plot(rows, os.path.join(HERE, "conversion_scaling.png"))
+    plot(rows, os.path.join(RESULTS, "conversion_scaling.png"))
     largest = rows[-1]
     md = f"""# Conversion time vs graph size
 
 Command: `python benchmarks/conversion_scaling.py` (sizes {args.sizes}; median of {args.repeats} runs up to 20k
 nodes, {args.repeats_large} above;
-{total:.0f} s in all). Date: {datetime.date.today().isoformat()}. Machine: {cpu_model()}, {os.cpu_count()} cores
+{total:.0f} s in all). Date: {datetime.date.today().isoformat()}. Machine: {cpu_name()}, {os.cpu_count()} cores
 (torch uses 1 thread; "CPU s" is the process's CPU time, steadier than wall time when other jobs share the
 machine). torch {torch.__version__}, Python {platform.python_version()}.
 
@@ -422,7 +413,7 @@ ratio {largest['convert'] / largest['freeze']:.2f}.
 
 ![conversion time vs graph size](conversion_scaling.png)
 """
-    path = os.path.join(HERE, "CONVERSION_SCALING.md")
+    path = os.path.join(RESULTS, "CONVERSION_SCALING.md")
     begin, end = "<!-- conversion_scaling.py: begin -->", "<!-- conversion_scaling.py: end -->"
     section = f"{begin}\n{md.split(chr(10), 2)[2].strip()}\n{end}"
     text_now = open(path).read() if os.path.exists(path) else ""
@@ -432,7 +423,7 @@ ratio {largest['convert'] / largest['freeze']:.2f}.
         text_now = "# Conversion time vs graph size\n\n" + section + "\n"
     with open(path, "w") as f:
         f.write(text_now)
-    print("wrote benchmarks/CONVERSION_SCALING.md and benchmarks/conversion_scaling.png")
+    print("wrote benchmarks/results/CONVERSION_SCALING.md and benchmarks/results/conversion_scaling.png")
     return 0
 
 

@@ -6,12 +6,11 @@ seconds, inference median (interleaved rounds), low-FLOP fraction.
     python benchmarks/cpu_fast_kernels.py [--threads 2] [--rounds 5] [--height 320 --width 640]
 
 Models: a VGG-16 U-Net text detector (CRAFT-like: VGG-16-BN encoder, four upsample+concat decoder stages) at
-1x3xHEIGHTxWIDTH (on a CPU without fp16 arithmetic its forced fp16 form takes minutes per call at 320x640), and an LSTM tagger (2 layers, 256 wide, 64 tokens, batch 8). Writes benchmarks/CPU_FAST_KERNELS.md.
+1x3xHEIGHTxWIDTH (on a CPU without fp16 arithmetic its forced fp16 form takes minutes per call at 320x640), and an
+LSTM tagger (2 layers, 256 wide, 64 tokens, batch 8). Writes benchmarks/results/CPU_FAST_KERNELS.md.
 """
 import argparse
-import datetime
 import os
-import platform
 import sys
 import time
 import warnings
@@ -22,9 +21,10 @@ from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import torch_mp  # noqa: E402
-from cpu_matmul_dtypes import median_seconds  # noqa: E402  (this folder is sys.path[0])
+from harness import RESULTS, Machine, command_line, markdown_table, page_header, publish, time_interleaved  # noqa: E402
 
 
 def block(channels_in, channels_out, convolutions):
@@ -82,26 +82,22 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--height", type=int, default=320)
     parser.add_argument("--width", type=int, default=640)
-    parser.add_argument("--output", default=os.path.join(HERE, "CPU_FAST_KERNELS.md"))
+    parser.add_argument("--output", default=os.path.join(RESULTS, "CPU_FAST_KERNELS.md"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     warnings.simplefilter("ignore")
     os.environ.pop("TORCH_MP_CPU_FEATURES", None)  # this CPU's features decide the default policy
 
+    table = []
     lines = [
         "# Low precision only where the CPU has fast kernels",
         "",
-        f"`python benchmarks/cpu_fast_kernels.py --threads {args.threads} --rounds {args.rounds} "
-        f"--height {args.height} --width {args.width}`, "
-        f"{datetime.date.today()}, torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-        f"{args.threads} threads; detected CPU features: {', '.join(torch_mp.cpu_features()) or 'none'}.",
+        page_header(Machine.this(), command_line(), f"{args.threads} threads"),
         "",
         "default: `convert(model, x, dtype)`; forced: `policy=OpPolicy.default(target, cpu_features=\"all\")` (the "
         "plan for a CPU with fast kernels, run here). Inference: median of interleaved rounds, speed-up against the "
         "frozen fp32 TorchScript model.",
         "",
-        "| model | dtype | plan | conversion s | low FLOPs | inference ms | vs fp32 |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, model, inputs in models(args.height, args.width):
         with torch.no_grad():
@@ -115,24 +111,18 @@ def main() -> int:
                 seconds = time.perf_counter() - start
                 runs[(dtype_name, plan)] = (converted, seconds, report.low_precision_flop_fraction)
                 print(f"{name} {dtype_name} {plan}: converted in {seconds:.1f} s", flush=True)
-        keys = list(runs)
-
-        def call(module):
-            def run():
-                with torch.no_grad():
-                    module(*inputs)
-            return run
-
-        times = median_seconds([call(fp32)] + [call(runs[key][0]) for key in keys], args.rounds)
-        print(f"{name}: fp32 {times[0] * 1e3:.1f} ms", flush=True)
-        lines.append(f"| {name} | fp32 | frozen TorchScript | | | {times[0] * 1e3:.1f} | 1.00x |")
-        for key, seconds in zip(keys, times[1:]):
-            _, convert_seconds, low = runs[key]
-            lines.append(f"| {name} | {key[0]} | {key[1]} | {convert_seconds:.1f} | {low:.2f} | {seconds * 1e3:.1f} | "
-                         f"{times[0] / seconds:.2f}x |")
-    with open(args.output, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        calls = {("fp32", "frozen TorchScript"): lambda: fp32(*inputs)}
+        calls.update({key: (lambda module=module: module(*inputs)) for key, (module, _, _) in runs.items()})
+        ms = {key: timing.median_ms for key, timing in time_interleaved(calls, args.rounds).items()}
+        fp32_ms = ms[("fp32", "frozen TorchScript")]
+        print(f"{name}: fp32 {fp32_ms:.1f} ms", flush=True)
+        table.append([name, "fp32", "frozen TorchScript", "", "", f"{fp32_ms:.1f}", "1.00x"])
+        for (dtype_name, plan), (_, convert_seconds, low) in runs.items():
+            table.append([name, dtype_name, plan, f"{convert_seconds:.1f}", f"{low:.2f}", f"{ms[dtype_name, plan]:.1f}",
+                          f"{fp32_ms / ms[dtype_name, plan]:.2f}x"])
+    lines += [markdown_table(["model", "dtype", "plan", "conversion s", "low FLOPs", "inference ms", "vs fp32"], table),
+              ""]
+    publish("\n".join(lines), args.output, whole_page=True)
     return 0
 
 

@@ -9,11 +9,11 @@ Measure (on the GPU machine):
 Render one or more result files (later files override earlier ones cell by cell; a skipped cell never overrides a
 measured one) into markdown and a bar chart:
 
-    python benchmarks/cuda_speed.py --render results1.json results2.json --md benchmarks/CUDA_SPEED.md \\
-        --png benchmarks/cuda_speed.png
+    python benchmarks/cuda_speed.py --render results1.json results2.json --md benchmarks/results/CUDA_SPEED.md \\
+        --png benchmarks/results/cuda_speed.png
     python benchmarks/cuda_speed.py --summary results.json      # a short plain-text table and the targets
 
-Smoke test of the whole logic on a CPU machine (tiny batches, few repeats, perf_counter timing, torch.compile only
+Smoke test of the whole logic on a CPU machine (tiny batches, few repeats, wall-clock timing, torch.compile only
 on the small ConvBnNet):
 
     python benchmarks/cuda_speed.py --device cpu --smoke --out /tmp/smoke.json
@@ -68,6 +68,11 @@ written to --out when it ends (and marked "running" while it runs). After --dead
 after --hard-deadline-s, everything. A failing column records its error and the run goes on; a crash (segfault)
 leaves the "running" mark, and a rerun with --resume OUT --out OUT records it as crashed and carries on
 (benchmarks/gpu_session.sh does this by itself).
+
+benchmarks/harness/ times the calls (time_interleaved: warm-up by count and seconds, CUDA events on a GPU), limits a
+compile's time, compares outputs, names the machine and the commit, writes the JSON whole and renders the tables.
+This script keeps its cases and columns, the GPU time with the queue pre-filled, the profile's reading, and its one
+JSON file per run (its rows and cells: what --resume, --render, --summary and gpu_session.sh read).
 """
 from __future__ import annotations
 
@@ -79,14 +84,13 @@ import gc
 import importlib.metadata
 import importlib.util
 import inspect
+import itertools
 import json
 import os
 import platform
-import shlex
 import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -104,9 +108,12 @@ os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.environ["TORCHINDUCTOR
 # every later launch (pytorch #144455: 10-20%): each cell's profile would slow the cells timed after it. Teardown
 # with CUDA graphs crashed before CUDA 12.6 (torch.compile's cudagraphs set "0" there themselves)
 os.environ.setdefault("TEARDOWN_CUPTI", "1")
-sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
-sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers  # registry.py and torchvision_shim.py
+sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))  # registry.py and torchvision_shim.py
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers
 sys.path.append(ROOT)  # torch_mp from the checkout where it is not installed (an in-place build)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from harness import (command_line, compare, cpu_name, first, git_commit, markdown_table, nvidia_smi,  # noqa: E402
+                     time_interleaved, time_limit, write_json)
 
 PAIRED_WINDOWS = 5  # windows per cell, alternating with fp32_ts (time_paired)
 SLEEP_FACTOR = 3.0  # GPU-time samples: the sleep before the start event, in host enqueue times
@@ -182,29 +189,6 @@ def short_error(error: BaseException) -> str:
 # measuring
 
 
-class Timeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def time_limit(seconds: Optional[float]):
-    """Raises Timeout in the main thread after `seconds` (SIGALRM): a runaway compile is recorded, not waited on."""
-    if seconds is None or seconds <= 0 or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def expire(signum, frame):
-        raise Timeout(f"no result after {seconds:.0f} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, max(1.0, float(seconds)))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 class Bench:
     """Everything one measuring run needs: arguments, device, clock, the JSON being written."""
 
@@ -271,7 +255,7 @@ class Bench:
             "run_id": self.run_id,
             "date": now_iso(),
             "argv": sys.argv,
-            "command": "python " + " ".join(shlex.quote(a) for a in sys.argv),
+            "command": command_line(),
             "host": socket.gethostname(),
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -290,7 +274,7 @@ class Bench:
             "inductor_cache_warm": dir_nonempty(os.environ["TORCHINDUCTOR_CACHE_DIR"]),
             "reference_precision": self.args.reference_precision,
             "torch_mp_import": self.torch_mp_error or "ok",
-            "git": git_describe(),
+            "git": git_commit(ROOT),
         }
         try:
             meta["cudnn"] = torch.backends.cudnn.version()
@@ -401,34 +385,15 @@ class Bench:
 
     def time_calls(self, fn: Callable, sets: List[Tuple[Any, ...]], warmup: int, repeats: int,
                    warm_s: bool = True) -> List[float]:
-        torch = self.torch
+        """ms of `repeats` calls of fn, the input sets in turn (CUDA events around each call on a GPU), after at
+        least `warmup` calls and, with warm_s, --warmup-s seconds of them: with the count alone, one graph timed
+        2.97-5.09 ms in one run (BERT-base b32 as torch_mp / _plain / _cudnn, H200, 2026-11-26), each right after a
+        CPU-bound conversion that lets the GPU idle (its clocks drop from 1980 MHz to a few hundred when idle)."""
+        turns = itertools.cycle(sets)
         with self.grad_ctx():
-            # at least `warmup` calls and --warmup-s seconds: with the count alone, one graph timed 2.97-5.09 ms in
-            # one run (BERT-base b32 as torch_mp / _plain / _cudnn, H200, 2026-11-26), each right after a CPU-bound
-            # conversion that lets the GPU idle (its clocks drop from 1980 MHz to a few hundred when idle)
-            deadline = time.perf_counter() + (0.0 if self.args.smoke or not warm_s else self.args.warmup_s)
-            i = 0
-            while i < warmup or time.perf_counter() < deadline:
-                fn(*sets[i % len(sets)])
-                i += 1
-                if i % 8 == 0:
-                    self.sync()
-            self.sync()
-            times = []
-            for i in range(repeats):
-                args = sets[i % len(sets)]
-                if self.cuda:
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fn(*args)
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end))
-                else:
-                    t0 = time.perf_counter()
-                    fn(*args)
-                    times.append(1e3 * (time.perf_counter() - t0))
-        return times
+            timing = time_interleaved({"fn": lambda: fn(*next(turns))}, repeats, warmup=warmup, gpu_time=self.cuda,
+                                      warmup_s=0.0 if self.args.smoke or not warm_s else self.args.warmup_s)
+        return timing["fn"].samples_ms
 
     # -- host time and GPU time apart, kernels per forward -----------------------------------------------------
     def host_and_gpu_time(self, fn: Callable, sets: List[Tuple[Any, ...]], n: int, cell: Dict[str, Any]) -> None:
@@ -606,7 +571,7 @@ class Bench:
             shared["flops_method"] = "failed: " + short_error(error)
         try:
             with torch.no_grad(), reference_precision(torch, self.args.reference_precision):
-                shared["reference"] = first_tensor(model(*shared["fresh"])).detach().float().clone()
+                shared["reference"] = first(model(*shared["fresh"])).detach().float().clone()
         except Exception as error:  # noqa: BLE001
             shared["reference"] = None
             shared["reference_error"] = short_error(error)
@@ -711,7 +676,7 @@ class Bench:
                 if shared.get("reference") is None:
                     raise RuntimeError("no fp32 reference: " + shared.get("reference_error", "?"))
                 with self.grad_ctx():
-                    out = first_tensor(fn(*shared["fresh"])).detach().float().clone()
+                    out = first(fn(*shared["fresh"])).detach().float().clone()
                 cell["accuracy"] = compare(shared["reference"], out)
             except Exception as error:  # noqa: BLE001 - the timing stands
                 cell["accuracy_error"] = short_error(error)
@@ -1110,35 +1075,6 @@ def count_flops(torch, model, inputs) -> Tuple[int, Dict[str, int]]:
     return int(counter.get_total_flops()), by_op
 
 
-def first_tensor(output):
-    """The first tensor output: a tensor, the first of a tuple/list, last_hidden_state (or the first value) of a
-    dict / transformers ModelOutput."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, dict):
-        if "last_hidden_state" in output:
-            return first_tensor(output["last_hidden_state"])
-        return first_tensor(next(iter(output.values())))
-    if isinstance(output, (tuple, list)):
-        return first_tensor(output[0])
-    raise TypeError(f"no tensor in a {type(output).__name__} output")
-
-
-def compare(reference, output) -> Dict[str, Any]:
-    """As torch_mp.accuracy.compare: cosine of the flattened outputs in float64, max |y - y_ref| / max |y_ref|."""
-    ref = reference.double().flatten()
-    out = output.double().flatten().to(ref.device)
-    if ref.shape != out.shape:
-        raise ValueError(f"output shape {tuple(output.shape)} != reference {tuple(reference.shape)}")
-    finite = bool(out.isfinite().all())
-    scale = ref.abs().max().clamp_min(1e-12)
-    norms = ref.norm() * out.norm()
-    cosine = (ref @ out / norms).item() if norms > 0 else float(ref.norm() == out.norm())
-    return {"cosine": cosine, "max_rel_error": ((ref - out).abs().max() / scale).item(), "finite": finite}
-
-
 @contextlib.contextmanager
 def reference_precision(torch, mode: str):
     """'strict': TF32 off for the fp32 reference forward only (restored after); 'default': PyTorch's settings."""
@@ -1187,39 +1123,6 @@ def CastInputs(model, dtype, channels_last):  # noqa: N802
     return _cast_inputs_module()(model, dtype, channels_last)
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def nvidia_smi(fields: str) -> Optional[str]:
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def git_describe() -> Optional[str]:
-    try:
-        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except Exception:  # noqa: BLE001
-        return None
-
-
 def dir_nonempty(path: str) -> bool:
     try:
         return any(os.scandir(path))
@@ -1229,15 +1132,6 @@ def dir_nonempty(path: str) -> bool:
 
 # ----------------------------------------------------------------------------------------------------------------
 # JSON: writing, merging, derived numbers
-
-
-def write_json(path: str, data: Dict[str, Any]) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as out:
-        json.dump(data, out, indent=1, default=str, allow_nan=True)
-    os.replace(tmp, path)
 
 
 def load_json(path: str) -> Dict[str, Any]:
@@ -1484,18 +1378,15 @@ def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]
     for dtype in dtypes:
         rows = ordered_rows(data, dtype)
         lines += [f"## {dtype}: ms per call (speed-up vs fp32_ts)", ""]
-        lines.append("| model | batch | input | " + " | ".join(columns) + " |")
-        lines.append("| --- | --- | --- | " + " | ".join("---" for _ in columns) + " |")
-        for row in rows:
-            lines.append(f"| {row.get('label', row.get('model'))} | {row.get('batch')} | {row.get('input', '')} | "
-                         + " | ".join(cell_text(row, c) for c in columns) + " |")
+        lines.append(markdown_table(["model", "batch", "input"] + columns, [
+            [row.get("label", row.get("model")), row.get("batch"), row.get("input", "")]
+            + [cell_text(row, c) for c in columns] for row in rows]))
         lines += split_table(rows, columns, dtype)
         lines += ["", f"### {dtype}: vs compile_default and compile_ro, achieved TFLOP/s", "",
                   "cd: speed-up over compile_default, ro: over compile_ro (> 1 is faster); TF/s: FLOPs / median "
                   "time, in parentheses the share of the measured peak.", ""]
-        lines.append("| model | batch | GFLOP | peak TFLOP/s | " + " | ".join(columns) + " |")
-        lines.append("| --- | --- | --- | --- | " + " | ".join("---" for _ in columns) + " |")
         peak = data.get("peak", {}).get(dtype, {}).get("tflops")
+        table = []
         for row in rows:
             cells = []
             for c in columns:
@@ -1510,16 +1401,14 @@ def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]
                                  + (f" ({100 * cell['tflops'] / peak:.0f}%)" if peak else ""))
                 cells.append(", ".join(parts))
             flops = row.get("flops")
-            lines.append(f"| {row.get('label')} | {row.get('batch')} | {flops / 1e9:.1f} | "
-                         if flops else f"| {row.get('label')} | {row.get('batch')} | - | ")
-            lines[-1] += f"{peak:.0f} | " if peak else "- | "
-            lines[-1] += " | ".join(cells) + " |"
+            table.append([row.get("label"), row.get("batch"), f"{flops / 1e9:.1f}" if flops else "-",
+                          f"{peak:.0f}" if peak else "-"] + cells)
+        lines.append(markdown_table(["model", "batch", "GFLOP", "peak TFLOP/s"] + columns, table))
         strict = any(run.get("reference_precision") == "strict" for run in runs)
         lines += ["", f"### {dtype}: accuracy vs fp32 eager on a fresh input (cosine / max relative error of the "
                   "first output" + (", reference with TF32 off" if strict else "") + ") and setup cost", ""]
         acc_columns = [c for c in columns if c != "fp32_ts"] + (["fp32_ts"] if "fp32_ts" in columns else [])
-        lines.append("| model | batch | " + " | ".join(acc_columns) + " |")
-        lines.append("| --- | --- | " + " | ".join("---" for _ in acc_columns) + " |")
+        table = []
         for row in rows:
             cells = []
             for c in acc_columns:
@@ -1533,8 +1422,8 @@ def render_markdown(data: Dict[str, Any], sources: List[str], png: Optional[str]
                     if cell.get(name) is not None:
                         parts.append(f"{tag} {cell[name]:.1f} s")
                 cells.append(", ".join(parts))
-            lines.append(f"| {row.get('label')} | {row.get('batch')} | " + " | ".join(cells) + " |")
-        lines.append("")
+            table.append([row.get("label"), row.get("batch")] + cells)
+        lines += [markdown_table(["model", "batch"] + acc_columns, table), ""]
     problems, grouped = [], {}
     for row in sorted(data["rows"].values(), key=lambda r: (r.get("dtype", ""), r.get("model", ""),
                                                              -int(r.get("batch", 0)))):
@@ -1578,11 +1467,9 @@ def split_table(rows: List[Dict[str, Any]], columns: List[str], dtype: str) -> L
              "torch_mp_load, compile_ro) launch one graph per forward: kineto reports the kernels the replay ran "
              "under that launch, and they are counted like the others (kineto #1165: CUPTI's records of graph "
              "replays were wrong before CUDA 13.1; their busy time should stay under their GPU time).", ""]
-    lines.append("| model | batch | " + " | ".join(columns) + " |")
-    lines.append("| --- | --- | " + " | ".join("---" for _ in columns) + " |")
-    for row in rows:
-        cells = [split_text(row.get("columns", {}).get(c) or {}) for c in columns]
-        lines.append(f"| {row.get('label', row.get('model'))} | {row.get('batch')} | " + " | ".join(cells) + " |")
+    lines.append(markdown_table(["model", "batch"] + columns, [
+        [row.get("label", row.get("model")), row.get("batch")]
+        + [split_text(row.get("columns", {}).get(c) or {}) for c in columns] for row in rows]))
     return lines
 
 

@@ -2,7 +2,7 @@
 GPT-2 (random weights, decoders.py) in transformers' static-cache wrapper, one token per call.
 
     python benchmarks/decode_fidelity.py [--dtypes bf16 fp16] [--prompts 4] [--prompt-len 16] [--new-tokens 32]
-                                         [--threads 2] [--out benchmarks/DECODE_FIDELITY.md]
+                                         [--threads 2] [--out benchmarks/results/DECODE_FIDELITY.md]
 
 Per model, dtype and prompt (random tokens), each of fp32, autocast (the eager wrapper under torch.autocast("cpu",
 dtype)) and torch_mp (torch_mp.export of the wrapper, OpPolicy.default(target, cpu_features="all"), its module();
@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import os
 import statistics
 import sys
@@ -33,7 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decoders import DecoderShape, language_model, static_cache_step, for_autocast  # noqa: E402
-from harness import cpu_name  # noqa: E402
+from harness import Machine, command_line, markdown_table, page_header, publish  # noqa: E402
 
 import torch_mp  # noqa: E402
 
@@ -89,7 +88,12 @@ def fidelity(make_step: Callable[[], Callable], prompts, reference: List[Decoded
                     statistics.mean(decode_errors))
 
 
-def measure(architecture: str, dtype_name: str, prompts, new_tokens: int) -> List[str]:
+HEADERS = ["model", "dtype", "run", "agreement", "first divergence", "prefill error", "decode error",
+           "decode error / autocast's", "weights", "cache", "kept fp32"]
+
+
+def measure(architecture: str, dtype_name: str, prompts, new_tokens: int) -> List[List[str]]:
+    """The page's rows of one model in one dtype: autocast's, then one per POLICY_EDITS."""
     dtype, target = DTYPES[dtype_name]
     model = language_model(architecture, SHAPE)
     make_fp32 = lambda: static_cache_step(model, 1, SHAPE.max_len)  # noqa: E731
@@ -97,8 +101,8 @@ def measure(architecture: str, dtype_name: str, prompts, new_tokens: int) -> Lis
     example = {"input_ids": torch.tensor([[1]]), "cache_position": torch.tensor([0])}
     autocast = fidelity(lambda: for_autocast(make_fp32()), prompts, reference, new_tokens,
                         context=lambda: torch.autocast("cpu", dtype=dtype))
-    rows = [f"| {architecture} | {dtype_name} | autocast | {autocast.agreement:.3f} | {autocast.first_divergence:.1f} "
-            f"| {autocast.prefill_error:.2e} | {autocast.decode_error:.2e} | 1.00 | 1.000 | 1.00 | - |"]
+    rows = [[architecture, dtype_name, "autocast", f"{autocast.agreement:.3f}", f"{autocast.first_divergence:.1f}",
+             f"{autocast.prefill_error:.2e}", f"{autocast.decode_error:.2e}", "1.00", "1.000", "1.00", "-"]]
     for name, edits in POLICY_EDITS.items():
         policy = torch_mp.OpPolicy.default(target, cpu_features="all")
         for op, category in edits.items():
@@ -112,11 +116,11 @@ def measure(architecture: str, dtype_name: str, prompts, new_tokens: int) -> Lis
         weights = (report.data["weight_bytes_after"] - low_caches) / (report.data["weight_bytes_before"] - caches)
         ours = fidelity(program.module, prompts, reference, new_tokens)
         kept = ", ".join(f"{w['name']} ({w['rule_kind']})" for w in report.weights_kept_fp32) or "none"
-        rows.append(f"| {architecture} | {dtype_name} | {name} | {ours.agreement:.3f} | {ours.first_divergence:.1f} | "
-                    f"{ours.prefill_error:.2e} | {ours.decode_error:.2e} | "
-                    f"{ours.decode_error / autocast.decode_error:.2f} | {weights:.3f} | {low_caches / caches:.2f} | "
-                    f"{kept} |")
-    print("\n".join(rows), flush=True)
+        rows.append([architecture, dtype_name, name, f"{ours.agreement:.3f}", f"{ours.first_divergence:.1f}",
+                     f"{ours.prefill_error:.2e}", f"{ours.decode_error:.2e}",
+                     f"{ours.decode_error / autocast.decode_error:.2f}", f"{weights:.3f}", f"{low_caches / caches:.2f}",
+                     kept])
+    print(markdown_table(HEADERS, rows), flush=True)
     return rows
 
 
@@ -139,10 +143,9 @@ def main():
     page = "\n".join([
         "# Decode fidelity: torch_mp's export against torch.autocast",
         "",
-        f"Machine: {cpu_name()}, {args.threads} threads (other processes shared the machine; this page measures "
-        f"accuracy, not time). Date: {datetime.date.today()}. torch {torch.__version__}, transformers "
-        f"{sys.modules['transformers'].__version__}.",
-        f"Command: `python benchmarks/decode_fidelity.py {' '.join(sys.argv[1:])}`",
+        page_header(Machine.this(), command_line(), f"{args.threads} threads",
+                    f"transformers {sys.modules['transformers'].__version__}"),
+        "Other processes shared the machine; this page measures accuracy, not time.",
         "",
         f"Models (random weights, seed 0): {SHAPE.describe('llama')}; {SHAPE.describe('gpt2')} (tied embeddings, "
         "initializer_range 0.2). transformers' static-cache wrapper, one token per call; "
@@ -153,14 +156,9 @@ def main():
         "prefill over the prompt's calls, decode over the generated tokens'. Weights: stored bytes over fp32's, "
         "caches left out; cache: the caches' bytes over fp32's.",
         "",
-        "| model | dtype | run | agreement | first divergence | prefill error | decode error | decode error / "
-        "autocast's | weights | cache | kept fp32 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        *rows,
+        markdown_table(HEADERS, rows),
         ""])
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(page)
+    publish(page, args.out, whole_page=True)
 
 
 if __name__ == "__main__":

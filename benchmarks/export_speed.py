@@ -1,9 +1,9 @@
 """Speed of torch_mp.export's program compiled by AOTInductor, beside what a user has today, timed side by side in one
-process: results for benchmarks/EXPORT_SPEED.md.
+process: results for benchmarks/results/EXPORT_SPEED.md.
 
     python benchmarks/export_speed.py [--device cpu|cuda] [--dtype bf16|fp16] [--batches 1 8]
                                       [--models resnet50 resnet50_ibn_a bert_base vit_b_16 resnext50 roberta_4l]
-                                      [--out EXPORT_SPEED.md] [--cells FOLDER] [--deadline-min M]
+                                      [--out benchmarks/results/EXPORT_SPEED.md] [--cells FOLDER] [--deadline-min M]
 
 Columns (median call time, the columns timed in turn, one call each per round; accuracy as cosine of the first output
 against fp32):

@@ -2,7 +2,7 @@
 
     python benchmarks/fallback_search.py
 
-Prints a markdown table (also written to benchmarks/FALLBACK.md): per case, the nodes each search keeps in fp32,
+Prints a markdown table (also written to benchmarks/results/FALLBACK.md): per case, the nodes each search keeps in fp32,
 the error it reaches, how many conversions it ran and its wall time. Cases: CancellationNet (fp16; one layer fp16
 cannot represent), ResNet-50 IBN-a (bf16, 64x64 inputs; a tolerance below its plain conversion's error) and the
 TransformerEncoder-based classifier of the zoo (fp16, tight tolerance).
@@ -109,7 +109,7 @@ def main() -> int:
         *rows,
     ])
     print(text)
-    with open(os.path.join(ROOT, "benchmarks", "FALLBACK.md"), "w") as out:
+    with open(os.path.join(ROOT, "benchmarks", "results", "FALLBACK.md"), "w") as out:
         out.write(text + "\n")
     return 0
 

@@ -223,7 +223,7 @@ if [ -n "$ZOO_TABLE" ]; then
   [ "$ZOO_TABLE" = "all" ] && zargs=()
   timeout -k 5 $((left - 20)) "$PY" benchmarks/zoo_table.py --device cuda "${zargs[@]}" > "$OUT/zoo.log" 2>&1
   note "zoo table (rc $?, $((SECONDS - start)) s); rows below cosine 0.9995:"
-  cp benchmarks/ZOO_cuda.md "$OUT/ZOO_cuda.md" 2> /dev/null
+  cp benchmarks/results/ZOO_cuda.md "$OUT/ZOO_cuda.md" 2> /dev/null
   while read -r line; do SUMMARY+=("   $line"); echo "   $line"; done \
     < <(awk -F'|' '$4 ~ /fp16/ && $5 ~ /[0-9]/ && $5 + 0 < 0.9995' "$OUT/ZOO_cuda.md" 2> /dev/null | head -n 20)
 fi
@@ -234,5 +234,5 @@ if [ -s "$OUT/cuda_speed.json" ]; then
     --png "$OUT/cuda_speed.png" > /tmp/gpu_session_render.$$ 2>&1 || tail -n 20 /tmp/gpu_session_render.$$
   rm -f /tmp/gpu_session_render.$$
 fi
-rm -f "$OUT"/cuda_speed.json.tmp*
+rm -f "$OUT"/cuda_speed.json.partial
 finish

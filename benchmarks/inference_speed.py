@@ -4,7 +4,7 @@ low-precision TorchScript (.half() / .to(bfloat16)) and torch.compile with autoc
     python benchmarks/inference_speed.py [--device cpu|cuda] [--models NAME ...] [--quick] [--threads N] [--kernels]
                                          [--cells FOLDER] [--deadline-min M]
 
-Writes benchmarks/inference_speed_<device>.md (the table, also printed) and inference_speed_<device>.png;
+Writes benchmarks/results/inference_speed_<device>.md (the table, also printed) and inference_speed_<device>.png;
 --kernels compares torch_mp's portable and fused output (kernels="fused") next to fp32 TorchScript instead, and
 writes inference_kernels_<device>.*;
 --quick (short timings, no torch.compile, small CPU inputs: a smoke run) writes inference_speed_<device>_quick.*;
@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "zoo"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and helpers
 
 import torch_mp  # noqa: E402
-from harness import (Machine, NeighbourLoad, Session, command_line, cosine, flat_output, machine_line,  # noqa: E402
-                     markdown_table, time_interleaved, with_timeout)
+from harness import (RESULTS, Machine, NeighbourLoad, Session, command_line, cosine, flat_output,  # noqa: E402
+                     machine_line, markdown_table, time_interleaved, with_timeout)
 from registry import build_model, load_zoo  # noqa: E402
 
 MODELS = {"tv.resnet50": "ResNet-50", "resnet50_ibn_a": "ResNet-50 IBN-a", "tv.vit_b_16": "ViT-B/16",
@@ -290,7 +290,7 @@ def main() -> int:
     table = markdown(all_results, args.device, settings, command_line(), load.seconds(), args.threads,
                      load.cores_busy(), session.page_note())
     print(table)
-    stem = os.path.join(ROOT, "benchmarks", page)
+    stem = os.path.join(RESULTS, page)
     with open(stem + ".md", "w") as out:
         out.write(table)
     if all_results:  # none when the deadline came before the first model

@@ -1,7 +1,8 @@
 """torch_mp's int8 plan on this CPU (issue 60) beside fp32 and torchao's PT2E flow, in interleaved rounds in one process.
 
     python benchmarks/int8_cpu.py [--models resnet50 mobilenet_v2 vit_b_16 bert_4l] [--batches 1 8] [--repeats 10]
-                                  [--calibration 8] [--tolerance 0.05] [--threads N] [--out benchmarks/INT8_CPU.md]
+                                  [--calibration 8] [--tolerance 0.05] [--threads N]
+                                  [--out benchmarks/results/INT8_CPU.md]
 
 An AVX2-only CPU on a newer one: ATEN_CPU_CAPABILITY=avx2 (ATen's kernels), ONEDNN_MAX_CPU_ISA=AVX2 (oneDNN's: no
 VNNI, no AMX) and TORCH_MP_CPU_FEATURES=none (torch_mp's plan: no fast float kernels, no VNNI, the reduced range);
@@ -29,12 +30,13 @@ import os
 import sys
 import tempfile
 import warnings
+from typing import Dict, Optional
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "zoo"))
-from harness import cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
+from harness import command_line, cosine, cpu_name, first, interleaved_medians, publish  # noqa: E402
 
 from torch_mp.fallback import relative_error  # noqa: E402
 
@@ -183,32 +185,48 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+EMULATION = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCH_MP_CPU_FEATURES")
+
+
+def int8_parser(description: str, models, tolerance: Optional[float],
+                tolerance_help: str) -> argparse.ArgumentParser:
+    """The options the int8 pages share (int8_trained.py adds none of its own): models, batches, rounds, threads,
+    torch_mp's tolerance, the page."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(models), choices=models)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--calibration", type=int, default=8, help="calibration batches (default 8)")
-    parser.add_argument("--tolerance", type=float, default=None, help="torch_mp's accuracy target (default: none)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--out", default=None, help="append the table to this markdown file")
-    args = parser.parse_args()
+    parser.add_argument("--tolerance", type=float, default=tolerance, help=tolerance_help)
+    parser.add_argument("--out", default=None, help="append the results to this markdown file")
+    return parser
+
+
+def emulated_cpu(args) -> Dict[str, str]:
+    """Sets the threads asked for, holds Inductor's code to 256-bit vectors where ATen's are (an AVX2-only CPU
+    emulated on a newer one), and gives the emulation's environment variables that are set, for the page."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    if os.environ.get("ATEN_CPU_CAPABILITY") == "avx2":
+    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "avx2":
         torch._inductor.config.cpp.simdlen = 256
+    return {name: os.environ[name] for name in EMULATION if name in os.environ}
+
+
+def main():
+    parser = int8_parser(__doc__, MODELS, None, "torch_mp's accuracy target (default: none)")
+    parser.add_argument("--calibration", type=int, default=8, help="calibration batches (default 8)")
+    args = parser.parse_args()
+    emulation = emulated_cpu(args)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models:
             for batch in args.batches:
                 rows.append(measure(name, batch, args.repeats, args.calibration, args.tolerance, folder))
                 print(table(rows[-1:]), flush=True)
-    emulation = {name: os.environ[name] for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCH_MP_CPU_FEATURES")
-                 if name in os.environ}
     header = (f"\n## {datetime.date.today()}: {cpu_name()}, cpu_features {torch_mp.cpu_features()}, "
               f"{torch.get_num_threads()} threads, torch {torch.__version__}"
               + (f", environment {emulation}" if emulation else "") + "\n\n"
-              f"`python benchmarks/int8_cpu.py {' '.join(sys.argv[1:])}`; random weights; "
+              f"`{command_line()}`; random weights; "
               f"{args.calibration} calibration batches, agreement on a held-out batch.\n")
     publish(header + "\n" + table(rows), args.out)
 

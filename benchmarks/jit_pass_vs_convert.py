@@ -1,6 +1,6 @@
 """The load-time pass against convert(): every scriptable zoo model, frozen and saved in fp32, loaded and run under
 torch_mp.jit_pass, compared with the same model converted by torch_mp.convert (same dtype, default policy, the same
-example inputs). Writes benchmarks/JIT_PASS.md.
+example inputs). Writes benchmarks/results/JIT_PASS.md.
 
     python benchmarks/jit_pass_vs_convert.py [--models NAME ...] [--dtypes fp16 bf16]
 
@@ -78,7 +78,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", help="zoo names (default: every scriptable one)")
     parser.add_argument("--dtypes", nargs="*", default=list(DTYPES), choices=list(DTYPES))
-    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "JIT_PASS.md"))
+    parser.add_argument("--output", default=os.path.join(ROOT, "benchmarks", "results", "JIT_PASS.md"))
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     zoo = load_zoo()

@@ -3,7 +3,7 @@ torch.compile under autocast, torch_mp's program (module() eager and torch.compi
 side by side in interleaved rounds in one process.
 
     python benchmarks/llm_decode.py [--batches 1 4] [--prompt 128] [--new-tokens 128] [--rounds 3] [--threads 2]
-                                    [--dtype bf16] [--out benchmarks/LLM_DECODE.md]
+                                    [--dtype bf16] [--out benchmarks/results/LLM_DECODE.md]
 
 The model is transformers' Llama from its config (random weights, decoders.py) in transformers' static-cache
 wrapper (TorchExportableModuleWithStaticCache): one token per call, the prompt fed token by token as the wrapper
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime
 import os
 import statistics
 import sys
@@ -32,13 +31,15 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from decoders import DecoderShape, cache_bytes, for_autocast, language_model, static_cache_step  # noqa: E402
-from harness import cpu_name  # noqa: E402
+from harness import Machine, command_line, markdown_table, page_header, publish  # noqa: E402
 
 import torch_mp  # noqa: E402
 from torch_mp._export.package import write_package  # noqa: E402
 
 WARM_DECODES = 8
 DTYPES = {"bf16": (torch.bfloat16, "cpu_bf16"), "fp16": (torch.float16, "cpu_fp16")}
+HEADERS = ["batch", "run", "decode tokens/s", "x fp32", "prompt ms", "weights MB", "cache MB", "weights + cache MB",
+           "tokens = fp32's"]
 
 
 @dataclasses.dataclass
@@ -161,27 +162,26 @@ def main():
             for name, run in runs.items():
                 rate = statistics.median(run.tokens_per_second)
                 agreement = float((run.tokens == reference.tokens).float().mean())
-                rows.append(f"| {batch} | {name} | {rate:.1f} | {rate / fp32_rate:.2f} | "
-                            f"{statistics.median(run.prompt_ms):.0f} | {run.weight_bytes / 1e6:.1f} | "
-                            f"{run.cache_bytes / 1e6:.1f} | {(run.weight_bytes + run.cache_bytes) / 1e6:.1f} | "
-                            f"{agreement:.3f} |")
-                print(rows[-1], flush=True)
+                rows.append([batch, name, f"{rate:.1f}", f"{rate / fp32_rate:.2f}",
+                             f"{statistics.median(run.prompt_ms):.0f}", f"{run.weight_bytes / 1e6:.1f}",
+                             f"{run.cache_bytes / 1e6:.1f}", f"{(run.weight_bytes + run.cache_bytes) / 1e6:.1f}",
+                             f"{agreement:.3f}"])
+                print(markdown_table(HEADERS, rows[-1:]), flush=True)
             write_page(args, shape, rows, notes, (time.perf_counter() - began) / 60, args.batches[:i + 1],
                        i + 1 == len(args.batches))
 
 
-def write_page(args, shape: DecoderShape, rows: List[str], notes: List[str], minutes: float, batches: List[int],
+def write_page(args, shape: DecoderShape, rows: List[list], notes: List[str], minutes: float, batches: List[int],
                done: bool) -> None:
     """The results page (written after each batch, so that a run cut short leaves what it measured)."""
     page = "\n".join([
         "# Decoding a small Llama on the CPU: tokens per second and memory",
         "",
-        f"Machine: {cpu_name()}, {args.threads} threads; other processes shared the machine's 2 cores during the run, "
-        f"so absolute rates are low and noisy; the runs were timed in {args.rounds} interleaved rounds (medians). "
-        f"Date: {datetime.date.today()}. torch {torch.__version__}, transformers "
-        f"{sys.modules['transformers'].__version__}. The run took {minutes:.1f} minutes"
+        page_header(Machine.this(), command_line(), f"{args.threads} threads",
+                    f"transformers {sys.modules['transformers'].__version__}"),
+        "Other processes shared the machine during the run, so absolute rates are low and noisy; the runs were timed "
+        f"in {args.rounds} interleaved rounds (medians). The run took {minutes:.1f} minutes"
         + ("." if done else f" until here: batches {batches} measured, the others not yet."),
-        f"Command: `python benchmarks/llm_decode.py {' '.join(sys.argv[1:])}`",
         "",
         f"Model: transformers' Llama, random weights: {shape.describe('llama')}, intermediate {shape.hidden * 8 // 3}. "
         f"Prompt {args.prompt} tokens fed one per call, then {args.new_tokens} greedy tokens; low dtype "
@@ -192,18 +192,13 @@ def write_page(args, shape: DecoderShape, rows: List[str], notes: List[str], min
         "prompt ms (the prompt's calls); weights and cache in MB as stored (autocast keeps fp32 weights and an fp32 "
         "cache); tokens equal to fp32's (share of all generated tokens, same position).",
         "",
-        "| batch | run | decode tokens/s | x fp32 | prompt ms | weights MB | cache MB | weights + cache MB | "
-        "tokens = fp32's |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        *rows,
+        markdown_table(HEADERS, rows),
         "",
         "Notes from the run:",
         "",
         *[f"- {note}" for note in notes],
         ""])
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(page)
+    publish(page, args.out, whole_page=True)
 
 
 if __name__ == "__main__":

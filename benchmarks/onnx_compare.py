@@ -1,4 +1,5 @@
-"""torch_mp.onnx_export against ModelOpt AutoCast and onnxconverter-common, fp16, on the zoo (benchmarks/ONNX.md).
+"""torch_mp.onnx_export against ModelOpt AutoCast and onnxconverter-common, fp16, on the zoo
+(benchmarks/results/ONNX.md).
 
 Each peer converts the same fp32 ONNX file of the model (torch.onnx.export(torch.export.export(model), dynamo=True),
 opset 20); torch_mp converts the model itself (torch_mp.onnx_export: torch.export, observation on the example batch,
@@ -158,7 +159,7 @@ LABELS = {"torch_mp": "torch_mp", "modelopt_keep_io_calib": "AutoCast (keep IO, 
 
 
 def table(paths):
-    """benchmarks/ONNX.md's table from the JSON files of one or more runs (rows in ORDER)."""
+    """benchmarks/results/ONNX.md's table from the JSON files of one or more runs (rows in ORDER)."""
     rows = {}
     for path in paths:
         with open(path) as f:

@@ -1,6 +1,6 @@
 """Draws the built-in ResNet-50 IBN-a converted to fp16 (input 1x3x64x64) as SVG, collapsed automatically.
 
-    python benchmarks/render_picture.py [--dtype fp16|bf16] [-o benchmarks/resnet50_ibn_a_fp16.svg]
+    python benchmarks/render_picture.py [--dtype fp16|bf16] [-o benchmarks/results/resnet50_ibn_a_fp16.svg]
 """
 import argparse
 import os
@@ -21,7 +21,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=DTYPES, default="fp16")
     parser.add_argument("-o", "--output")
     args = parser.parse_args()
-    output = args.output or os.path.join(HERE, f"resnet50_ibn_a_{args.dtype}.svg")
+    output = args.output or os.path.join(HERE, "results", f"resnet50_ibn_a_{args.dtype}.svg")
     torch.manual_seed(0)
     _, report = torch_mp.convert(resnet50_ibn_a().eval(), (torch.randn(1, 3, 64, 64),), DTYPES[args.dtype],
                                       return_report=True)

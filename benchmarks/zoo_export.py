@@ -2,15 +2,14 @@
 and bf16 by torch_mp.export and by torch_mp.convert, measured against fp32 as the accuracy suite measures it (worst
 cosine of the first output over the example batch and two fresh ones), with the share of heavy-op FLOPs run low, the
 weight ratio, whether exporting the result again changes any node, and the time of export + plan against
-torch.export.export alone (both after one warm-up export of the model). Writes benchmarks/ZOO_EXPORT.md.
+torch.export.export alone (both after one warm-up export of the model). Writes benchmarks/results/ZOO_EXPORT.md.
 
-    python benchmarks/zoo_export.py [--models NAME ...] [--out benchmarks/ZOO_EXPORT.md]
+    python benchmarks/zoo_export.py [--models NAME ...] [--out benchmarks/results/ZOO_EXPORT.md]
 """
 import argparse
 import datetime
 import os
 import sys
-import time
 import warnings
 from typing import Dict, Tuple
 
@@ -25,7 +24,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models a
 
 import torch_mp  # noqa: E402
 from evaluate import evaluate  # noqa: E402
-from harness import cpu_name  # noqa: E402
+from harness import RESULTS, cpu_name, time_interleaved  # noqa: E402
 from registry import build_model, load_zoo  # noqa: E402
 from test_zoo_export import NOT_EXPORTABLE  # noqa: E402
 
@@ -34,13 +33,8 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 def export_seconds(model, inputs) -> float:
     """torch.export.export alone, as torch_mp.export calls it (non-strict), the better of two warm runs."""
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        with torch.no_grad():
-            torch.export.export(model, inputs, strict=False)
-        times.append(time.perf_counter() - start)
-    return min(times[1:])
+    timing = time_interleaved({"export": lambda: torch.export.export(model, inputs, strict=False)}, rounds=2, warmup=1)
+    return timing["export"].min_ms / 1e3
 
 
 def node_signature(program):
@@ -64,7 +58,7 @@ def idempotent(model, inputs, dtype) -> Tuple[bool, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="*", help="zoo names (default: every exportable one)")
-    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "ZOO_EXPORT.md"))
+    parser.add_argument("--out", default=os.path.join(RESULTS, "ZOO_EXPORT.md"))
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     zoo = load_zoo()

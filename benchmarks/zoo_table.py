@@ -1,5 +1,5 @@
 """The zoo's accuracy table: every model of tests/zoo converted to fp16 and bf16 and measured against fp32, as the
-accuracy suite (tests/zoo/test_zoo_accuracy.py) measures it. Writes benchmarks/ZOO_<device>.md.
+accuracy suite (tests/zoo/test_zoo_accuracy.py) measures it. Writes benchmarks/results/ZOO_<device>.md.
 
     python benchmarks/zoo_table.py [--device cpu|cuda] [--models NAME ...]
 """
@@ -64,7 +64,7 @@ def main() -> int:
                       f"{str(error).strip().splitlines()[0][:160]} |"
             lines.append(row)
             print(row, flush=True)
-    with open(os.path.join(ROOT, "benchmarks", f"ZOO_{args.device}.md"), "w") as out:
+    with open(os.path.join(ROOT, "benchmarks", "results", f"ZOO_{args.device}.md"), "w") as out:
         out.write("\n".join(lines) + "\n")
     return 1 if failures else 0
 

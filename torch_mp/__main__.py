@@ -102,7 +102,7 @@ def demo_int8(model: torch.nn.Module, x: torch.Tensor) -> int:
           f"(torch.compile): fp32 {fp32 * 1e3:.1f} ms, int8 {int8 * 1e3:.1f} ms ({fp32 / int8:.2f}x fp32, median "
           f"of 5 interleaved rounds, {torch.get_num_threads()} threads)")
     print(f"cosine vs fp32 {cosine:.6f}; top-1 agreement {agree * 100:.1f}% (random weights: a trained model's "
-          "agreement is the measure; benchmarks/INT8_CPU.md)")
+          "agreement is the measure; benchmarks/results/INT8_CPU.md)")
     return 0
 
 

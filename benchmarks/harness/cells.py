@@ -19,6 +19,16 @@ from typing import Callable, List, Optional
 _KEY = re.compile(r"[A-Za-z0-9._-]+")
 
 
+def write_json(path: str, data: object) -> None:
+    """`data` as the JSON file `path`, written whole and then renamed, so that a process killed while writing leaves
+    the file as it was (the earlier cells, to resume from) and at most a `path`.partial beside it."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    partial = path + ".partial"
+    with open(partial, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    os.replace(partial, path)
+
+
 class Session:
     def __init__(self, folder: Optional[str], deadline_s: Optional[float] = None):
         """folder: where cells are written (None: nowhere, nothing resumes); deadline_s: seconds from now after
@@ -56,11 +66,7 @@ class Session:
             return None
         result = measure()
         if self.folder:
-            # written whole and then renamed, so a session killed while writing leaves no half cell to resume from
-            partial = self.path(key) + ".partial"
-            with open(partial, "w") as f:
-                json.dump(result, f, indent=1)
-            os.replace(partial, self.path(key))
+            write_json(self.path(key), result)  # a session killed while writing leaves no half cell to resume from
         return result
 
     def page_note(self) -> str:

@@ -1,11 +1,13 @@
-"""What ran a benchmark, for its page: the CPU's (or GPU's) name, the cores, torch_mp.cpu_features(); and how busy
-other processes kept the CPUs meanwhile (the machines are shared, so a page says so next to its times)."""
+"""What ran a benchmark, for its page: the CPU's (or GPU's) name, the cores, torch_mp.cpu_features(), nvidia-smi's
+facts, the checkout's commit; and how busy other processes kept the CPUs meanwhile (the machines are shared, so a
+page says so next to its times)."""
 import os
 import platform
 import resource
+import subprocess
 import time
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional
 
 import torch
 
@@ -19,6 +21,30 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def nvidia_smi(fields: str) -> Optional[str]:
+    """nvidia-smi's first GPU's `fields` (its --query-gpu names, comma-separated) as one CSV line; None without it."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def git_commit(folder: str) -> Optional[str]:
+    """The short commit of the checkout at `folder`, with '+dirty' where tracked files changed; None outside git."""
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", folder, *args], capture_output=True, text=True, timeout=10)
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode != 0:
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Results as markdown: tables, the lines that head a page (machine, date, torch version, command), and publishing
-(printed, and appended to a page when one is named)."""
+(printed, and appended to a page or written as the page when one is named)."""
 import datetime
 import os
 import shlex
@@ -38,9 +38,10 @@ def page_header(machine: Machine, command: str, *details: str) -> str:
     return machine_line(machine, *details) + f"\nCommand: `{command}`"
 
 
-def publish(text: str, out: Optional[str]) -> None:
-    """Prints the results and appends them to the markdown file `out` (if given)."""
+def publish(text: str, out: Optional[str], whole_page: bool = False) -> None:
+    """Prints the results and writes them to the markdown file `out` (if given): appended to the page, or, with
+    whole_page, as the page (a script that writes its page whole, again after each part measured)."""
     print(text)
     if out:
-        with open(out, "a") as f:
-            f.write("\n" + text)
+        with open(out, "w" if whole_page else "a") as f:
+            f.write(text if whole_page else "\n" + text)

@@ -1,12 +1,14 @@
 """Interleaved timing: every callable is called once per round, in turn, so that a neighbour's burst of load or the
 machine's drift falls on every column alike instead of on whichever was being timed then.
 
-time_interleaved(calls, rounds, ...) warms each callable up, then runs rounds until there are `rounds` of them and
-`min_seconds` have gone by, and gives each callable's Timing (all samples; median and min). Calls run under
-torch.no_grad. A sample is one call read on torch.utils.benchmark's clock, which synchronises the accelerator
-before reading, so a CUDA call's queued kernels count; gpu_time=True reads CUDA events around the call instead
-(time on the GPU's stream, without the host's launch gaps).
+time_interleaved(calls, rounds, ...) warms each callable up (`warmup` calls, and for `warmup_s` seconds: a GPU whose
+clocks dropped while the host was busy needs time, not a count, to come back), then runs rounds until there are
+`rounds` of them and `min_seconds` have gone by, and gives each callable's Timing (all samples; median and min).
+Calls run under torch.no_grad. A sample is one call read on torch.utils.benchmark's clock, which synchronises the
+accelerator before reading, so a CUDA call's queued kernels count; gpu_time=True reads CUDA events around the call
+instead (time on the GPU's stream, without the host's launch gaps).
 """
+import contextlib
 import signal
 import statistics
 import time
@@ -47,8 +49,19 @@ def _gpu_ms(call: Callable[[], object]) -> float:
     return start.elapsed_time(end)
 
 
+def _warm_up(call: Callable[[], object], calls: int, seconds: float) -> None:
+    """At least `calls` calls and `seconds` seconds of them; the clock is read (and the accelerator synchronised) only
+    once the count is done, so a count alone queues its calls as a real caller would."""
+    deadline = benchmark_clock() + seconds
+    done = 0
+    while done < calls or (seconds > 0 and benchmark_clock() < deadline):
+        call()
+        done += 1
+
+
 def time_interleaved(calls: Dict[str, Callable[[], object]], rounds: int, min_seconds: float = 0.0, warmup: int = 2,
-                     threads: Optional[int] = None, gpu_time: bool = False) -> Dict[str, Timing]:
+                     threads: Optional[int] = None, gpu_time: bool = False,
+                     warmup_s: float = 0.0) -> Dict[str, Timing]:
     """Timing of each of `calls` (callables without arguments), keyed as `calls` is. `threads`: intra-op threads
     while timing (None: as set)."""
     sample = _gpu_ms if gpu_time else _wall_ms
@@ -57,8 +70,7 @@ def time_interleaved(calls: Dict[str, Callable[[], object]], rounds: int, min_se
     # triples a round's cost on models that take a second a call
     with torch.no_grad(), set_torch_threads(threads or torch.get_num_threads()):
         for call in calls.values():
-            for _ in range(warmup):
-                call()
+            _warm_up(call, warmup, warmup_s)
         start, done = time.perf_counter(), 0
         while calls and (done < rounds or time.perf_counter() - start < min_seconds):
             for key, call in calls.items():
@@ -79,18 +91,26 @@ class Timeout(Exception):
     pass
 
 
-def with_timeout(seconds: Optional[int], fn: Callable[[], object]):
-    """fn() or Timeout after `seconds` (None: no limit): a compilation that runs away is recorded instead of stalling
-    the run. Main thread only (SIGALRM)."""
-    if seconds is None:
-        return fn()
+@contextlib.contextmanager
+def time_limit(seconds: Optional[float]):
+    """Raises Timeout in the block after `seconds` (None or <= 0: no limit; at least 1 s): a compilation that runs
+    away is recorded instead of stalling the run. Main thread only (SIGALRM)."""
+    if seconds is None or seconds <= 0 or not hasattr(signal, "SIGALRM"):
+        yield
+        return
 
     def expire(signum, frame):
-        raise Timeout(f"no result after {seconds} s")
+        raise Timeout(f"no result after {seconds:.0f} s")
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
+    signal.setitimer(signal.ITIMER_REAL, max(1.0, float(seconds)))
     try:
-        return fn()
+        yield
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def with_timeout(seconds: Optional[float], fn: Callable[[], object]):
+    """fn() under time_limit(seconds)."""
+    with time_limit(seconds):
+        return fn()

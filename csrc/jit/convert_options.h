@@ -50,7 +50,7 @@ struct ConvertOptions {
   // CUDA convolutions: weights stored channels_last, activations NHWC between them (channels_last_convolutions).
   bool channelsLast = true;
   // CUDA conv (+bias) (+residual add) +relu chains become cuDNN fused convolutions (fuse_cudnn_convolutions): faster
-  // than the unfused chain on an H200 (benchmarks/CUDA_SPEED.md, fp16).
+  // than the unfused chain on an H200 (benchmarks/results/CUDA_SPEED.md, fp16).
   bool fuseConvolutions = true;
   // The converted graph keeps its node ids, so values can be found by node (probeNodeOutputs). Off for a model
   // handed to a user: ids show in its printed graph.

@@ -11,8 +11,9 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 "benchmarks"))
 
-from harness import (Machine, Session, Timeout, Timing, cosine, first, interleaved_medians,  # noqa: E402
-                     markdown_table, page_header, time_interleaved, with_timeout)
+from harness import (Machine, Session, Timeout, Timing, compare, cosine, first, git_commit,  # noqa: E402
+                     interleaved_medians, markdown_table, page_header, publish, time_interleaved, time_limit,
+                     with_timeout, write_json)
 
 
 def test_rounds_call_every_callable_in_turn_after_its_warmup():
@@ -27,6 +28,15 @@ def test_rounds_go_on_until_min_seconds():
     count = []
     time_interleaved({"a": lambda: count.append(1)}, rounds=1, min_seconds=0.05, warmup=0)
     assert len(count) > 1
+
+
+def test_warmup_goes_on_for_its_seconds_after_its_count():
+    calls = []
+    time_interleaved({"a": lambda: calls.append(1)}, rounds=0, warmup=1, warmup_s=0.05)
+    assert len(calls) > 1
+    calls.clear()
+    time_interleaved({"a": lambda: calls.append(1)}, rounds=2, warmup=3)
+    assert len(calls) == 5
 
 
 def test_calls_run_without_grad():
@@ -105,16 +115,61 @@ def test_page_header_says_what_ran_it():
     assert command == "Command: `python benchmarks/x.py --quick`"
 
 
+def test_publish_appends_or_writes_the_whole_page(tmp_path, capsys):
+    page = tmp_path / "PAGE.md"
+    publish("first", str(page))
+    publish("second", str(page))
+    assert page.read_text() == "\nfirst\nsecond"
+    publish("whole", str(page), whole_page=True)  # a page written again after each part measured
+    assert page.read_text() == "whole"
+    assert capsys.readouterr().out.split() == ["first", "second", "whole"]
+
+
 def test_cosine_of_first_outputs():
     a = torch.tensor([1.0, 2.0, 3.0])
     assert cosine((a, torch.zeros(3)), [a * 2]) == pytest.approx(1.0)
     assert first(((a,),)) is a
 
 
+def test_dict_outputs_give_their_last_hidden_state_or_first_value():
+    a, b = torch.ones(2), torch.zeros(2)
+    assert first({"logits": b, "last_hidden_state": a}) is a
+    assert first([{"logits": b}]) is b
+
+
+def test_compare_gives_cosine_largest_error_and_finiteness():
+    reference = torch.tensor([1.0, -2.0, 4.0])
+    same = compare(reference, reference.clone())
+    assert same == {"cosine": pytest.approx(1.0), "max_rel_error": 0.0, "finite": True}
+    off = compare(reference, torch.tensor([1.0, -2.0, 3.0]))
+    assert off["max_rel_error"] == pytest.approx(0.25) and off["cosine"] < 1.0
+    assert compare(reference, torch.tensor([1.0, float("inf"), 4.0]))["finite"] is False
+    with pytest.raises(ValueError, match="shape"):
+        compare(reference, torch.ones(2))
+
+
 def test_a_call_past_its_timeout_is_stopped():
     with pytest.raises(Timeout, match="after 1 s"):
         with_timeout(1, lambda: time.sleep(10))
     assert with_timeout(None, lambda: 7) == 7
+    with pytest.raises(Timeout):
+        with time_limit(0.5):  # under a second counts as one
+            time.sleep(10)
+    with time_limit(0):  # no limit
+        pass
+
+
+def test_json_is_written_whole(tmp_path):
+    path = str(tmp_path / "sub" / "run.json")
+    write_json(path, {"rows": {"a": 1}})
+    write_json(path, {"rows": {"a": 2}})
+    with open(path) as f:
+        assert json.load(f) == {"rows": {"a": 2}}
+    assert sorted(os.listdir(tmp_path / "sub")) == ["run.json"]
+
+
+def test_git_commit_outside_a_checkout_is_none(tmp_path):
+    assert git_commit(str(tmp_path)) is None
 
 
 def test_the_page_says_which_cells_came_from_earlier_runs_and_which_are_missing(tmp_path):

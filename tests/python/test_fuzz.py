@@ -22,7 +22,7 @@ def test_random_programs_convert_correctly(dtype, data):
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_programs_are_decided_alike_on_both_fronts(dtype, data):
-    """The differential fuzz, small (the long run: graph_fuzzer.py --fronts, benchmarks/RESULTS.md)."""
+    """The differential fuzz, small (the long run: graph_fuzzer.py --fronts, benchmarks/results/RESULTS.md)."""
     chooser = Chooser(lambda low, high: data.draw(st.integers(low, high)))
     source, _ = generate_program(chooser, control_flow=False)
     check_fronts_agree(source, dtype)

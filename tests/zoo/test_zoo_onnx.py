@@ -9,7 +9,7 @@ about 50 s; it is the model that showed zero biases of a norm and of a linear al
 CI time: nn.TransformerEncoder (16 s; its attention, LayerNorm and linears are DistilBERT's), the other 20
 exportable models (the same op kinds at larger sizes: the torchvision and timm CNNs, ViT/DeiT/Swin/CoAtNet/LeViT,
 BERT/GPT-2/T5/Whisper, the RNNs, whose zero initial state tests/python/test_onnx.py covers), which
-benchmarks/onnx_compare.py converts and measures (benchmarks/ONNX.md); control_flow, which torch.export cannot
+benchmarks/onnx_compare.py converts and measures (benchmarks/results/ONNX.md); control_flow, which torch.export cannot
 capture (test_zoo_export.py).
 """
 import numpy as np

@@ -8,7 +8,7 @@ computed in float64, stored fp32 as lifted constants (the old tensors, read by n
 the plan is applied). The program then computes one op fewer per convolution and, in low precision, one rounding
 fewer: the convolution's output is no longer rounded before its scale and shift. That rounding is what an
 AOTInductor package keeps per op (emulate_precision_casts) and what made the CPU package of a ResNeXt-50 slower than
-its peers (benchmarks/EXPORT_SPEED.md, "where the package's time goes").
+its peers (benchmarks/results/EXPORT_SPEED.md, "where the package's time goes").
 
 Folded only where it changes nothing else: a convolution that is not transposed, whose output the norm alone reads
 and whose weight (and bias) only it reads, no other stored name holding that tensor; the norm's statistics (and

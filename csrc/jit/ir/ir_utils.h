@@ -105,9 +105,9 @@ std::unordered_map<const torch::jit::Value*, torch::jit::Value*> correspondingVa
 
 // Graph::lint, where it is cheap: it walks a std::set of all the graph's nodes once per block (std::includes), so it
 // costs nodes x blocks, 0.1-0.4 us each: 8 s for 48k nodes in 457 blocks, 4.5 ms for 2k nodes in 18 blocks, where a
-// whole conversion takes about 100 ms (benchmarks/CONVERSION_SCALING.md). It is a self-check (the tests lint every
-// converted graph themselves), so it runs only on graphs of at most 8 blocks, where it costs 1-3 us per node, a few
-// percent of a conversion (36-130 us per node there).
+// whole conversion takes about 100 ms (benchmarks/results/CONVERSION_SCALING.md). It is a self-check (the tests lint
+// every converted graph themselves), so it runs only on graphs of at most 8 blocks, where it costs 1-3 us per node, a
+// few percent of a conversion (36-130 us per node there).
 void lintWhereCheap(const torch::jit::Graph& graph);
 
 } // namespace torch_mp::jit

@@ -1,6 +1,6 @@
 // Which values a graph writes to, answered without building an AliasDb where no node of the graph can write.
 //
-// Building an AliasDb costs about 7 us per node (benchmarks/CONVERSION_SCALING.md), more than most of torch_mp's own
+// Building an AliasDb costs ~7 us per node (benchmarks/results/CONVERSION_SCALING.md), more than most of torch_mp's own
 // passes. After freezing and mutation removal most graphs hold no node that writes, and then AliasDb::hasWriters is
 // false for every value and dead-code elimination needs no alias information. `mayWrite` says, conservatively, whether
 // AliasDb would register a write for a node; where any node may write, the AliasDb is built as before, so every answer
