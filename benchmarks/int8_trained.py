@@ -187,7 +187,9 @@ def measure(name, batch, repeats, tolerance, photos):
     with torch.no_grad(), torch._inductor.config.patch(freezing=True):
         calls["fp32"] = torch.compile(model)
         try:
-            calls["pt2e"] = torch.compile(pt2e(model, args, calibration[1:]))
+            peer = pt2e(model, args, calibration[1:])
+            row["notes"].append(peer.note())
+            calls["pt2e"] = torch.compile(peer.module)
         except Exception as error:  # noqa: BLE001 - the peer's own failure is a result of the row
             row["notes"].append(f"PT2E failed: {type(error).__name__}: {str(error).splitlines()[0][:120]}")
         calls["ours"] = torch.compile(programs["ours"].module())
