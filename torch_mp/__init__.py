@@ -18,15 +18,15 @@ from ._errors import ConversionError, Int8Warning, ModelRunError
 from ._inputs import InputSpec
 from ._convert import PreparedModel, TraceWarning, convert, prepare
 from ._export import aoti_compile, export
-from .onnx_front import onnx_export, onnx_typing_problems
-from ._torchscript import TorchScriptDeprecationWarning
+from .onnx_front import onnx_export, onnx_policy, onnx_typing_problems
+from ._torchscript import TorchScriptDeprecationWarning, save
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphFallbackWarning, CudaGraphModule, cuda_graphs
 from ._load import load
 from .jit_pass import jit_pass
 from .options import ConversionOptions
 from .policy import (CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, SlowKernelsWarning, cpu_features, device_dtype,
-                     target_for)
-from .report import Report
+                     module_paths, target_for)
+from .report import Report, report_of
 
 __all__ = [
     "CATEGORIES",
@@ -55,9 +55,13 @@ __all__ = [
     "export",
     "jit_pass",
     "load",
+    "module_paths",
     "onnx_export",
+    "onnx_policy",
     "onnx_typing_problems",
     "prepare",
+    "report_of",
+    "save",
     "target_for",
 ]
 __version__ = "0.1.0"

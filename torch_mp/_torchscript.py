@@ -30,6 +30,8 @@ MESSAGE = (
 )
 
 
+REPORT_FILE = "torch_mp_report.json"  # the report's name among a saved module's extra files
+
 _thread = threading.local()  # depth: how many jit_call frames this thread is inside
 _lock = threading.Lock()
 _warned = False
@@ -81,6 +83,13 @@ def load_file(path, map_location=None, extra_files=None) -> torch.jit.ScriptModu
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"{path} is not a loadable TorchScript file (corrupt, truncated or another format): "
                          f"{first}") from error
+
+
+def save(module: torch.jit.ScriptModule, path, report=None) -> None:
+    """torch.jit.save(module, path) through jit_call, the Report stored inside the file as REPORT_FILE (torch.jit.load
+    ignores it; torch_mp.report_of and `python -m torch_mp report` read it)."""
+    extra = {REPORT_FILE: report.to_json(indent=None)} if report is not None else {}
+    jit_call(torch.jit.save, module, path, _extra_files=extra)
 
 
 def _warn_once() -> None:

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections import Counter
 from typing import Any, Dict, Optional, Union
 
 import torch
 
 from . import _C
+from ._torchscript import REPORT_FILE, load_file
 
 
 USER_RULE_KINDS = ("exclusion", "callable", "fallback", "range guard")
@@ -208,3 +210,12 @@ class Report:
 
     def __repr__(self) -> str:
         return f"<torch_mp.Report {self.summary().splitlines()[0]}>"
+
+
+def report_of(result: Any) -> Optional[Report]:
+    """The Report of a converted model, or None where it carries none: `result` is the path of a file torch_mp.save
+    (or `python -m torch_mp convert`) wrote. FileNotFoundError for a missing file, ValueError for one that is not
+    TorchScript."""
+    extra = {REPORT_FILE: ""}
+    load_file(os.fspath(result), map_location="cpu", extra_files=extra)
+    return Report.from_json(extra[REPORT_FILE]) if extra[REPORT_FILE] else None
