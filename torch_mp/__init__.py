@@ -16,13 +16,13 @@ _compat.check_extension(_C.BUILT_WITH_TORCH)
 
 from ._errors import ConversionError, Int8Warning, ModelRunError
 from ._inputs import InputSpec
-from ._convert import PreparedModel, TraceWarning, convert, prepare
+from ._torchscript.conversion import PreparedModel, TraceWarning, convert, prepare
 from ._export import aoti_compile, export
 from .onnx_front import onnx_export, onnx_policy, onnx_typing_problems
-from ._torchscript import TorchScriptDeprecationWarning, save
+from ._torchscript.jit_calls import TorchScriptDeprecationWarning, save
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphFallbackWarning, CudaGraphModule, cuda_graphs
 from ._load import load
-from .jit_pass import jit_pass
+from ._torchscript.jit_pass import jit_pass
 from .options import ConversionOptions
 from .policy import (CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, SlowKernelsWarning, cpu_features, device_dtype,
                      module_paths, target_for)

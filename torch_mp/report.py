@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 
 from . import _C
-from ._torchscript import REPORT_FILE, load_file
+from ._torchscript.jit_calls import REPORT_FILE, load_file
 
 
 USER_RULE_KINDS = ("exclusion", "callable", "fallback", "range guard")

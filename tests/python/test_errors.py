@@ -415,7 +415,7 @@ class _FailingExtension:
 def test_internal_failure_raises_conversion_error_and_leaves_model(monkeypatch):
     model, x = small()
     snapshot = _snapshot(model)
-    monkeypatch.setattr(torch_mp._convert, "_C", _FailingExtension())
+    monkeypatch.setattr(torch_mp._torchscript.conversion, "_C", _FailingExtension())
     with pytest.raises(torch_mp.ConversionError, match="could not convert ConvBnNet: simulated internal failure"):
         torch_mp.convert(model, (x,))
     _assert_same_state(model, snapshot)

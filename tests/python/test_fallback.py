@@ -68,7 +68,7 @@ def test_fallback_with_a_metric_callable(model):
 
 def test_bisection_baseline_reaches_the_tolerance_too(model):
     calibration = batches(2)
-    from torch_mp._convert import Conversion
+    from torch_mp._torchscript.conversion import Conversion
 
     options = torch_mp.ConversionOptions(dtype=torch.float16, policy=torch_mp.OpPolicy.default("cpu_fp16"),
                                          fuse_convolutions=False)

@@ -48,7 +48,7 @@ def test_an_unknown_keyword_names_the_options(model):
 
 def test_options_are_checked_before_the_model_is_captured(model, monkeypatch):
     captured = []
-    monkeypatch.setattr(torch_mp._convert, "_capture", lambda *args: captured.append(args))
+    monkeypatch.setattr(torch_mp._torchscript.conversion, "_capture", lambda *args: captured.append(args))
     with pytest.raises(ValueError):
         torch_mp.convert(model, torch.randn(4, 16), torch.float16, kernels="fast")
     assert captured == []

@@ -5,7 +5,7 @@ import torch
 
 import torch_mp
 from torch_mp import _job
-from torch_mp._convert import Conversion
+from torch_mp._torchscript.conversion import Conversion
 from torch_mp._export.conversion import ProgramConversion
 
 FRONTS = {"convert": (torch_mp.convert, Conversion), "export": (torch_mp.export, ProgramConversion)}

@@ -134,7 +134,7 @@ class ConvertedProgram:
 class ProgramConversion:
     """A functional program, its observations and the options of its conversions; run() converts it, keeping given
     nodes (by FX name) in fp32 (what the accuracy fallback varies), and always those in `keep_non_finite`. The job
-    interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), as _convert.Conversion for
+    interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), as _torchscript/conversion.Conversion for
     TorchScript; _job.run_job runs it."""
 
     def __init__(self, program: ExportedProgram, inputs: CallInputs, calibration: Sequence[CallInputs],

@@ -10,16 +10,16 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _C, capture_check
-from ._compat import forget_dead_quantized_decomposed_builtins
-from ._errors import ConversionError, ModelRunError
-from ._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _normalize_inputs,
+from .. import _C, capture_check
+from .._compat import forget_dead_quantized_decomposed_builtins
+from .._errors import ConversionError, ModelRunError
+from .._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _normalize_inputs,
                       _normalize_kwargs, _refuse_autocast, module_inputs)
-from ._memory import release_freed_memory
-from ._torchscript import TorchScriptDeprecationWarning, jit_call, user_stacklevel
-from ._job import run_job
-from .options import ConversionOptions
-from .report import MutableBuffer, Report
+from .._memory import release_freed_memory
+from .jit_calls import TorchScriptDeprecationWarning, jit_call, user_stacklevel
+from .._job import run_job
+from ..options import ConversionOptions
+from ..report import MutableBuffer, Report
 
 
 def convert(

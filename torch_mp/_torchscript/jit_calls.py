@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from ._compat import JIT_CALLS_WARN
+from .._compat import JIT_CALLS_WARN
 
 
 class TorchScriptDeprecationWarning(FutureWarning):
