@@ -18,7 +18,7 @@ from ._errors import ConversionError, Int8Warning, ModelRunError
 from ._inputs import InputSpec
 from ._torchscript.conversion import PreparedModel, TraceWarning, convert, prepare
 from ._export import aoti_compile, export
-from .onnx_front import onnx_export, onnx_policy, onnx_typing_problems
+from ._export.onnx_writer import onnx_export, onnx_policy, onnx_typing_problems
 from ._torchscript.jit_calls import TorchScriptDeprecationWarning, save
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphFallbackWarning, CudaGraphModule, cuda_graphs
 from ._load import load

@@ -18,10 +18,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._errors import ConversionError
-from ._export import CAST, export
-from .options import ConversionOptions
-from .policy import OpPolicy, target_for
+from .._errors import ConversionError
+from .conversion import export
+from .ir import CAST
+from ..options import ConversionOptions
+from ..policy import OpPolicy, target_for
 
 DEFAULT_OPSET = 20
 # One protobuf message holds at most 2 GiB: a model whose initializers are larger is written with ONNX external data.
