@@ -7,6 +7,7 @@ casts, which `aoti_compile` packages with AOTInductor for C++ without TorchScrip
     program = torch_mp.export(model, (x,), torch.bfloat16)         # a torch.export.ExportedProgram
     torch_mp.aoti_compile(model, (x,), torch.bfloat16, "model.pt2")  # an AOTInductor package
     fast = torch_mp.load("model_fp16.pt", "cuda")   # either file, replaying CUDA graphs where it can
+    print(torch_mp.report_of(mp))   # what the conversion did; of a program, a package's or an ONNX file's path too
 """
 import torch  # noqa: F401  (loads libtorch before the extension)
 
@@ -24,8 +25,8 @@ from .cuda_graphs import CudaGraphCaptureError, CudaGraphFallbackWarning, CudaGr
 from ._load import load
 from ._torchscript.jit_pass import jit_pass
 from .options import ConversionOptions
-from .policy import (CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, SlowKernelsWarning, cpu_features, device_dtype,
-                     module_paths, target_for)
+from .policy import (CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, SlowKernelsWarning, cpu_features,
+                     device_dtype, module_paths, target_for)
 from .report import Report, report_of
 
 __all__ = [

@@ -52,7 +52,8 @@ def demo(args: argparse.Namespace) -> int:
         return demo_int8(model, x)
     dtype = DTYPES[args.dtype]
     start = time.perf_counter()
-    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    converted = torch_mp.convert(model, (x,), dtype)
+    report = torch_mp.report_of(converted)
     elapsed = time.perf_counter() - start
     print_report(report, args.casts)
     with torch.no_grad():
@@ -78,7 +79,8 @@ def demo_int8(model: torch.nn.Module, x: torch.Tensor) -> int:
 
     calibration = [(torch.randn_like(x),) for _ in range(4)]
     start = time.perf_counter()
-    program, report = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration, return_report=True)
+    program = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration)
+    report = torch_mp.report_of(program)
     elapsed = time.perf_counter() - start
     print_report(report, False)
     with torch.no_grad(), inductor_config.patch(freezing=True):
@@ -297,9 +299,10 @@ def convert(args: argparse.Namespace) -> int:
         require_graphviz()
     model.eval()
     options = conversion_options(args, model)
-    converted, report = torch_mp.convert(model, example, calibration_inputs=calibration(args), return_report=True,
-                                         options=options, kernels=args.kernels)
-    torch_mp.save(converted, args.output, report)
+    converted = torch_mp.convert(model, example, calibration_inputs=calibration(args), options=options,
+                                 kernels=args.kernels)
+    report = torch_mp.report_of(converted)
+    torch_mp.save(converted, args.output)
     finish(args, report)
     print(f"saved {args.output}")
     if args.svg:
@@ -385,22 +388,23 @@ def program_example(program: torch.export.ExportedProgram, args: argparse.Namesp
 
 def convert_program(args: argparse.Namespace, conversion=torch_mp.export, **arguments):
     """export and aoti: the saved program converted by `conversion` (torch_mp.export, or aoti_compile with its
-    `arguments`), on the CPU: torch.export.load gives CPU tensors. What `conversion` returns, and the Report."""
+    `arguments`), on the CPU: torch.export.load gives CPU tensors. What `conversion` returns (torch_mp.report_of
+    gives its Report)."""
     if args.device == "cuda" and torch.cuda.is_available():
         raise CliError("export and aoti convert on the CPU (a saved program loads there); --device cuda on a machine "
                        "with a GPU: convert with torch_mp.export in Python, on the GPU")
     program = load_program(args.input)
     example = program_example(program, args)
     return conversion(program, example.args, example_kwarg_inputs=example.kwargs or None,
-                   calibration_inputs=calibration(args, keywords=bool(example.kwargs)), return_report=True,
+                   calibration_inputs=calibration(args, keywords=bool(example.kwargs)),
                    options=conversion_options(args, program), **arguments)
 
 
 def export(args: argparse.Namespace) -> int:
     check_output_paths(args)
-    converted, report = convert_program(args)
+    converted = convert_program(args)
     torch.export.save(converted, args.output)
-    finish(args, report)
+    finish(args, torch_mp.report_of(converted))
     print(f"saved {args.output}")
     return 0
 
@@ -409,7 +413,7 @@ def aoti(args: argparse.Namespace) -> int:
     if not args.output.endswith(".pt2"):
         raise CliError(f"-o {args.output} must end in .pt2: an AOTInductor package's name ends in .pt2")
     check_output_paths(args)
-    _, report = convert_program(args, torch_mp.aoti_compile, package_path=args.output)
+    report = torch_mp.report_of(convert_program(args, torch_mp.aoti_compile, package_path=args.output))
     finish(args, report)
     print(f"compiled in {report.data['aoti_seconds']:.1f} s; saved {args.output} (loads with "
           "torch._inductor.aoti_load_package, or torch::inductor::AOTIModelPackageLoader in C++)")
@@ -434,10 +438,10 @@ def onnx(args: argparse.Namespace) -> int:
         policy = policy.exclude(*args.exclude)
     options = torch_mp.ConversionOptions(dtype=dtype, policy=policy, tolerance=args.tolerance,
                                          keep_io_dtypes=not args.low_precision_io)
-    _, converted_report = torch_mp.onnx_export(program, example.args, args.output, opset=args.opset,
-                                               example_kwarg_inputs=example.kwargs or None,
-                                               calibration_inputs=calibration(args, keywords=bool(example.kwargs)),
-                                               return_report=True, options=options)
+    written = torch_mp.onnx_export(program, example.args, args.output, opset=args.opset,
+                                   example_kwarg_inputs=example.kwargs or None,
+                                   calibration_inputs=calibration(args, keywords=bool(example.kwargs)), options=options)
+    converted_report = torch_mp.report_of(written)
     finish(args, converted_report)
     external = converted_report.data["onnx"]["external_data"]
     print(f"saved {args.output}" + (f" (weights in {external} beside it)" if external else ""))
@@ -446,10 +450,8 @@ def onnx(args: argparse.Namespace) -> int:
 
 def report(args: argparse.Namespace) -> int:
     check_output_paths(args)
-    try:
-        stored = torch_mp.report_of(args.model)
-    except (FileNotFoundError, ValueError) as error:
-        raise CliError(str(error))
+    model = load_torchscript(args.model)
+    stored = torch_mp.report_of(args.model)
     if stored is not None:
         if args.svg:
             require_graphviz()
@@ -460,7 +462,6 @@ def report(args: argparse.Namespace) -> int:
     if args.svg:
         raise CliError(f"{args.model} holds no report (it was not saved by `python -m torch_mp convert`); "
                        "--svg needs one: convert it with the CLI, or use torch_mp.visualize with the Report")
-    model = load_torchscript(args.model)
     casts = model.graph.findAllNodes("aten::to")
     dtypes = {}
     for node in model.graph.findAllNodes("prim::Constant"):

@@ -70,7 +70,8 @@ def block(tmp_path_factory):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     x = torch.randn(4, 16)
     path = tmp_path_factory.mktemp("onnx") / "block.onnx"
-    written, report = torch_mp.onnx_export(model, (x,), path, torch.float16, return_report=True)
+    written = torch_mp.onnx_export(model, (x,), path, torch.float16)
+    report = torch_mp.report_of(written)
     return model, before, x, written, report
 
 
@@ -265,8 +266,8 @@ def test_external_data_above_the_threshold(tmp_path):
     model = Block().eval()
     x = torch.randn(4, 16)
     weights = sum(p.numel() for name, p in model.named_parameters() if not name.startswith("norm")) * 2 + 64 * 4
-    path, report = torch_mp.onnx_export(model, (x,), tmp_path / "external.onnx", external_data_threshold=weights - 1,
-                                        return_report=True)
+    path = torch_mp.onnx_export(model, (x,), tmp_path / "external.onnx", external_data_threshold=weights - 1)
+    report = torch_mp.report_of(path)
     data = tmp_path / "external.onnx.data"
     assert report.data["onnx"]["external_data"] == "external.onnx.data" and data.exists()
     stored = onnx.load(path, load_external_data=False)
@@ -282,8 +283,8 @@ def test_external_data_above_the_threshold(tmp_path):
 
 def test_bf16_is_typed_and_onnxruntime_cpu_has_no_kernels(tmp_path):
     model = Block().eval()
-    path, report = torch_mp.onnx_export(model, (torch.randn(4, 16),), tmp_path / "bf16.onnx", torch.bfloat16,
-                                        return_report=True)
+    path = torch_mp.onnx_export(model, (torch.randn(4, 16),), tmp_path / "bf16.onnx", torch.bfloat16)
+    report = torch_mp.report_of(path)
     stored = onnx.load(path)
     assert initializer_types(stored) == {"a.weight": BF16, "a.bias": BF16, "norm.weight": FP32, "norm.bias": FP32,
                                          "b.weight": BF16, "b.bias": BF16}

@@ -35,7 +35,8 @@ def test_onnx_zoo_model_against_fp32(name, tmp_path):
     entry = ZOO[name]
     model = build_model(entry)
     example = entry.inputs()
-    path, report = torch_mp.onnx_export(model, example, tmp_path / "model.onnx", return_report=True)
+    path = torch_mp.onnx_export(model, example, tmp_path / "model.onnx")
+    report = torch_mp.report_of(path)
     written = onnx.load(path)
     assert torch_mp.onnx_typing_problems(written) == []
     assert {v.type.tensor_type.elem_type for v in written.graph.output} == {onnx.TensorProto.FLOAT}

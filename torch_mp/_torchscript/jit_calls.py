@@ -86,8 +86,12 @@ def load_file(path, map_location=None, extra_files=None) -> torch.jit.ScriptModu
 
 
 def save(module: torch.jit.ScriptModule, path, report=None) -> None:
-    """torch.jit.save(module, path) through jit_call, the Report stored inside the file as REPORT_FILE (torch.jit.load
-    ignores it; torch_mp.report_of and `python -m torch_mp report` read it)."""
+    """torch.jit.save(module, path) without torch's deprecation warning (jit_call), with `report` (default: the one
+    the module carries, torch_mp.report_of(module)) stored inside the file as REPORT_FILE: torch.jit.load ignores it;
+    torch_mp.report_of(path) and `python -m torch_mp report` read it."""
+    from ..report import report_of  # here: report.py imports this module
+
+    report = report if report is not None else report_of(module)
     extra = {REPORT_FILE: report.to_json(indent=None)} if report is not None else {}
     jit_call(torch.jit.save, module, path, _extra_files=extra)
 
