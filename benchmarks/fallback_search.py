@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests", "python"))  # the tests' models and the plain bisection
 
 import torch_mp  # noqa: E402
-from torch_mp._convert import Conversion  # noqa: E402
+from torch_mp._torchscript.conversion import Conversion  # noqa: E402
 from bisection import bisect_fallback  # noqa: E402
 from torch_mp.fallback import search_fallback  # noqa: E402
 from torch_mp.models import resnet50_ibn_a  # noqa: E402

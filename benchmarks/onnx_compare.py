@@ -33,7 +33,7 @@ import onnxruntime  # noqa: E402
 import torch  # noqa: E402
 
 import torch_mp  # noqa: E402
-from torch_mp import onnx_front  # noqa: E402
+from torch_mp._export import onnx_writer  # noqa: E402
 from registry import build_model, load_zoo  # noqa: E402
 from agreement import compare, flatten_tensors  # noqa: E402
 
@@ -60,13 +60,13 @@ print(json.dumps({"seconds": seconds}))
 
 def stats(path, fp32_bytes):
     model = onnx.load(path)
-    _, types = onnx_front._element_types(model)
+    _, types = onnx_writer._element_types(model)
     heavy = [n for n in model.graph.node if n.op_type in HEAVY]
     low = [n for n in heavy if types.get(n.input[0]) == onnx.TensorProto.FLOAT16]
     io = sorted({onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type)
                  for v in list(model.graph.input) + list(model.graph.output)})
-    return {"casts": onnx_front.cast_count(model),
-            "initializer_ratio": sum(onnx_front.initializer_bytes(model).values()) / fp32_bytes,
+    return {"casts": onnx_writer.cast_count(model),
+            "initializer_ratio": sum(onnx_writer.initializer_bytes(model).values()) / fp32_bytes,
             "heavy_fp16": f"{len(low)}/{len(heavy)}", "heavy_fp16_share": len(low) / max(len(heavy), 1),
             "io": io, "typing_problems": len(torch_mp.onnx_typing_problems(model))}
 
@@ -108,7 +108,7 @@ def run_model(name, entry, folder, modelopt_python):
         torch.onnx.export(program, (), fp32_path, dynamo=True, opset_version=20, optimize=True,
                           external_data=False)
     row["fp32_export_seconds"] = time.perf_counter() - start
-    fp32_bytes = sum(onnx_front.initializer_bytes(onnx.load(fp32_path)).values())
+    fp32_bytes = sum(onnx_writer.initializer_bytes(onnx.load(fp32_path)).values())
     row["fp32"] = {**stats(fp32_path, fp32_bytes), **accuracy(fp32_path, model, batches)}
     variants = {}
     ours = os.path.join(folder, "torch_mp.onnx")

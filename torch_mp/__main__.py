@@ -28,19 +28,15 @@ import shutil
 import sys
 import time
 import zipfile
+from typing import Any, Dict, NamedTuple, Tuple
 
 import torch
 
 import torch_mp
-from torch_mp._export.ir import _scope as scope_of
-from torch_mp._inputs import CallInputs
-from torch_mp._torchscript import jit_call, load_file
-from torch_mp._export.package import check_package_path, write_package
 from torch_mp.models import resnet50_ibn_a
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "int8": torch.int8}
 FLOAT_DTYPES = {name: dtype for name, dtype in DTYPES.items() if dtype != torch.int8}
-REPORT_FILE = "torch_mp_report.json"  # stored beside the model in the saved file; torch.jit.load ignores it
 CASTS_HELP = "also list every inserted cast with the bytes it moves per inference"
 
 
@@ -56,7 +52,8 @@ def demo(args: argparse.Namespace) -> int:
         return demo_int8(model, x)
     dtype = DTYPES[args.dtype]
     start = time.perf_counter()
-    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    converted = torch_mp.convert(model, (x,), dtype)
+    report = torch_mp.report_of(converted)
     elapsed = time.perf_counter() - start
     print_report(report, args.casts)
     with torch.no_grad():
@@ -82,7 +79,8 @@ def demo_int8(model: torch.nn.Module, x: torch.Tensor) -> int:
 
     calibration = [(torch.randn_like(x),) for _ in range(4)]
     start = time.perf_counter()
-    program, report = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration, return_report=True)
+    program = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration)
+    report = torch_mp.report_of(program)
     elapsed = time.perf_counter() - start
     print_report(report, False)
     with torch.no_grad(), inductor_config.patch(freezing=True):
@@ -112,9 +110,11 @@ def print_report(report: torch_mp.Report, casts: bool) -> None:
         print("\n" + report.cast_table())
 
 
-def load_torchscript(path: str, extra_files=None, device: torch.device = torch.device("cpu")) -> torch.jit.ScriptModule:
+def load_torchscript(path: str, device: torch.device = torch.device("cpu")) -> torch.jit.ScriptModule:
+    if os.path.isfile(path) and not is_torchscript_file(path) and zipfile.is_zipfile(path):
+        raise CliError(f"{path} is not a loadable TorchScript file (a zip archive, but not one torch.jit.save wrote)")
     try:
-        return load_file(path, map_location=device, extra_files=extra_files)
+        return torch_mp.load(path, device, cuda_graphs=False)
     except (FileNotFoundError, ValueError) as error:
         raise CliError(str(error))
 
@@ -205,20 +205,10 @@ def write_svg(report, path: str) -> None:
     print(f"wrote {path}")
 
 
-def module_paths(model) -> list:
-    """The module paths --exclude globs match, as far as they are known before converting: a scripted module's
-    submodules, the module stack an exported program records; empty for a frozen module (it has none left)."""
-    if isinstance(model, torch.export.ExportedProgram):
-        return sorted({scope_of(node) for node in model.graph.nodes if node.op == "call_function"} - {""})
-    return sorted(name for name, _ in model.named_modules() if name)
-
-
-def report_scopes(report: torch_mp.Report) -> list:
-    return [node["scope"] for node in report.nodes if node.get("scope")]
-
-
 def check_exclusions(patterns, scopes) -> None:
-    """A glob that matches no module of the model is a typo: refuse it rather than silently exclude nothing."""
+    """A glob that matches no module of the model is a typo: refuse it before converting rather than silently exclude
+    nothing (the conversion refuses one that matches no node, which is all it can say of a frozen module, whose
+    module paths are known from its nodes only: torch_mp.module_paths gives none)."""
     scopes = sorted(set(scopes))
     for pattern in patterns:
         only_this = torch_mp.OpPolicy().exclude(pattern)
@@ -273,7 +263,7 @@ def conversion_options(args: argparse.Namespace, model) -> torch_mp.ConversionOp
     if device.type != run_device(args).type or args.exclude:  # planned for a GPU this machine lacks, or excluding
         policy = torch_mp.OpPolicy.default(torch_mp.target_for(device, dtype))
     if args.exclude:
-        paths = module_paths(model)
+        paths = torch_mp.module_paths(model)
         if paths:
             check_exclusions(args.exclude, paths)
         policy = policy.exclude(*args.exclude)
@@ -309,10 +299,10 @@ def convert(args: argparse.Namespace) -> int:
         require_graphviz()
     model.eval()
     options = conversion_options(args, model)
-    converted, report = torch_mp.convert(model, example, calibration_inputs=calibration(args), return_report=True,
-                                         options=options, kernels=args.kernels)
-    check_exclusions(args.exclude or [], report_scopes(report))
-    jit_call(torch.jit.save, converted, args.output, _extra_files={REPORT_FILE: report.to_json(indent=None)})
+    converted = torch_mp.convert(model, example, calibration_inputs=calibration(args), options=options,
+                                 kernels=args.kernels)
+    report = torch_mp.report_of(converted)
+    torch_mp.save(converted, args.output)
     finish(args, report)
     print(f"saved {args.output}")
     if args.svg:
@@ -373,51 +363,57 @@ def load_program(path: str) -> torch.export.ExportedProgram:
                            f"format): {first}")
 
 
-def program_example(program: torch.export.ExportedProgram, args: argparse.Namespace) -> CallInputs:
+class ProgramInputs(NamedTuple):
+    """One call of a program: its positional and keyword inputs."""
+    args: Tuple[Any, ...]
+    kwargs: Dict[str, Any]
+
+
+def program_example(program: torch.export.ExportedProgram, args: argparse.Namespace) -> ProgramInputs:
     """A program's example inputs, positional and keyword: those saved in it, unless --inputs or --input-shape give
     others (an --inputs file may hold a dict of keyword inputs, or an (args, kwargs) pair)."""
     if args.inputs:
         example = load_inputs(args.inputs, "--inputs")
         if isinstance(example, dict):
-            return CallInputs((), example)
+            return ProgramInputs((), example)
         if isinstance(example, tuple) and len(example) == 2 and isinstance(example[0], tuple) \
                 and isinstance(example[1], dict):
-            return CallInputs(*example)
-        return CallInputs(example if isinstance(example, tuple) else (example,), {})
+            return ProgramInputs(*example)
+        return ProgramInputs(example if isinstance(example, tuple) else (example,), {})
     if args.input_shape or program.example_inputs is None:
-        return CallInputs(example_inputs(args), {})
+        return ProgramInputs(example_inputs(args), {})
     saved_args, saved_kwargs = program.example_inputs
-    return CallInputs(saved_args, saved_kwargs)
+    return ProgramInputs(saved_args, saved_kwargs)
 
 
-def convert_program(args: argparse.Namespace):
-    """export and aoti: the saved program converted (on the CPU: torch.export.load gives CPU tensors)."""
+def convert_program(args: argparse.Namespace, conversion=torch_mp.export, **arguments):
+    """export and aoti: the saved program converted by `conversion` (torch_mp.export, or aoti_compile with its
+    `arguments`), on the CPU: torch.export.load gives CPU tensors. What `conversion` returns (torch_mp.report_of
+    gives its Report)."""
     if args.device == "cuda" and torch.cuda.is_available():
         raise CliError("export and aoti convert on the CPU (a saved program loads there); --device cuda on a machine "
                        "with a GPU: convert with torch_mp.export in Python, on the GPU")
     program = load_program(args.input)
     example = program_example(program, args)
-    converted, report = torch_mp.export(program, example.args, example_kwarg_inputs=example.kwargs or None,
-                                        calibration_inputs=calibration(args, keywords=bool(example.kwargs)),
-                                        return_report=True, options=conversion_options(args, program))
-    check_exclusions(args.exclude or [], report_scopes(report))
-    return converted, report
+    return conversion(program, example.args, example_kwarg_inputs=example.kwargs or None,
+                   calibration_inputs=calibration(args, keywords=bool(example.kwargs)),
+                   options=conversion_options(args, program), **arguments)
 
 
 def export(args: argparse.Namespace) -> int:
     check_output_paths(args)
-    converted, report = convert_program(args)
+    converted = convert_program(args)
     torch.export.save(converted, args.output)
-    finish(args, report)
+    finish(args, torch_mp.report_of(converted))
     print(f"saved {args.output}")
     return 0
 
 
 def aoti(args: argparse.Namespace) -> int:
-    check_package_path(args.output)
+    if not args.output.endswith(".pt2"):
+        raise CliError(f"-o {args.output} must end in .pt2: an AOTInductor package's name ends in .pt2")
     check_output_paths(args)
-    converted, report = convert_program(args)
-    write_package(converted, args.output, report)
+    report = torch_mp.report_of(convert_program(args, torch_mp.aoti_compile, package_path=args.output))
     finish(args, report)
     print(f"compiled in {report.data['aoti_seconds']:.1f} s; saved {args.output} (loads with "
           "torch._inductor.aoti_load_package, or torch::inductor::AOTIModelPackageLoader in C++)")
@@ -426,9 +422,7 @@ def aoti(args: argparse.Namespace) -> int:
 
 def onnx(args: argparse.Namespace) -> int:
     """The saved program converted and written as ONNX (torch_mp.onnx_export), planned for ONNX runtimes
-    (torch_mp.onnx_front.onnx_policy) in fp16 unless --dtype says otherwise."""
-    from torch_mp.onnx_front import onnx_policy
-
+    (torch_mp.onnx_policy) in fp16 unless --dtype says otherwise."""
     if not args.output.endswith(".onnx"):
         raise CliError(f"-o {args.output} must end in .onnx")
     check_output_paths(args)
@@ -438,16 +432,16 @@ def onnx(args: argparse.Namespace) -> int:
     program = load_program(args.input)
     example = program_example(program, args)
     dtype = DTYPES[args.dtype] if args.dtype else torch.float16
-    policy = onnx_policy(dtype)
+    policy = torch_mp.onnx_policy(dtype)
     if args.exclude:
-        check_exclusions(args.exclude, module_paths(program))
+        check_exclusions(args.exclude, torch_mp.module_paths(program))
         policy = policy.exclude(*args.exclude)
     options = torch_mp.ConversionOptions(dtype=dtype, policy=policy, tolerance=args.tolerance,
                                          keep_io_dtypes=not args.low_precision_io)
-    _, converted_report = torch_mp.onnx_export(program, example.args, args.output, opset=args.opset,
-                                               example_kwarg_inputs=example.kwargs or None,
-                                               calibration_inputs=calibration(args, keywords=bool(example.kwargs)),
-                                               return_report=True, options=options)
+    written = torch_mp.onnx_export(program, example.args, args.output, opset=args.opset,
+                                   example_kwarg_inputs=example.kwargs or None,
+                                   calibration_inputs=calibration(args, keywords=bool(example.kwargs)), options=options)
+    converted_report = torch_mp.report_of(written)
     finish(args, converted_report)
     external = converted_report.data["onnx"]["external_data"]
     print(f"saved {args.output}" + (f" (weights in {external} beside it)" if external else ""))
@@ -456,10 +450,9 @@ def onnx(args: argparse.Namespace) -> int:
 
 def report(args: argparse.Namespace) -> int:
     check_output_paths(args)
-    extra = {REPORT_FILE: ""}
-    model = load_torchscript(args.model, extra)
-    if extra[REPORT_FILE]:
-        stored = torch_mp.Report.from_json(extra[REPORT_FILE])
+    model = load_torchscript(args.model)
+    stored = torch_mp.report_of(args.model)
+    if stored is not None:
         if args.svg:
             require_graphviz()
         print_report(stored, args.casts)

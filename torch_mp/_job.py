@@ -1,8 +1,9 @@
 """The job interface and the one conversion both fronts make of a job. ConversionJob is what the accuracy fallback
 (fallback.py) and the repair of non-finite outputs (finite_outputs.py) ask of a conversion, on either front:
-`_convert.Conversion` (TorchScript; nodes named by integer ids) and `_export.conversion.ProgramConversion`
-(torch.export; nodes named by FX node names) provide it. run_job is what both fronts do with one: run it, or search the
-accuracy fallback; repair non-finite outputs; check the policy's rules once."""
+`_torchscript.conversion.Conversion` (TorchScript; nodes named by integer ids) and
+`_export.conversion.ProgramConversion` (torch.export; nodes named by FX node names) provide it. run_job is what both
+fronts do with one: run it, or search the accuracy fallback; repair non-finite outputs; check the policy's rules
+once."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Protocol, Sequence, Set, Tuple

@@ -26,7 +26,7 @@ from typing import Optional, Union
 
 import torch
 
-from ._torchscript import load_file
+from ._torchscript.jit_calls import load_file
 from .cuda_graphs import CudaGraphModule
 
 DEFAULT_MAX_SIGNATURES = 8

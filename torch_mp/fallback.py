@@ -1,8 +1,7 @@
 """Accuracy-driven fallback: the fewest nodes to move up in precision so the converted model meets a tolerance.
 
-    mp, report = torch_mp.convert(model, (x,), torch.float16, calibration_inputs=batches, tolerance=1e-3,
-                                  return_report=True)
-    report.data["fallback"]     # what was moved (kept_fp32, kept_float), the errors before and after, conversions
+    mp = torch_mp.convert(model, (x,), torch.float16, calibration_inputs=batches, tolerance=1e-3)
+    torch_mp.report_of(mp).data["fallback"]  # what was moved (kept_fp32, kept_float), the errors, conversions
 
 Search (`search_fallback`):
 1. Convert; if the error on every calibration input is within tolerance, done.

@@ -414,3 +414,14 @@ def check_rules_match(policy: OpPolicy, nodes: Sequence[Dict[str, Any]]) -> None
 def _check_op(op: str) -> None:
     if not isinstance(op, str) or "::" not in op:
         raise ValueError(f"op names are qualified, like 'aten::conv2d'; got {op!r}")
+
+
+def module_paths(model: Any) -> List[str]:
+    """The module paths that a policy's rules (exclude, force_low) match in `model`, sorted: an nn.Module's or a
+    ScriptModule's named_modules() names, the modules an ExportedProgram's nodes record having run in; empty for a
+    frozen module (freezing drops its submodules: its report's nodes name them)."""
+    if isinstance(model, torch.export.ExportedProgram):
+        from ._export.ir import _scope  # here: the export front imports this module
+
+        return sorted({_scope(node) for node in model.graph.nodes if node.op == "call_function"} - {""})
+    return sorted(name for name, _ in model.named_modules() if name)

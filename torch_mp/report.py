@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import warnings
+import zipfile
 from collections import Counter
 from typing import Any, Dict, Optional, Union
 
 import torch
 
 from . import _C
+from ._torchscript.jit_calls import REPORT_FILE, user_stacklevel
 
 
 USER_RULE_KINDS = ("exclusion", "callable", "fallback", "range guard")
@@ -43,6 +47,10 @@ class Report:
     @classmethod
     def from_json(cls, text: str) -> "Report":
         return cls(json.loads(text))
+
+    def __reduce__(self):
+        # copied and pickled as its data (the C++ report is neither): a program carrying it deep-copies
+        return Report, (self.data,)
 
     @property
     def data(self) -> Dict[str, Any]:
@@ -208,3 +216,74 @@ class Report:
 
     def __repr__(self) -> str:
         return f"<torch_mp.Report {self.summary().splitlines()[0]}>"
+
+
+# Where a conversion's result carries its Report: a ScriptModule's Python attribute, an ExportedProgram's
+# graph_module.meta entry, an ONNX file's metadata_props entry; a zip that torch_mp wrote (torch_mp.save's TorchScript
+# file, aoti_compile's package) holds it as the file <archive>/extra/REPORT_FILE, where torch.jit.save puts extra files.
+_ATTRIBUTE = "_torch_mp_report"
+REPORT_KEY = "torch_mp_report"
+
+
+def report_of(result: Any) -> Optional[Report]:
+    """The Report of what a torch_mp conversion returned, or None where it carries none.
+
+        mp = torch_mp.convert(model, (x,), torch.float16)
+        print(torch_mp.report_of(mp))
+
+    `result` is one of:
+      - the ScriptModule of torch_mp.convert or PreparedModel.convert (not its copy.deepcopy, nor what
+        torch.jit.load reads back: save it with torch_mp.save, and ask report_of the path);
+      - the ExportedProgram of torch_mp.export (copy.deepcopy keeps the report; torch.export.save does not:
+        write report_of(program).to_json() beside the file);
+      - a path: a file torch_mp.save or `python -m torch_mp convert` wrote, a package of torch_mp.aoti_compile, an
+        .onnx file of torch_mp.onnx_export.
+    FileNotFoundError for a missing file, ValueError for a file that is none of those, TypeError for anything else.
+    """
+    if isinstance(result, torch.jit.ScriptModule):
+        return getattr(result, _ATTRIBUTE, None)
+    if isinstance(result, torch.export.ExportedProgram):
+        return result.graph_module.meta.get(REPORT_KEY)
+    if isinstance(result, (str, os.PathLike)):
+        return _stored_report(os.fspath(result))
+    raise TypeError(f"torch_mp.report_of takes what a conversion returned (a ScriptModule, an ExportedProgram, or the "
+                    f"path of a file torch_mp wrote), got {type(result).__name__}")
+
+
+def carrying_report(result: Any, report: Report) -> Any:
+    """`result` (a converted ScriptModule or ExportedProgram) carrying `report`, for report_of."""
+    if isinstance(result, torch.export.ExportedProgram):
+        result.graph_module.meta[REPORT_KEY] = report
+    else:
+        setattr(result, _ATTRIBUTE, report)
+    return result
+
+
+def returned(result: Any, return_report: bool, api: str) -> Any:
+    """What a conversion returns: `result` (carrying its report), or where the caller still asks return_report=True,
+    the (result, report) pair, with a FutureWarning that names report_of."""
+    if not return_report:
+        return result
+    warnings.warn(f"{api}(..., return_report=True) is deprecated: {api} returns what it converted, and "
+                  "torch_mp.report_of(that) gives its Report", FutureWarning, stacklevel=user_stacklevel())
+    return result, report_of(result)
+
+
+def _stored_report(path: str) -> Optional[Report]:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} does not exist")
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            stored = [name for name in archive.namelist() if name.endswith(f"/extra/{REPORT_FILE}")]
+            return Report.from_json(archive.read(stored[0]).decode("utf-8")) if stored else None
+    if path.endswith(".onnx"):
+        import onnx  # here: only ONNX files need it
+
+        try:
+            model = onnx.load(path, load_external_data=False)
+        except Exception as error:  # noqa: BLE001 - any parse failure means the file is not usable
+            raise ValueError(f"{path} is not a readable ONNX file: {error}") from error
+        stored = [entry.value for entry in model.metadata_props if entry.key == REPORT_KEY]
+        return Report.from_json(stored[0]) if stored else None
+    raise ValueError(f"{path} is none of the files torch_mp writes (a TorchScript file, an AOTInductor package, an "
+                     ".onnx file)")

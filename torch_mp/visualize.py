@@ -1,7 +1,8 @@
 """The picture of a conversion: the converted graph coloured by precision, with its casts, drawn from the report alone
 (its `graph`: every node by id, what it reads, the casts between) with the `graphviz` package.
 
-    mp, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    mp = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(mp)
     torch_mp.visualize.render_svg(report, "graph.svg")      # needs Graphviz's `dot` (apt-get install graphviz)
     dot_source = torch_mp.visualize.to_dot(report)           # plain text, no Graphviz program needed
 

@@ -234,8 +234,8 @@ def check_fronts_agree(source: str, dtype: torch.dtype, seed: int = 0) -> None:
     torch.manual_seed(seed)
     model = build_module(source)
     inputs = (_inputs(), torch.randint(0, 3, (BATCH,)))
-    convert = torch_mp.convert(model, inputs, dtype, return_report=True)[1]
-    export = torch_mp.export(model, inputs, dtype, return_report=True)[1]
+    convert = torch_mp.report_of(torch_mp.convert(model, inputs, dtype))
+    export = torch_mp.report_of(torch_mp.export(model, inputs, dtype))
     found = differences(convert, export)
     assert not found, "the fronts decided differently:\n" + "\n".join(found)
 

@@ -52,7 +52,8 @@ def test_accuracy_against_fp32(name, dtype):
     case = CASES[name]
     model = case.build().eval()
     inputs = case.inputs()
-    converted, report = torch_mp.convert(model, inputs, dtype, return_report=True)
+    converted = torch_mp.convert(model, inputs, dtype)
+    report = torch_mp.report_of(converted)
     fresh = tuple(torch.randn_like(x) if x.is_floating_point() else x for x in inputs)
     with torch.no_grad():
         reference = flatten_tensors(model(*fresh))
@@ -85,7 +86,7 @@ def test_control_flow_integer_output_agrees(dtype):
 def test_resnet_ibn_structure():
     """The IBN model really mixes instance and batch norm, which stay fp32 while the convolutions go low."""
     model = ResNetIBN(layers=(1, 1, 1, 1), num_classes=10, width=16).eval()
-    _, report = torch_mp.convert(model, (torch.randn(2, 3, 32, 32),), F16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, (torch.randn(2, 3, 32, 32),), F16))
     fp32 = report.fp32_ops()
     assert fp32["aten::instance_norm"] >= 3 and fp32["aten::batch_norm"] >= 3 and fp32["aten::softmax"] == 1
     assert report.low_precision_ops()["aten::conv2d"] == 17  # 4 blocks x 3, 4 downsamples, the stem

@@ -31,9 +31,10 @@ def packages(tmp_path_factory):
         path = str(folder / f"round_trip_{emulate}.pt2")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            paths[emulate], reports[emulate] = torch_mp.aoti_compile(
-                RoundTrip().eval(), (x,), torch.float16, path, policy=policy, return_report=True,
+            paths[emulate] = torch_mp.aoti_compile(
+                RoundTrip().eval(), (x,), torch.float16, path, policy=policy,
                 inductor_configs={"emulate_precision_casts": emulate})
+            reports[emulate] = torch_mp.report_of(paths[emulate])
         warned[emulate] = [str(w.message) for w in caught if "round trip" in str(w.message)]
     program = torch_mp.export(RoundTrip().eval(), (x,), torch.float16, policy=policy)
     return x, program, paths, reports, warned
@@ -69,8 +70,9 @@ def dynamic_package(tmp_path_factory):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
     batch = torch.export.Dim("batch", min=1, max=64)
-    path, report = torch_mp.aoti_compile(model, (torch.randn(8, 8),), package_path=str(tmp_path_factory.mktemp(
-        "aoti") / "dynamic.pt2"), dynamic_shapes=({0: batch},), return_report=True)
+    path = torch_mp.aoti_compile(model, (torch.randn(8, 8),), package_path=str(tmp_path_factory.mktemp(
+        "aoti") / "dynamic.pt2"), dynamic_shapes=({0: batch},))
+    report = torch_mp.report_of(path)
     return model, torch._inductor.aoti_load_package(path), report
 
 

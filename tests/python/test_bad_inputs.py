@@ -27,7 +27,8 @@ def test_parameters_requiring_grad_give_a_model_without_autograd():
 def test_already_fp16_model_is_left_as_it_is():
     model = ConvBnNet().eval().half()
     x = torch.randn(2, 3, 16, 16).half()
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     assert report.casts == [] and report.fp32_ops() == {}  # reported as what they run in: fp16, left as it is
     assert {n["rule_kind"] for n in report.nodes} == {"not fp32"} and report.low_precision_flop_fraction == 1.0
     out = converted(x)
@@ -47,7 +48,8 @@ def test_partly_fp16_model_keeps_its_fp16_part_and_converts_the_rest():
 
     model = Partly().eval()
     x = torch.randn(4, 8)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     assert report.low_precision_ops()["aten::linear"] == 2  # the fp32 linear, converted; the fp16 one, as it was
     assert all(t.dtype == torch.float16 for t in constants_of(converted))
     out = converted(x)
@@ -58,7 +60,8 @@ def test_partly_fp16_model_keeps_its_fp16_part_and_converts_the_rest():
 def test_double_model_is_left_in_double():
     model = ConvBnNet().eval().double()
     x = torch.randn(2, 3, 16, 16, dtype=torch.float64)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     assert report.casts == [] and report.low_precision_ops() == {}
     assert all(t.dtype == torch.float64 for t in constants_of(converted))
     torch.testing.assert_close(converted(x), model(x), rtol=1e-12, atol=1e-12)
@@ -78,7 +81,8 @@ def test_attention_mask_beyond_fp16_range_keeps_its_meaning():
     model = MaskedScores(-1e9).eval()
     x, mask = torch.randn(2, 5, 16), torch.rand(2, 5, 5) > 0.5
     mask[..., 0] = False  # every row keeps one unmasked entry
-    converted, report = torch_mp.convert(model, (x, mask), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x, mask), torch.float16)
+    report = torch_mp.report_of(converted)
     guarded = {n["op"]: n for n in report.nodes if n["rule_kind"] == "range guard"}
     # the fill writes -1e9 (beyond fp16's range) and the softmax reads it: both keep fp32
     assert set(guarded) == {"aten::masked_fill", "aten::softmax"}
@@ -103,13 +107,14 @@ def test_weight_beyond_fp16_range_keeps_its_layer_in_fp32():
 
     model = Big().eval()
     x = torch.randn(3, 4)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     precision = {n["output"]: n["precision"] for n in report.nodes if n["op"] == "aten::linear"}
     assert sorted(precision.values()) == ["fp32", "low"]
     assert torch.isfinite(converted(x)).all()
     torch.testing.assert_close(converted(x), model(x), rtol=5e-3, atol=1e-2)  # fp16 rounding of `small`, x1e5
     # bf16 has fp32's range: no guard needed
-    _, bf16 = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    bf16 = torch_mp.report_of(torch_mp.convert(model, (x,), torch.bfloat16))
     assert not any(n["rule_kind"] == "range guard" for n in bf16.nodes)
 
 
@@ -127,7 +132,8 @@ def test_empty_graph():
         def forward(self, x):
             return x
 
-    converted, report = torch_mp.convert(Identity().eval(), (torch.randn(3),), torch.float16, return_report=True)
+    converted = torch_mp.convert(Identity().eval(), (torch.randn(3),), torch.float16)
+    report = torch_mp.report_of(converted)
     assert report.casts == [] and report.nodes == []
     x = torch.randn(3)
     assert converted(x) is x or torch.equal(converted(x), x)

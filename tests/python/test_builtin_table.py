@@ -40,7 +40,7 @@ def test_convert_forgets_entries_left_dead_after_torch_mp_loaded():
                 if name == "quantized_decomposed::quantize_per_tensor" and key != id(packet._op)]
         assert dead, "the refresh left no second entry: this test no longer reproduces torch's behaviour"
         x = torch.randn(2, 3, 16, 16)
-        _, report = torch_mp.convert(ConvBnNet().eval(), (x,), torch.float16, return_report=True)
+        report = torch_mp.report_of(torch_mp.convert(ConvBnNet().eval(), (x,), torch.float16))
         assert report.data["capture"] == "script"
         entries = _quantized_decomposed_entries()
         assert entries == _live(entries)

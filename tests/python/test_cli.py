@@ -374,3 +374,22 @@ def test_inputs_the_model_cannot_run_exit_1_and_a_wrong_number_of_inputs_exits_2
         assert status == 1 and err.count("error:") == 1 and "on the example inputs failed" in err, err
         status, _, err = run_main(capsys, command, model, "-o", tmp_path / out, "--inputs", two)
         assert status == 2 and "takes 1 inputs but example_inputs has 2" in err, err
+
+
+def test_the_command_line_calls_only_public_api():
+    # the CLI is a user of torch_mp like any other: every torch_mp name it imports or reads is public
+    import ast
+
+    tree = ast.parse(open(__main__.__file__).read())
+    private = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch_mp"):
+            private += [f"{node.module}.{alias.name}" for alias in node.names
+                        if alias.name.startswith("_") or any(part.startswith("_") for part in node.module.split("."))]
+        elif isinstance(node, ast.Import):
+            private += [alias.name for alias in node.names
+                        if alias.name.startswith("torch_mp") and any(p.startswith("_") for p in alias.name.split("."))]
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch_mp" \
+                and node.attr.startswith("_"):
+            private.append(f"torch_mp.{node.attr}")
+    assert private == []

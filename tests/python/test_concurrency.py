@@ -19,7 +19,8 @@ def build_models():
 
 def convert(job):
     (model, inputs), dtype = job
-    converted, report = torch_mp.convert(model, inputs, dtype, return_report=True)
+    converted = torch_mp.convert(model, inputs, dtype)
+    report = torch_mp.report_of(converted)
     return converted, report
 
 

@@ -49,7 +49,8 @@ def precisions(report, op):
 
 
 def convert(model, inputs, policy=None, **kwargs):
-    return torch_mp.convert(model, inputs, torch.float16, policy=policy, return_report=True, **kwargs)
+    converted = torch_mp.convert(model, inputs, torch.float16, policy=policy, **kwargs)
+    return converted, torch_mp.report_of(converted)
 
 
 @pytest.fixture
@@ -306,9 +307,11 @@ def test_force_low_overrides_the_range_guard_and_says_so(front):
     def heavy_nodes(policy):
         """The heavy node of `fc` and of `head`, and the converted model."""
         if front == "convert":
-            converted, report = torch_mp.convert(model, x, torch.float16, policy=policy, return_report=True)
+            converted = torch_mp.convert(model, x, torch.float16, policy=policy)
+            report = torch_mp.report_of(converted)
         else:
-            program, report = torch_mp.export(model, (x,), torch.float16, policy=policy, return_report=True)
+            program = torch_mp.export(model, (x,), torch.float16, policy=policy)
+            report = torch_mp.report_of(program)
             converted = program.module()
         [fc] = [n for n in report.nodes if n["scope"] == "fc" and n["flops"] > 0]
         [head] = [n for n in report.nodes if n["scope"] == "head" and n["flops"] > 0]

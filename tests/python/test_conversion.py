@@ -91,7 +91,8 @@ def test_mlp_has_exactly_one_cast_in_and_one_out(dtype, fuse_casts):
 @pytest.mark.parametrize("dtype", LOW)
 def test_weights_are_stored_pre_cast(dtype):
     model = Mlp().eval()
-    converted, report = torch_mp.convert(model, (torch.randn(4, 16),), dtype, return_report=True)
+    converted = torch_mp.convert(model, (torch.randn(4, 16),), dtype)
+    report = torch_mp.report_of(converted)
     constants = [n.output().toIValue() for n in converted.graph.findAllNodes("prim::Constant")]
     tensors = [c for c in constants if isinstance(c, torch.Tensor)]
     assert len(tensors) == 4 and all(t.dtype == dtype for t in tensors)
@@ -103,7 +104,8 @@ def test_fp32_only_model_gets_no_cast():
         def forward(self, x):
             return torch.log_softmax(torch.exp(x).sum(-1, keepdim=True) * x, dim=-1)
 
-    converted, report = torch_mp.convert(Fp32Only().eval(), (torch.randn(3, 5),), torch.float16, return_report=True)
+    converted = torch_mp.convert(Fp32Only().eval(), (torch.randn(3, 5),), torch.float16)
+    report = torch_mp.report_of(converted)
     assert casts_in(converted) == []
     assert all(node["precision"] == "fp32" for node in report.nodes)
 
@@ -144,7 +146,8 @@ def test_converting_a_converted_model_changes_nothing(dtype):
     model = ControlFlowNet().eval()
     x = torch.randn(4, 32)
     once = torch_mp.convert(model, (x,), dtype)
-    twice, report = torch_mp.convert(once, (x,), dtype, return_report=True)
+    twice = torch_mp.convert(once, (x,), dtype)
+    report = torch_mp.report_of(twice)
     assert canonical(twice) == canonical(once)
     # freezing folds the upcasts of weights read by the branch the example never takes into fp32 constants; the
     # second conversion stores them low again and re-inserts those upcasts, and nothing else
@@ -167,7 +170,8 @@ def test_policy_edit_keeps_linear_in_fp32():
     model = Mlp().eval()
     x = torch.randn(4, 16)
     policy = torch_mp.OpPolicy.default("cpu_fp16").set("aten::linear", "fp32", reason="test")
-    converted, report = torch_mp.convert(model, (x,), torch.float16, policy=policy, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16, policy=policy)
+    report = torch_mp.report_of(converted)
     assert casts_in(converted) == []
     assert report.data["policy"] == "cpu_fp16+edits"
     torch.testing.assert_close(converted(x), model(x), rtol=1e-6, atol=1e-6)
@@ -177,7 +181,8 @@ def test_policy_removal_makes_an_op_unknown_and_fp32():
     model = Mlp().eval()
     x = torch.randn(4, 16)
     policy = torch_mp.OpPolicy.default("cpu_fp16").remove("aten::relu")
-    converted, report = torch_mp.convert(model, (x,), torch.float16, policy=policy, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16, policy=policy)
+    report = torch_mp.report_of(converted)
     assert report.unknown_ops == ["aten::relu"]
     relu = [n for n in report.nodes if n["op"] == "aten::relu"]
     assert relu[0]["precision"] == "fp32" and relu[0]["rule_kind"] == "unknown op"
@@ -217,8 +222,8 @@ def test_policy_api():
 def test_min_cut_never_casts_more_than_greedy():
     model = ControlFlowNet().eval()
     x = torch.randn(8, 32)
-    _, greedy = torch_mp.convert(model, (x,), torch.float16, planner="greedy", return_report=True)
-    _, exact = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    greedy = torch_mp.report_of(torch_mp.convert(model, (x,), torch.float16, planner="greedy"))
+    exact = torch_mp.report_of(torch_mp.convert(model, (x,), torch.float16))
     assert exact.cast_bytes <= greedy.cast_bytes
 
 
@@ -227,7 +232,8 @@ def test_cast_placed_inside_the_branch_that_reads_it():
     the cast of its result to the If's low output, so the path taken casts only at the model's edges."""
     model = ControlFlowNet().eval()
     x = torch.randn(4, 32).abs()  # mean > 0: the then-branch runs
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     branch = converted.graph.findNode("prim::If")
     else_block = list(branch.blocks())[1]
     first = next(iter(else_block.nodes()))
@@ -250,7 +256,7 @@ def test_cast_placed_inside_the_branch_that_reads_it():
 
 def test_report_json_and_table():
     model = Mlp().eval()
-    _, report = torch_mp.convert(model, (torch.randn(4, 16),), torch.float16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, (torch.randn(4, 16),), torch.float16))
     data = json.loads(report.to_json())
     assert data["dtype"] == "float16" and data["planner"] == "min-cut"
     linear = [n for n in data["nodes"] if n["op"] == "aten::linear"]
@@ -293,7 +299,8 @@ def test_lstm_shape_checks_and_dtype_queries_cost_no_casts(dtype):
     from small_models import LSTMTagger
 
     tokens = torch.randint(0, 1000, (4, 20))
-    converted, report = torch_mp.convert(LSTMTagger().eval(), (tokens,), dtype, return_report=True)
+    converted = torch_mp.convert(LSTMTagger().eval(), (tokens,), dtype)
+    report = torch_mp.report_of(converted)
     assert converted.graph.findAllNodes("prim::dtype") == []
     low = {torch.float16: "Half", torch.bfloat16: "BFloat16"}[dtype]
     # the head's output is read by log_softmax with dtype=float32: that cast is fused
@@ -322,7 +329,8 @@ def test_nested_tensor_fast_path_runs_in_low_precision(dtype):
     padding = torch.zeros(3, 10, dtype=torch.bool)
     padding[1, 6:] = True  # padding at the end of rows: the layout the fast path takes
     padding[2, 3:] = True
-    converted, report = torch_mp.convert(model, (x, padding), dtype, return_report=True)
+    converted = torch_mp.convert(model, (x, padding), dtype)
+    report = torch_mp.report_of(converted)
     layers = [n for n in report.nodes if n["op"] == "aten::_transformer_encoder_layer_fwd" and n["flops"]]
     assert len(layers) == 2 and all(n["precision"] == "low" for n in layers)
     # on the path taken the nested tensor is cast into the first layer and out of the last, never in between
@@ -348,9 +356,9 @@ def test_summary_says_when_no_heavy_op_ran():
         def forward(self, x):
             return torch.relu(x) * 2
 
-    _, report = torch_mp.convert(Elementwise().eval(), torch.randn(4, 4), torch.float16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(Elementwise().eval(), torch.randn(4, 4), torch.float16))
     assert "no heavy op with a FLOP estimate ran" in report.summary()
-    _, report = torch_mp.convert(Mlp().eval(), torch.randn(4, 16), torch.float16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(Mlp().eval(), torch.randn(4, 16), torch.float16))
     assert "100.0% of the heavy ops' FLOPs in low precision" in report.summary()
 
 
@@ -385,7 +393,8 @@ def test_cuda_layout_passes_leave_cpu_models_alone():
     observations as data); on the CPU the converted graph has no layout copies and the same numbers either way."""
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1)).eval()
     x = torch.randn(2, 3, 16, 16)
-    converted, report = torch_mp.convert(model, (x,), torch.bfloat16, fuse_convolutions=True, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.bfloat16, fuse_convolutions=True)
+    report = torch_mp.report_of(converted)
     plain = torch_mp.convert(model, (x,), torch.bfloat16, channels_last=False, fuse_convolutions=False)
     assert report.data["channels_last_convolutions"] == 0 and report.data["fused_convolutions"] == 0
     kinds = [node.kind() for node in converted.graph.nodes()]
@@ -407,7 +416,8 @@ def test_cpu_matmul_weights_are_stored_column_major_and_stay_so_when_saved(dtype
     model = nn.Sequential(ConvOneD(64, 96), nn.GELU(), ConvOneD(96, 32)).eval()
     embedded = nn.Sequential(nn.Embedding(50, 64), model).eval()
     ids = torch.randint(0, 50, (2, 16))
-    converted, report = torch_mp.convert(embedded, (ids,), dtype, return_report=True)
+    converted = torch_mp.convert(embedded, (ids,), dtype)
+    report = torch_mp.report_of(converted)
     assert report.data["column_major_matmul_weights"] == 2
 
     def weights(module):

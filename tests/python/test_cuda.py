@@ -37,7 +37,8 @@ def test_cuda_conversion_accuracy(name, dtype):
     build, make_input = MODELS[name]
     model = build().eval().cuda()
     x = make_input().cuda()
-    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    converted = torch_mp.convert(model, (x,), dtype)
+    report = torch_mp.report_of(converted)
     assert report.data["policy"] == ("cuda_fp16" if dtype == torch.float16 else "cuda_bf16")
     fresh = torch.randn_like(x)
     with torch.no_grad():
@@ -82,7 +83,8 @@ def test_cuda_model_saves_and_loads_in_a_fresh_process(tmp_path):
 def test_cuda_low_fp32_output_matmul_is_one_bmm_dtype_kernel():
     model, x = ScoresThenNorm().eval().cuda(), torch.randn(4, 8, 32, device="cuda")
     policy = torch_mp.OpPolicy.default("cuda_fp16").set("aten::matmul", "low_fp32_output")
-    converted, report = torch_mp.convert(model, (x,), torch.float16, policy=policy, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16, policy=policy)
+    report = torch_mp.report_of(converted)
     (product,) = [n for n in converted.graph.nodes() if n.kind() in ("aten::matmul", "aten::bmm")]
     assert product.kind() == "aten::bmm" and len(list(product.inputs())) == 3  # bmm.dtype(a, b, out_dtype)
     assert product.output().type().dtype() == torch.float32

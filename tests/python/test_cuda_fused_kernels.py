@@ -327,7 +327,8 @@ def test_cuda_fused_model_is_bit_identical_to_portable(name, dtype):
     # both sides; cuDNN's choice of convolution fixed
     with torch.jit.fuser("none"), torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):
         portable = torch_mp.convert(model, (x,), dtype)
-        fused, report = torch_mp.convert(model, (x,), dtype, kernels="fused", return_report=True)
+        fused = torch_mp.convert(model, (x,), dtype, kernels="fused")
+        report = torch_mp.report_of(fused)
         calls = fused_calls(fused)
         assert calls == report.data["fused_pointwise"]
         if has_kernel("cuda"):

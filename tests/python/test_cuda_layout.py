@@ -34,8 +34,10 @@ def close(reference, result, dtype):
 def test_channels_last_and_fused_convolutions_match_plain_conversion(dtype):
     model, x = small_resnet(), torch.randn(8, 3, 64, 64, device="cuda")
     plain = torch_mp.convert(model, (x,), dtype, channels_last=False, fuse_convolutions=False)
-    nhwc, report = torch_mp.convert(model, (x,), dtype, fuse_convolutions=False, return_report=True)
-    fused, fused_report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    nhwc = torch_mp.convert(model, (x,), dtype, fuse_convolutions=False)
+    report = torch_mp.report_of(nhwc)
+    fused = torch_mp.convert(model, (x,), dtype)
+    fused_report = torch_mp.report_of(fused)
     assert report.data["channels_last_convolutions"] == sum(isinstance(m, nn.Conv2d) for m in model.modules())
     assert "aten::cudnn_convolution_add_relu" in ops_of(fused) and "aten::cudnn_convolution_relu" in ops_of(fused)
     assert fused_report.data["fused_convolutions"] > 0

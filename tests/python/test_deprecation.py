@@ -59,7 +59,7 @@ SCENARIO = textwrap.dedent(
         mine = [torch.jit.script(net), torch.jit.trace(net, (x,))]
     phases = {"user_before": shown[:]}
     shown.clear()
-    captures = [torch_mp.convert(model, (x,), torch.float16, return_report=True)[1].capture
+    captures = [torch_mp.report_of(torch_mp.convert(model, (x,), torch.float16)).capture
                 for model in [net, Unscriptable().eval(), *mine]]
     phases["convert"] = shown[:]
     shown.clear()
@@ -163,7 +163,7 @@ def test_warnings_as_errors():
             torch_mp.convert(net, (x,), torch.float16)
         except torch_mp.TorchScriptDeprecationWarning:
             print("raised")
-        print(torch_mp.convert(net, (x,), torch.float16, return_report=True)[1].capture)
+        print(torch_mp.report_of(torch_mp.convert(net, (x,), torch.float16)).capture)
         """
     )
     result = run_python("-W", "error", "-c", script, cwd=ROOT)

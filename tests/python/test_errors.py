@@ -96,7 +96,8 @@ class WeightNormed(nn.Module):
 def test_module_that_scripts_but_fails_to_run_scripted_is_traced():
     model = WeightNormed().eval()
     x = torch.randn(2, 8, 16)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     assert report.data["capture"] == "trace"
     assert report.low_precision_flop_fraction == 1.0  # the weight-normed convolution runs in fp16
     with torch.no_grad():
@@ -185,7 +186,8 @@ def test_traces_that_hold_near_the_example_are_taken_passing_the_tracer_warning_
     model = TracesRight(noise).eval()
     x = torch.randn(4, 8)
     with pytest.warns(torch_mp.TraceWarning) as caught:
-        converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+        converted = torch_mp.convert(model, (x,), torch.float16)
+        report = torch_mp.report_of(converted)
     assert report.data["capture"] == "trace"
     lines, first = inspect.getsourcelines(TracesRight.forward)
     branch = first + next(i for i, line in enumerate(lines) if "bool(" in line)
@@ -240,7 +242,8 @@ class CountsCalls(nn.Module):
 
 def test_a_scripted_capture_that_computes_otherwise_is_traced_instead():
     model, a, b = DefaultReduction().eval(), torch.randn(8, 8), torch.randn(8, 8)
-    converted, report = torch_mp.convert(model, (a, b), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (a, b), torch.float16)
+    report = torch_mp.report_of(converted)
     assert report.data["capture"] == "trace"
     with torch.no_grad():
         expected, got = model(a, b), converted(a, b)
@@ -264,7 +267,7 @@ def test_a_scripted_capture_that_computes_otherwise_and_no_trace_is_refused_nami
 def test_scripted_captures_that_agree_stay_scripted_and_leave_the_model_as_it_was(model):
     model = model.eval()
     snapshot = _snapshot(model)
-    report = torch_mp.convert(model, (torch.randn(4, 8),), torch.float16, return_report=True)[1]
+    report = torch_mp.report_of(torch_mp.convert(model, (torch.randn(4, 8),), torch.float16))
     assert report.data["capture"] == "script"
     _assert_same_state(model, snapshot)  # the check ran both on copies of the buffers
 
@@ -415,7 +418,7 @@ class _FailingExtension:
 def test_internal_failure_raises_conversion_error_and_leaves_model(monkeypatch):
     model, x = small()
     snapshot = _snapshot(model)
-    monkeypatch.setattr(torch_mp._convert, "_C", _FailingExtension())
+    monkeypatch.setattr(torch_mp._torchscript.conversion, "_C", _FailingExtension())
     with pytest.raises(torch_mp.ConversionError, match="could not convert ConvBnNet: simulated internal failure"):
         torch_mp.convert(model, (x,))
     _assert_same_state(model, snapshot)

@@ -54,7 +54,8 @@ def check_meta(program, inputs):
 def test_conv_linear_casts_weights_and_numerics(dtype):
     model = convnet()
     x = torch.randn(2, 3, 8, 8)
-    program, report = torch_mp.export(model, (x,), dtype, return_report=True)
+    program = torch_mp.export(model, (x,), dtype)
+    report = torch_mp.report_of(program)
     assert isinstance(program, torch.export.ExportedProgram)
     # one cast in (x to the low dtype before the convolution), one out (the linear's result back to fp32)
     assert casts(program) == [("input", dtype), ("linear", torch.float32)]
@@ -111,7 +112,8 @@ def test_a_program_is_taken_and_left_as_it_was():
 def test_exporting_the_result_again_changes_no_node():
     x = torch.randn(2, 3, 8, 8)
     program = torch_mp.export(convnet(), (x,), torch.float16)
-    again, report = torch_mp.export(program, (x,), torch.float16, return_report=True)
+    again = torch_mp.export(program, (x,), torch.float16)
+    report = torch_mp.report_of(again)
     def listing(graph):
         return [(n.name, n.target, str(n.args), str(n.kwargs)) for n in graph.nodes]
 
@@ -296,7 +298,8 @@ def test_a_program_with_torch_cond_plans_around_its_branches():
 
     torch.manual_seed(0)
     model, x = LinearBranchLinear().eval(), torch.randn(4, 8)
-    program, report = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
+    program = torch_mp.export(model, (x,), torch.bfloat16)
+    report = torch_mp.report_of(program)
     assert [(n["op"], n["precision"], n["rule_kind"]) for n in report.nodes] == [
         ("aten::linear", "low", "policy"), ("aten::sum", "fp32", "policy"), ("aten::gt", "fp32", "policy"),
         ("cond", "fp32", "control flow"), ("aten::linear", "low", "policy")]
@@ -400,23 +403,24 @@ class Scaled(torch.nn.Module):
 def test_range_guard_fires_on_an_observed_overflow():
     x = torch.ones(2, 8)
     model = Scaled(1e5).eval()
-    program, report = torch_mp.export(model, (x,), torch.float16, return_report=True)
+    program = torch_mp.export(model, (x,), torch.float16)
+    report = torch_mp.report_of(program)
     mul = next(n for n in report.nodes if n["op"] == "aten::mul")
     assert (mul["precision"], mul["rule_kind"], mul["guard"]["kind"]) == ("fp32", "range guard", "observed overflow")
     assert mul["guard"]["value"] == "mul" and mul["guard"]["limit"] == 65504 / 2
     assert mul["guard"]["seen"] == pytest.approx(model(x).abs().max().item())
     assert torch.isfinite(program.module()(x)).all()
     # bf16 holds it: no guard
-    _, report = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
+    report = torch_mp.report_of(torch_mp.export(model, (x,), torch.bfloat16))
     assert all(n["guard"] is None for n in report.nodes)
 
 
 def test_range_guard_sees_the_calibration_inputs():
     model = Scaled(100.0).eval()
     small, large = torch.full((2, 8), 0.01), torch.full((2, 8), 1000.0)
-    _, report = torch_mp.export(model, (small,), torch.float16, return_report=True)
+    report = torch_mp.report_of(torch_mp.export(model, (small,), torch.float16))
     assert all(n["guard"] is None for n in report.nodes)
-    _, report = torch_mp.export(model, (small,), torch.float16, calibration_inputs=[(large,)], return_report=True)
+    report = torch_mp.report_of(torch_mp.export(model, (small,), torch.float16, calibration_inputs=[(large,)]))
     assert {n["op"] for n in report.nodes if n["rule_kind"] == "range guard"} >= {"aten::mul"}
 
 
@@ -424,7 +428,8 @@ def test_underflow_guard_keeps_the_divisor_fp32():
     x = torch.randn(2, 16, 32)
     x[:, -4:] = 0  # padded tokens: k is exactly 0 there, its norm is clamped to 1e-12
     model = CosineAttention().eval()
-    program, report = torch_mp.export(model, (x,), torch.float16, return_report=True)
+    program = torch_mp.export(model, (x,), torch.float16)
+    report = torch_mp.report_of(program)
     guarded = [n for n in report.nodes if n["guard"] and n["guard"]["kind"] == "underflow to zero"]
     assert {n["op"] for n in guarded} >= {"aten::div", "aten::clamp_min"}
     assert all(n["precision"] == "fp32" for n in guarded)
@@ -432,14 +437,15 @@ def test_underflow_guard_keeps_the_divisor_fp32():
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, model(x), rtol=1e-2, atol=1e-2)
     # without zeros nothing underflows fp16's 6e-8, and bf16 keeps fp32's range
-    _, report = torch_mp.export(model, (torch.randn(2, 16, 32),), torch.bfloat16, return_report=True)
+    report = torch_mp.report_of(torch_mp.export(model, (torch.randn(2, 16, 32),), torch.bfloat16))
     assert not any(n["guard"] for n in report.nodes)
 
 
 def test_exclusion_by_module_path():
     x = torch.randn(2, 3, 8, 8)
     policy = torch_mp.OpPolicy.default("cpu_bf16").exclude("3", reason="head stays fp32")
-    program, report = torch_mp.export(convnet(), (x,), torch.bfloat16, policy=policy, return_report=True)
+    program = torch_mp.export(convnet(), (x,), torch.bfloat16, policy=policy)
+    report = torch_mp.report_of(program)
     linear = next(n for n in report.nodes if n["op"] == "aten::linear")
     assert (linear["precision"], linear["rule_kind"], linear["scope"]) == ("fp32", "exclusion", "3")
     assert program.state_dict["3.weight"].dtype == torch.float32
@@ -472,7 +478,8 @@ def test_a_weight_read_by_fp32_and_low_nodes_stays_fp32_once():
 
     model = Tied().eval()
     ids = torch.randint(0, 50, (2, 5))
-    program, report = torch_mp.export(model, (ids,), torch.float16, return_report=True)
+    program = torch_mp.export(model, (ids,), torch.float16)
+    report = torch_mp.report_of(program)
     # the one table (two state-dict names) is stored once, low: embedding and head both run low
     assert report.data["weight_bytes_after"] * 2 == report.data["weight_bytes_before"]
     assert program.state_dict["head.weight"] is program.state_dict["embedding.weight"]
@@ -543,8 +550,8 @@ def test_the_fallback_keeps_nodes_by_fx_name():
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(32, 32) for _ in range(4)]).eval()
     x = torch.randn(8, 32)
-    program, report = torch_mp.export(model, (x,), torch.bfloat16, tolerance=1e-3, progress=False,
-                                      return_report=True)
+    program = torch_mp.export(model, (x,), torch.bfloat16, tolerance=1e-3, progress=False)
+    report = torch_mp.report_of(program)
     kept = report.data["fallback"]["kept_fp32"]
     assert kept and all(isinstance(name, str) for name in kept)
     out = program.module()(x)
@@ -562,7 +569,8 @@ def test_a_node_rule_decides_by_fx_name_and_shapes():
 
     policy = torch_mp.OpPolicy.default("cpu_fp16").add_rule(head_in_fp32)
     x = torch.randn(2, 3, 8, 8)
-    program, report = torch_mp.export(convnet(), (x,), torch.float16, policy=policy, return_report=True)
+    program = torch_mp.export(convnet(), (x,), torch.float16, policy=policy)
+    report = torch_mp.report_of(program)
     linear = next(n for n in report.nodes if n["op"] == "aten::linear")
     assert (linear["precision"], linear["rule_kind"], linear["rule"]) == ("fp32", "callable", "fp32: head stays fp32")
     conv = next(node for node in seen if node.op == "aten::conv2d")

@@ -22,10 +22,11 @@ def test_fallback_finds_the_sensitive_nodes_and_meets_the_tolerance(model):
     plain = torch_mp.convert(model, calibration[0], torch.float16)
     assert relative_error(model(*calibration[0]), plain(*calibration[0])) > 0.05
 
-    converted, report = torch_mp.convert(
-        model, calibration[0], torch.float16, calibration_inputs=calibration, tolerance=5e-3, return_report=True,
+    converted = torch_mp.convert(
+        model, calibration[0], torch.float16, calibration_inputs=calibration, tolerance=5e-3,
         progress=False,
     )
+    report = torch_mp.report_of(converted)
     fallback = report.data["fallback"]
     kept = fallback["kept_fp32"]
     assert 1 <= len(kept) <= 3, kept
@@ -42,9 +43,9 @@ def test_fallback_finds_the_sensitive_nodes_and_meets_the_tolerance(model):
 
 def test_fallback_within_tolerance_keeps_nothing(model):
     calibration = batches(1)
-    _, report = torch_mp.convert(
-        model, calibration[0], torch.float16, tolerance=10.0, return_report=True, progress=False
-    )
+    report = torch_mp.report_of(torch_mp.convert(
+        model, calibration[0], torch.float16, tolerance=10.0, progress=False
+    ))
     assert report.data["fallback"]["kept_fp32"] == [] and report.data["fallback"]["conversions"] == 1
 
 
@@ -54,10 +55,11 @@ def test_fallback_with_a_metric_callable(model):
     def max_relative_error(reference, output):
         return ((reference - output).abs().max() / reference.abs().max()).item()
 
-    converted, report = torch_mp.convert(
+    converted = torch_mp.convert(
         model, calibration[0], torch.float16, calibration_inputs=calibration, tolerance=5e-3,
-        metric=max_relative_error, return_report=True, progress=False,
+        metric=max_relative_error, progress=False,
     )
+    report = torch_mp.report_of(converted)
     fallback = report.data["fallback"]
     assert fallback["error_before"] > 5e-3  # the plain plan misses the tolerance: the search has work to do
     assert 1 <= len(fallback["kept_fp32"]) <= 3, fallback["kept_fp32"]
@@ -68,7 +70,7 @@ def test_fallback_with_a_metric_callable(model):
 
 def test_bisection_baseline_reaches_the_tolerance_too(model):
     calibration = batches(2)
-    from torch_mp._convert import Conversion
+    from torch_mp._torchscript.conversion import Conversion
 
     options = torch_mp.ConversionOptions(dtype=torch.float16, policy=torch_mp.OpPolicy.default("cpu_fp16"),
                                          fuse_convolutions=False)
@@ -94,8 +96,9 @@ def test_out_of_pruning_budget_the_smallest_set_tried_that_meets_the_tolerance_i
     kept, pruning = {}, {}
     for budget in (0, 3):
         monkeypatch.setattr(fallback, "PRUNE_BUDGET", budget)
-        converted, report = torch_mp.convert(model, calibration[0], torch.float16, calibration_inputs=calibration,
-                                             tolerance=5e-3, return_report=True, progress=False)
+        converted = torch_mp.convert(model, calibration[0], torch.float16, calibration_inputs=calibration,
+                                     tolerance=5e-3, progress=False)
+        report = torch_mp.report_of(converted)
         summary = report.data["fallback"]
         kept[budget], pruning[budget] = summary["kept_fp32"], summary.get("pruning")
         assert summary["error_after"] <= 5e-3

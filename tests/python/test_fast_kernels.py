@@ -45,7 +45,8 @@ def heavy_nodes(report):
 def test_fp16_without_fp16_arithmetic_keeps_heavy_ops_fp32_and_says_why(monkeypatch, model_and_input):
     monkeypatch.setenv("TORCH_MP_CPU_FEATURES", NO_FP16_ARITHMETIC)
     model, x = model_and_input
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     for node in heavy_nodes(report):
         assert (node["precision"], node["rule_kind"]) == ("fp32", "no fast kernel")
     assert report.low_precision_flop_fraction == 0.0
@@ -62,14 +63,14 @@ def test_forcing_low_on_request(monkeypatch, model_and_input):
     monkeypatch.setenv("TORCH_MP_CPU_FEATURES", NO_FP16_ARITHMETIC)
     model, x = model_and_input
     forced = torch_mp.OpPolicy.default("cpu_fp16").set("aten::conv2d", "low", reason="deployed where fp16 is fast")
-    _, report = torch_mp.convert(model, (x,), torch.float16, policy=forced, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, (x,), torch.float16, policy=forced))
     precision = {n["op"]: n["precision"] for n in heavy_nodes(report)}
     assert precision == {"aten::conv2d": "low", "aten::lstm": "fp32", "aten::linear": "fp32"}
     assert "heavy ops kept fp32" in report.summary()  # the two left alone
 
     planned_elsewhere = torch_mp.OpPolicy.default("cpu_fp16", cpu_features=["avx512_fp16"])
     assert planned_elsewhere.slow_kernels is None
-    _, report = torch_mp.convert(model, (x,), torch.float16, policy=planned_elsewhere, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, (x,), torch.float16, policy=planned_elsewhere))
     assert all(n["precision"] == "low" for n in heavy_nodes(report))
     assert report.low_precision_flop_fraction == 1.0
     assert "heavy ops kept fp32" not in report.summary()
@@ -78,11 +79,11 @@ def test_forcing_low_on_request(monkeypatch, model_and_input):
 def test_bf16_needs_bf16_arithmetic(monkeypatch, model_and_input):
     model, x = model_and_input
     monkeypatch.setenv("TORCH_MP_CPU_FEATURES", "none")  # an Intel Xeon without AVX512-BF16 or AMX
-    _, report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, (x,), torch.bfloat16))
     for node in heavy_nodes(report):
         assert (node["precision"], node["rule_kind"]) == ("fp32", "no fast kernel")
     monkeypatch.setenv("TORCH_MP_CPU_FEATURES", "amx_bf16")
-    _, report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, (x,), torch.bfloat16))
     assert all(n["precision"] == "low" for n in heavy_nodes(report))
 
 
@@ -101,7 +102,8 @@ def test_bf16_on_a_gpu_without_bf16_tensor_cores_keeps_heavy_ops_fp32(model_and_
         assert policy.category(op) == "fp32" and "bfloat16 tensor cores came with Ampere" in policy.reason(op)
     # the policy is data: planned here, on the CPU, it gives the plan the T4 would get
     model, x = model_and_input
-    converted, report = torch_mp.convert(model, (x,), torch.bfloat16, policy=policy, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.bfloat16, policy=policy)
+    report = torch_mp.report_of(converted)
     assert all(n["precision"] == "fp32" for n in heavy_nodes(report)) and report.casts == []
     assert "3 heavy ops kept fp32: this GPU's compute capability 7.5" in report.summary()
     with pytest.raises(ValueError, match=r"cuda_capability must be a \(major, minor\) pair of ints"):
@@ -113,7 +115,7 @@ def test_bf16_on_a_gpu_without_bf16_tensor_cores_keeps_heavy_ops_fp32(model_and_
 def test_conversion_plans_for_the_gpu_the_inputs_are_on():
     capability = torch.cuda.get_device_capability()
     layer = nn.Linear(64, 64).cuda().eval()
-    _, report = torch_mp.convert(layer, (torch.randn(8, 64, device="cuda"),), torch.bfloat16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(layer, (torch.randn(8, 64, device="cuda"),), torch.bfloat16))
     expected = "low" if capability >= (8, 0) else "fp32"
     assert [n["precision"] for n in report.nodes if n["op"] == "aten::linear"] == [expected]
 
@@ -169,7 +171,8 @@ def test_an_explicit_dtype_without_fast_kernels_warns_once_and_stores_nothing_lo
     convert = getattr(torch_mp, front)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        converted, report = convert(model, (ids,), torch.bfloat16, return_report=True)
+        converted = convert(model, (ids,), torch.bfloat16)
+        report = torch_mp.report_of(converted)
     [message] = slow_kernel_warnings(caught)
     assert "dtype=torch.bfloat16 runs nothing heavy low here: the policy cpu_bf16 keeps the heavy ops fp32" in message
     assert 'policy=torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all")' in message
@@ -199,14 +202,14 @@ def test_no_warning_where_something_heavy_runs_low(monkeypatch, front):
     for policy in (fast, forced):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            _, report = convert(model, (ids,), torch.bfloat16, policy=policy, return_report=True)
+            report = torch_mp.report_of(convert(model, (ids,), torch.bfloat16, policy=policy))
         assert not slow_kernel_warnings(caught)
         assert report.low_precision_flop_fraction == 1.0
         assert all(n["precision"] == "low" for n in report.nodes if "embedding" in n["op"])
         assert report.weight_ratio < 0.51  # both tables and the head's weight in bf16
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _, report = convert(model, (ids,), return_report=True)
+        report = torch_mp.report_of(convert(model, (ids,)))
     assert len(slow_kernel_warnings(caught)) == 1 and "no low-precision dtype has fast kernels" in \
         slow_kernel_warnings(caught)[0]
     assert report.weight_ratio == 1.0 and report.casts == []

@@ -48,7 +48,8 @@ def test_a_convolution_and_its_batch_norm_become_one_convolution(bias, affine):
 def test_the_exported_low_program_has_no_batch_norm_and_stores_only_the_folded_weights():
     model = nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), _random_statistics(nn.BatchNorm2d(16)), nn.ReLU()).eval()
     x = torch.randn(2, 3, 12, 12)
-    program, report = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
+    program = torch_mp.export(model, (x,), torch.bfloat16)
+    report = torch_mp.report_of(program)
     assert INFERENCE_BATCH_NORM not in _calls(program)
     assert {n["op"] for n in report.nodes} == {"aten::conv2d", "aten::relu"}
     assert report.weight_ratio == 0.5  # the folded weight and bias, bf16; the norm's tensors are gone

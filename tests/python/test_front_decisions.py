@@ -14,7 +14,7 @@ from torch_mp._export import facts as export_facts
 
 
 def _reports(model, inputs, dtype, **options):
-    return {front: getattr(torch_mp, front)(model, inputs, dtype, return_report=True, **options)[1]
+    return {front: torch_mp.report_of(getattr(torch_mp, front)(model, inputs, dtype, **options))
             for front in ("convert", "export")}
 
 
@@ -61,7 +61,7 @@ def test_control_flow_is_one_rule_on_both_fronts_and_its_category_follows_from_t
     """TorchScript plans a prim::If's blocks with the graph (the If follows, its boundaries share one precision);
     torch.export's cond keeps its subgraphs as they are, so what crosses them keeps fp32. Same rule kind."""
     x = torch.randn(2, 8)
-    program = torch_mp.export(Branching().eval(), (x,), torch.bfloat16, return_report=True)[1]
+    program = torch_mp.report_of(torch_mp.export(Branching().eval(), (x,), torch.bfloat16))
     [cond] = _nodes(program, "cond")
     assert (cond["category"], cond["rule_kind"], cond["precision"]) == ("fp32", "control flow", "fp32")
 
@@ -75,7 +75,7 @@ def test_control_flow_is_one_rule_on_both_fronts_and_its_category_follows_from_t
                 return self.fc(x).relu()
             return self.fc(x)
 
-    converted = torch_mp.convert(torch.jit.script(Scripted().eval()), (x,), torch.bfloat16, return_report=True)[1]
+    converted = torch_mp.report_of(torch_mp.convert(torch.jit.script(Scripted().eval()), (x,), torch.bfloat16))
     [branch] = _nodes(converted, "prim::If")
     assert (branch["category"], branch["rule_kind"]) == ("follow", "control flow")
 
@@ -243,8 +243,9 @@ def test_export_drops_what_nothing_reads_as_freezing_does_and_counts_the_same_we
     (weight ratio 0.83 against convert's 0.50 here), planned and counted the FLOPs of calls whose results nothing
     reads, and a dropout that changes nothing in eval mode."""
     model, x = DeadWeight().eval(), torch.randn(4, 16)
-    program, export = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
-    convert = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)[1]
+    program = torch_mp.export(model, (x,), torch.bfloat16)
+    export = torch_mp.report_of(program)
+    convert = torch_mp.report_of(torch_mp.convert(model, (x,), torch.bfloat16))
     assert set(program.state_dict) == {"fc.weight", "fc.bias"}
     assert [n["op"] for n in export.nodes] == ["aten::linear"]
     assert export.data["weight_bytes_before"] == convert.data["weight_bytes_before"] == (16 * 16 + 16) * 4
@@ -280,8 +281,9 @@ def test_a_weight_read_in_both_precisions_is_stored_as_convert_stores_it():
     (5120 bytes) since fc's weight is stored low (2048): weight ratio 0.7 on both fronts. Export stored w once, fp32,
     its low reader casting it per call (0.6)."""
     model, x = SharedScale().eval(), torch.randn(4, 16)
-    program, export = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
-    convert = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)[1]
+    program = torch_mp.export(model, (x,), torch.bfloat16)
+    export = torch_mp.report_of(program)
+    convert = torch_mp.report_of(torch_mp.convert(model, (x,), torch.bfloat16))
     assert export.weight_ratio == pytest.approx(convert.weight_ratio) == pytest.approx(3584 / 5120)
     low_copies = [name for name, tensor in program.constants.items() if tensor.dtype == torch.bfloat16]
     assert len(low_copies) == 1 and program.state_dict["w"].dtype == torch.float32
@@ -304,8 +306,9 @@ def test_a_call_repeated_on_the_same_values_runs_once_on_both_fronts():
     """TorchScript's common subexpression elimination merges the three self.fc(x); the exported program computed
     (and counted, 3x the FLOPs) each. Calls whose arguments differ (the two products) stay apart."""
     model, x = Twice().eval(), torch.randn(4, 16)
-    program, export = torch_mp.export(model, (x,), torch.bfloat16, return_report=True)
-    convert = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)[1]
+    program = torch_mp.export(model, (x,), torch.bfloat16)
+    export = torch_mp.report_of(program)
+    convert = torch_mp.report_of(torch_mp.convert(model, (x,), torch.bfloat16))
     for report in (convert, export):
         assert [n["op"] for n in report.nodes].count("aten::linear") == 1
         assert [n["op"] for n in report.nodes].count("aten::mul") == 2

@@ -37,7 +37,8 @@ def test_softmax_reads_low_scores_with_dtype_float(dtype):
     torch.manual_seed(0)
     model = Attention().eval()
     x = torch.randn(2, 16, 64)
-    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    converted = torch_mp.convert(model, (x,), dtype)
+    report = torch_mp.report_of(converted)
     (softmax,) = _softmax_nodes(converted.graph)
     scores, _, dtype_argument = softmax.inputs()
     assert scores.type().dtype() == dtype  # reads the low matmul's scores directly ...
@@ -47,7 +48,8 @@ def test_softmax_reads_low_scores_with_dtype_float(dtype):
         str(converted.graph)
     )
 
-    unfused, plain = torch_mp.convert(model, (x,), dtype, fuse_casts=False, return_report=True)
+    unfused = torch_mp.convert(model, (x,), dtype, fuse_casts=False)
+    plain = torch_mp.report_of(unfused)
     assert report.fused_casts >= 1 and plain.fused_casts == 0
     assert len(report.casts) + report.fused_casts == len(plain.casts)
     assert report.cast_bytes + report.fused_cast_bytes == plain.cast_bytes
@@ -101,7 +103,8 @@ def test_layer_norm_on_cpu_reads_and_writes_the_low_residual(dtype):
     torch.manual_seed(0)
     model = PostNormBlock().eval()
     x = torch.randn(2, 16, 64)
-    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    converted = torch_mp.convert(model, (x,), dtype)
+    report = torch_mp.report_of(converted)
     (norm,) = [node for node in converted.graph.nodes() if node.kind() == "aten::layer_norm"]
     data, _, weight, bias, _, _ = norm.inputs()
     assert data.node().kind() == "aten::add" and data.type().dtype() == dtype  # no upcast before ...
@@ -109,7 +112,7 @@ def test_layer_norm_on_cpu_reads_and_writes_the_low_residual(dtype):
     assert weight.type().dtype() == torch.float32 and bias.type().dtype() == torch.float32
     assert all(use.user.kind() != "aten::to" for use in norm.output().uses())
 
-    _, plain = torch_mp.convert(model, (x,), dtype, fuse_casts=False, return_report=True)
+    plain = torch_mp.report_of(torch_mp.convert(model, (x,), dtype, fuse_casts=False))
     assert len(report.casts) + report.fused_casts == len(plain.casts)
     assert report.fused_casts >= 2
     with torch.no_grad():

@@ -20,8 +20,10 @@ def model_and_input():
 
 def test_fused_output_matches_portable_output(model_and_input):
     model, x = model_and_input
-    portable, portable_report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
-    fused, report = torch_mp.convert(model, (x,), torch.bfloat16, kernels="fused", return_report=True)
+    portable = torch_mp.convert(model, (x,), torch.bfloat16)
+    portable_report = torch_mp.report_of(portable)
+    fused = torch_mp.convert(model, (x,), torch.bfloat16, kernels="fused")
+    report = torch_mp.report_of(fused)
     assert fused_calls(portable) == 0 and portable_report.data["fused_pointwise"] == 0
     # per block: the scaling of the gelu's output, the residual add and the upcast for the norm are one call
     assert fused_calls(fused) == report.data["fused_pointwise"] == 2

@@ -63,8 +63,10 @@ def agreement(actual: torch.Tensor, reference: torch.Tensor):
 def test_ibn_unit_fuses_and_matches_fp32(dtype):
     torch.manual_seed(0)
     model, x = trained(IbnUnit()), torch.randn(2, 16, 12, 10)
-    portable, portable_report = torch_mp.convert(model, (x,), dtype, return_report=True)
-    fused, report = torch_mp.convert(model, (x,), dtype, kernels="fused", return_report=True)
+    portable = torch_mp.convert(model, (x,), dtype)
+    portable_report = torch_mp.report_of(portable)
+    fused = torch_mp.convert(model, (x,), dtype, kernels="fused")
+    report = torch_mp.report_of(fused)
     assert norm_calls(portable) == portable_report.data["fused_normalizations"] == 0
     # the instance norm in its If branch, and the cast of the If's output + batch norm + cat + relu after it
     assert norm_calls(fused) == report.data["fused_normalizations"] == 2
@@ -82,7 +84,8 @@ def test_ibn_unit_fuses_and_matches_fp32(dtype):
 def test_group_norm_fuses_and_matches_fp32():
     torch.manual_seed(0)
     model, x = trained(GroupNormBlock()), torch.randn(2, 16, 12, 10)
-    fused, report = torch_mp.convert(model, (x,), torch.float16, kernels="fused", return_report=True)
+    fused = torch_mp.convert(model, (x,), torch.float16, kernels="fused")
+    report = torch_mp.report_of(fused)
     assert norm_calls(fused) == report.data["fused_normalizations"] == 1
     assert not fused.graph.findAllNodes("aten::group_norm")
     (call,) = fused.graph.findAllNodes(OP)
@@ -108,7 +111,8 @@ def test_saved_fused_norm_model_round_trips(tmp_path):
 def test_resnet50_ibn_a_fuses_every_ibn_unit():
     torch.manual_seed(0)
     model, x = trained(resnet50_ibn_a()), torch.randn(2, 3, 64, 32)
-    fused, report = torch_mp.convert(model, (x,), torch.float16, kernels="fused", return_report=True)
+    fused = torch_mp.convert(model, (x,), torch.float16, kernels="fused")
+    report = torch_mp.report_of(fused)
     units = sum(isinstance(m, IBN) for m in model.modules())
     assert units == 13  # stages 1-3: 3 + 4 + 6 bottlenecks
     assert norm_calls(fused) == report.data["fused_normalizations"] == 2 * units

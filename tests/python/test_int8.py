@@ -67,7 +67,8 @@ def conv_net():
 def test_a_conv_net_runs_its_convolutions_int8_with_exact_qdq(conv_net):
     model, x, calibration = conv_net
     before = copy.deepcopy(model.state_dict())
-    program, report = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration, return_report=True)
+    program = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration)
+    report = torch_mp.report_of(program)
     int8 = {n["id"]: n for n in report.nodes if n["precision"] == "int8"}
     convolutions = [n for n in report.nodes if n["op"] == "aten::conv2d"]
     assert len(convolutions) == 3 and all(n["precision"] == "int8" and n["rule_kind"] == "int8" for n in convolutions)
@@ -107,8 +108,8 @@ def test_inductor_lowers_the_plan_to_onednn_int8_kernels(conv_net):
     program = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration)
     mlp = Mlp().eval()
     tokens = torch.randn(64, 256)
-    mlp_program, report = torch_mp.export(mlp, (tokens,), torch.int8, calibration_inputs=[(torch.randn(64, 256),)],
-                                          return_report=True)
+    mlp_program = torch_mp.export(mlp, (tokens,), torch.int8, calibration_inputs=[(torch.randn(64, 256),)])
+    report = torch_mp.report_of(mlp_program)
     assert [n["precision"] for n in report.nodes if n["op"] == "aten::linear"] == ["int8", "int8"]
     # three convolutions, one with the residual add as oneDNN's sum post-op; two linears
     for converted, inputs, kernels in ((program, x, {"qconv_pointwise": 2, "qconv2d_pointwise.binary": 1}),
@@ -134,8 +135,8 @@ def test_an_isolated_small_linear_stays_float_because_its_quantize_costs_more():
 
     x = torch.randn(1, 16)
     with pytest.warns(Int8Warning, match="no node of SmallHead runs int8.*1 costs_more"):
-        program, report = torch_mp.export(SmallHead().eval(), (x,), torch.int8, calibration_inputs=[(x * 2,)],
-                                          return_report=True)
+        program = torch_mp.export(SmallHead().eval(), (x,), torch.int8, calibration_inputs=[(x * 2,)])
+        report = torch_mp.report_of(program)
     linear = next(n for n in report.nodes if n["op"] == "aten::linear")
     assert linear["precision"] != "int8"
     assert linear["int8"]["reason"] == "costs_more"
@@ -169,10 +170,11 @@ def test_the_fallback_reverts_the_node_int8_hurts_most():
     torch.manual_seed(0)
     model = _Sensitive().eval()
     example, calibration = _sensitive_inputs(), [_sensitive_inputs() for _ in range(2)]
-    _, plain = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration, return_report=True)
+    plain = torch_mp.report_of(torch_mp.export(model, example, torch.int8, calibration_inputs=calibration))
     assert {n["id"] for n in plain.nodes if n["precision"] == "int8"} >= {"conv2d", "conv2d_1", "conv2d_2"}
-    program, report = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration, tolerance=0.05,
-                                      progress=False, return_report=True)
+    program = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration, tolerance=0.05,
+                              progress=False)
+    report = torch_mp.report_of(program)
     precision = {n["id"]: n["precision"] for n in report.nodes}
     fallback = report.data["fallback"]
     assert precision["conv2d"] == precision["conv2d_1"] == "int8"
@@ -194,10 +196,11 @@ def test_the_fallback_moves_int8_to_low_float_then_to_fp32(tolerance, kept_float
     torch.manual_seed(0)
     model = _Sensitive().eval()
     example, calibration = _sensitive_inputs(), [_sensitive_inputs() for _ in range(2)]
-    program, report = torch_mp.export(
+    program = torch_mp.export(
         model, example, torch.int8, calibration_inputs=calibration, tolerance=tolerance, progress=False,
-        return_report=True, int8_float_dtype=torch.bfloat16,
+        int8_float_dtype=torch.bfloat16,
         policy=torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all"))
+    report = torch_mp.report_of(program)
     fallback = report.data["fallback"]
     assert (fallback["kept_float"], fallback["kept_fp32"], fallback["rounds"]) == (kept_float, kept_fp32, rounds)
     precision = {n["id"]: n["precision"] for n in report.nodes}
@@ -219,7 +222,8 @@ def test_a_rare_outlier_over_millions_of_elements_is_clipped_out_of_the_range():
     example = (torch.randn(8, 16, 128, 128),)
     calibration = [(torch.randn(8, 16, 128, 128),) for _ in range(2)]
     calibration[0][0].view(-1)[[5, 50_000, 500_000]] = 100.0
-    program, report = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration, return_report=True)
+    program = torch_mp.export(model, example, torch.int8, calibration_inputs=calibration)
+    report = torch_mp.report_of(program)
     assert report.data["int8"]["clipped_values"] == 1
     (quantize,) = [n for n in program.graph.nodes if n.target == QUANTIZE and n.args[0].op == "placeholder"]
     scale = quantize.args[1]
@@ -276,8 +280,8 @@ def test_int8_refuses_non_finite_calibration_data(conv_net):
 def test_a_constant_activation_keeps_its_reader_float_by_the_range_guard():
     model = Mlp().eval()
     constant = torch.ones(64, 256)
-    program, report = torch_mp.export(model, (constant,), torch.int8, calibration_inputs=[(constant,)],
-                                      return_report=True)
+    program = torch_mp.export(model, (constant,), torch.int8, calibration_inputs=[(constant,)])
+    report = torch_mp.report_of(program)
     up, down = (next(n for n in report.nodes if n["id"] == name) for name in ("linear", "linear_1"))
     assert up["int8"]["reason"] == "range_guard" and up["precision"] != "int8"
     assert down["precision"] == "int8"  # its input varies by feature
@@ -330,8 +334,9 @@ def test_aoti_compile_int8_freezes_and_its_package_calls_the_int8_kernels(tmp_pa
     torch.manual_seed(0)
     model, tokens = Mlp().eval(), torch.randn(64, 256)
     calibration = [(torch.randn(64, 256),)]
-    path, report = torch_mp.aoti_compile(model, (tokens,), torch.int8, tmp_path / "mlp_int8.pt2",
-                                         calibration_inputs=calibration, return_report=True)
+    path = torch_mp.aoti_compile(model, (tokens,), torch.int8, tmp_path / "mlp_int8.pt2",
+                                 calibration_inputs=calibration)
+    report = torch_mp.report_of(path)
     assert report.data["aoti_int8_kernels"] == {"aten::linear": {"planned": 2, "in_package": 2}}
     program = torch_mp.export(model, (tokens,), torch.int8, calibration_inputs=calibration)
     runner = torch._inductor.aoti_load_package(path)
@@ -346,7 +351,7 @@ def test_the_picture_colours_int8_nodes(conv_net):
     from torch_mp import visualize  # noqa: PLC0415  (graphviz, the picture's dependency)
 
     model, x, calibration = conv_net
-    _, report = torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration, return_report=True)
+    report = torch_mp.report_of(torch_mp.export(model, (x,), torch.int8, calibration_inputs=calibration))
     dot = visualize.to_dot(report)
     int8 = [n["id"] for n in report.nodes if n["precision"] == "int8"]
     filled = {name: re.search(r'fillcolor="?([#\w]+)', line).group(1)

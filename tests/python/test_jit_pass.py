@@ -133,7 +133,8 @@ def test_pass_equals_convert_on_the_same_model(tmp_path):
     model = small_resnet()
     x = torch.randn(2, 3, 32, 32)
     path = save_frozen(model, tmp_path / "resnet.pt")
-    converted, converted_report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.bfloat16)
+    converted_report = torch_mp.report_of(converted)
     with torch_mp.jit_pass(dtype=torch.bfloat16):
         mixed = run_profiled(torch.jit.load(path), x)
     report = torch_mp.jit_pass.activity().last_report
@@ -376,7 +377,8 @@ def test_calibration_gives_the_range_guard_convert_applies_and_the_profile_alone
     x = torch.randn(4, 16)
     assert model.up(x * 10.0).abs().max() > 1e5
     path = save_frozen(model, tmp_path / "beyond.pt")
-    converted, converted_report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    converted_report = torch_mp.report_of(converted)
     expected = converted(x)
     assert any(n["rule_kind"] == "range guard" for n in converted_report.nodes)
 

@@ -50,8 +50,9 @@ def scale_node(report):
 
 def test_export_takes_keyword_inputs_and_calibration_runs_pass_them(model_and_inputs):
     model, ids, scale = model_and_inputs
-    program, report = torch_mp.export(model, (ids,), torch.float16, example_kwarg_inputs={"scale": scale},
-                                      policy=POLICY_FP16, return_report=True)
+    program = torch_mp.export(model, (ids,), torch.float16, example_kwarg_inputs={"scale": scale},
+                              policy=POLICY_FP16)
+    report = torch_mp.report_of(program)
     assert [spec.arg.name for spec in program.graph_signature.input_specs if spec.kind.name == "USER_INPUT"] == \
         ["input_ids", "scale"]
     assert program.example_inputs[1].keys() == {"scale"}
@@ -60,9 +61,9 @@ def test_export_takes_keyword_inputs_and_calibration_runs_pass_them(model_and_in
     torch.testing.assert_close(program.module()(ids, scale=scale), expected, rtol=1e-2, atol=1e-2)
     # a calibration run with a scale 1e5 times larger drives the product past fp16's range: the range guard keeps it
     # fp32, so the calibration run was given its keyword input
-    _, report = torch_mp.export(model, (ids,), torch.float16, example_kwarg_inputs={"scale": scale},
-                                calibration_inputs=[((ids,), {"scale": scale * 1e5})], policy=POLICY_FP16,
-                                return_report=True)
+    program = torch_mp.export(model, (ids,), torch.float16, example_kwarg_inputs={"scale": scale},
+                              calibration_inputs=[((ids,), {"scale": scale * 1e5})], policy=POLICY_FP16)
+    report = torch_mp.report_of(program)
     node = scale_node(report)
     assert node["precision"] == "fp32" and node["rule_kind"] == "range guard" and node["amax"] > 65504, node
     # keyword inputs only: a calibration input is then a dict
@@ -98,8 +99,9 @@ def test_a_program_exported_with_keyword_inputs_converts_with_its_own(model_and_
 def test_convert_traces_keyword_inputs_by_name(model_and_inputs):
     model, ids, scale = model_and_inputs
     state = {name: value.clone() for name, value in model.state_dict().items()}
-    converted, report = torch_mp.convert(model, (ids,), torch.float16, example_kwarg_inputs={"scale": scale},
-                                         policy=POLICY_FP16, return_report=True)
+    converted = torch_mp.convert(model, (ids,), torch.float16, example_kwarg_inputs={"scale": scale},
+                                 policy=POLICY_FP16)
+    report = torch_mp.report_of(converted)
     assert report.data["capture"] == "trace"  # `mask` is left out: only a trace by name takes that call
     assert [a.name for a in converted.forward.schema.arguments[1:]] == ["input_ids", "scale"]
     expected = model(ids, scale=scale)
@@ -108,8 +110,9 @@ def test_convert_traces_keyword_inputs_by_name(model_and_inputs):
     assert scale_node(report)["precision"] == "low"
     assert all(torch.equal(value, state[name]) for name, value in model.state_dict().items())  # untouched
     for calibration in ([((ids,), {"scale": scale * 1e5})], [{"input_ids": ids, "scale": scale * 1e5}]):
-        _, report = torch_mp.convert(model, (ids,), torch.float16, example_kwarg_inputs={"scale": scale},
-                                     calibration_inputs=calibration, policy=POLICY_FP16, return_report=True)
+        converted = torch_mp.convert(model, (ids,), torch.float16, example_kwarg_inputs={"scale": scale},
+                                     calibration_inputs=calibration, policy=POLICY_FP16)
+        report = torch_mp.report_of(converted)
         node = scale_node(report)
         assert node["precision"] == "fp32" and node["rule_kind"] == "range guard", node
 
@@ -117,9 +120,9 @@ def test_convert_traces_keyword_inputs_by_name(model_and_inputs):
 def test_convert_takes_leading_keyword_inputs_as_positional_ones(model_and_inputs):
     model, ids, scale = model_and_inputs
     mask = torch.ones(2, 5, 1)
-    converted, report = torch_mp.convert(model, None, torch.float16,
-                                         example_kwarg_inputs={"mask": mask, "input_ids": ids}, policy=POLICY_FP16,
-                                         return_report=True)
+    converted = torch_mp.convert(model, None, torch.float16,
+                                 example_kwarg_inputs={"mask": mask, "input_ids": ids}, policy=POLICY_FP16)
+    report = torch_mp.report_of(converted)
     assert report.data["capture"] == "script"  # forward's first two parameters: scripted as without keywords
     torch.testing.assert_close(converted(ids, mask), model(ids, mask), rtol=1e-2, atol=1e-2)
 

@@ -54,7 +54,7 @@ def test_load_with_cuda_graphs_off_is_the_plain_module(saved):
 
 def test_load_lets_no_torch_jit_warning_through(saved):
     """torch.jit.load warns (torch 2.13: DeprecationWarning, 2.14: FutureWarning); torch_mp.load calls it for the user
-    through _torchscript.jit_call, as the rest of torch_mp does."""
+    through _torchscript.jit_calls.jit_call, as the rest of torch_mp does."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch_mp.load(saved[0], "cpu")

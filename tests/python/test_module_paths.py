@@ -78,10 +78,10 @@ def test_scopes_are_named_modules_paths_and_exclude_keeps_exactly_that_layer(dec
     model, x = decoder
     policy = torch_mp.OpPolicy.default("cpu_bf16").exclude("model.layers.1")
     if capture == "export":
-        _, report = torch_mp.export(model, (x,), torch.bfloat16, policy=policy, return_report=True)
+        report = torch_mp.report_of(torch_mp.export(model, (x,), torch.bfloat16, policy=policy))
     else:
         module = torch.jit.script(model) if capture == "script" else torch.jit.trace(model, (x,))
-        _, report = torch_mp.convert(module, (x,), torch.bfloat16, policy=policy, return_report=True)
+        report = torch_mp.report_of(torch_mp.convert(module, (x,), torch.bfloat16, policy=policy))
     assert linear_scopes(report) == EXPECTED
     linears = [n for n in report.nodes if n["op"] in ("aten::linear", "aten.linear.default")]
     kept = sorted(n["scope"] for n in linears if n["precision"] == "fp32")

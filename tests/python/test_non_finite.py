@@ -37,7 +37,8 @@ def test_cosine_attention_fp16_keeps_the_normalising_division_fp32():
     torch.manual_seed(0)
     model = CosineAttention().eval()
     x = _padded_tokens()
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     for op in ("aten::clamp_min", "aten::expand_as", "aten::div"):
         for node in _nodes(report, op):
             assert node["precision"] == "fp32", node
@@ -58,7 +59,8 @@ def test_cosine_attention_bf16_divides_low():
     torch.manual_seed(0)
     model = CosineAttention().eval()
     x = _padded_tokens()
-    converted, report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.bfloat16)
+    report = torch_mp.report_of(converted)
     assert all(node["precision"] == "low" and node["guard"] is None for node in _nodes(report, "aten::div"))
     _assert_finite_and_close(model, converted, (x,), atol=3e-2)
 
@@ -78,7 +80,8 @@ def test_rsqrt_of_a_tiny_epsilon_stays_fp32_in_fp16():
     torch.manual_seed(0)
     model = RmsNorm(1e-12).eval()
     x = torch.randn(4, 16)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     (rsqrt,) = _nodes(report, "aten::rsqrt")
     assert rsqrt["precision"] == "fp32" and rsqrt["guard"]["kind"] == "underflow to zero"
     _assert_finite_and_close(model, converted, (x,), atol=5e-2)
@@ -89,7 +92,7 @@ def test_a_comfortable_divisor_stays_low():
     torch.manual_seed(0)
     model = RmsNorm(1e-3).eval()
     x = torch.randn(4, 16)
-    _, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, (x,), torch.float16))
     assert all(node["guard"] is None for node in report.nodes)
     assert all(node["precision"] == "low" for node in _nodes(report, "aten::linear"))
 
@@ -107,7 +110,8 @@ def test_log_of_a_tiny_offset_is_finite():
     torch.manual_seed(0)
     model = LogOfSmall().eval()
     x = torch.randn(16, 8)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     (add,) = _nodes(report, "aten::add")
     assert add["precision"] == "fp32" and add["guard"]["kind"] in ("underflow to zero", "lost scalar")
     _assert_finite_and_close(model, converted, (x,), atol=5e-2)
@@ -129,7 +133,8 @@ def test_division_by_a_small_learned_scale_stays_fp32():
     torch.manual_seed(0)
     model = SmallScale().eval()
     x = torch.randn(4, 8)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     (div,) = _nodes(report, "aten::div")
     # the numerator is tiny too: which guard speaks first depends on classification order, the division stays fp32
     assert div["precision"] == "fp32" and div["guard"]["kind"] in ("observed tiny", "underflow to zero")
@@ -154,7 +159,8 @@ def test_verification_repairs_what_no_guard_foresaw():
     torch.manual_seed(0)
     model = Cancellation().eval()
     x = torch.randn(16, 8)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     repair = report.data["non_finite_repair"]
     assert repair["kept_fp32"] and repair["rounds"] >= 1
     kept = {node["id"] for node in report.nodes if node["rule_kind"] == "non-finite"}
@@ -175,7 +181,8 @@ def test_verification_covers_calibration_inputs():
     model = Cancellation().eval()
     calm = torch.randn(16, 8) * 1e-3  # differences of 1e-3-sized outputs near 1000 still round to 0 in fp16
     x = torch.randn(16, 8)
-    converted, report = torch_mp.convert(model, (x,), torch.float16, calibration_inputs=[calm], return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16, calibration_inputs=[calm])
+    report = torch_mp.report_of(converted)
     assert report.data["non_finite"] is None
     with torch.no_grad():
         for inputs in (x, calm):

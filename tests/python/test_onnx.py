@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import torch_mp
-from torch_mp import onnx_front
+from torch_mp._export import onnx_writer
 
 FP16, FP32, BF16 = TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.BFLOAT16
 
@@ -55,7 +55,7 @@ def cosine(a, b):
 
 def ops_with_types(model):
     """(op, input element types, output element types) per node, in graph order, after type inference."""
-    _, types = onnx_front._element_types(model)
+    _, types = onnx_writer._element_types(model)
     return [(n.op_type, [types.get(i) for i in n.input], [types.get(o) for o in n.output]) for n in model.graph.node]
 
 
@@ -70,7 +70,8 @@ def block(tmp_path_factory):
     before = {k: v.clone() for k, v in model.state_dict().items()}
     x = torch.randn(4, 16)
     path = tmp_path_factory.mktemp("onnx") / "block.onnx"
-    written, report = torch_mp.onnx_export(model, (x,), path, torch.float16, return_report=True)
+    written = torch_mp.onnx_export(model, (x,), path, torch.float16)
+    report = torch_mp.report_of(written)
     return model, before, x, written, report
 
 
@@ -149,7 +150,7 @@ def test_a_rounding_pair_is_kept(tmp_path):
 
 def test_a_dropped_cast_is_refused(tmp_path, monkeypatch):
     policy = torch_mp.OpPolicy.default("cpu_fp16", cpu_features="all").set("aten::relu", "low", "the test's pair")
-    written = onnx_front.program_to_onnx
+    written = onnx_writer.program_to_onnx
 
     def drop_the_pair(program, opset):  # what an optimizer that folds Cast(Cast(x)) would write: x -> Relu -> Exp
         model = written(program, opset)
@@ -158,7 +159,7 @@ def test_a_dropped_cast_is_refused(tmp_path, monkeypatch):
                                   list(model.graph.output))
         return helper.make_model(graph, opset_imports=list(model.opset_import))
 
-    monkeypatch.setattr(onnx_front, "program_to_onnx", drop_the_pair)
+    monkeypatch.setattr(onnx_writer, "program_to_onnx", drop_the_pair)
     path = tmp_path / "dropped.onnx"
     with pytest.raises(torch_mp.ConversionError, match=r"dropped casts of the plan .*: float -> float16: 1 in "
                                                        r"the program, 0 in the graph; float16 -> float: 1 in the "
@@ -181,7 +182,7 @@ class Recurrent(torch.nn.Module):
 def test_a_cast_of_a_constant_value_is_folded_not_lost(tmp_path):
     model = Recurrent().eval()
     x = torch.randn(2, 5, 8)
-    program = torch_mp.export(model, (x,), torch.float16, policy=onnx_front.onnx_policy(torch.float16))
+    program = torch_mp.export(model, (x,), torch.float16, policy=onnx_writer.onnx_policy(torch.float16))
     constant_casts = [n for n in program.graph.nodes if n.target is torch.ops.aten._to_copy.default
                       and n.args[0].op == "call_function" and n.args[0].target is torch.ops.aten.zeros.default]
     assert len(constant_casts) == 1  # the state, built from nothing, cast to fp16
@@ -238,7 +239,7 @@ def test_the_typing_check_does_not_fire_on_a_typed_graph():
 
 
 def test_a_graph_with_problems_is_not_written(tmp_path, monkeypatch):
-    monkeypatch.setattr(onnx_front, "program_to_onnx", lambda program, opset: mixed_graph())
+    monkeypatch.setattr(onnx_writer, "program_to_onnx", lambda program, opset: mixed_graph())
     path = tmp_path / "mixed.onnx"
     with pytest.raises(torch_mp.ConversionError, match=r"not typed \(3 problems; nothing written to .*mixed.onnx\): "
                                                        r"node 'add_mixed' \(Add\)"):
@@ -265,8 +266,8 @@ def test_external_data_above_the_threshold(tmp_path):
     model = Block().eval()
     x = torch.randn(4, 16)
     weights = sum(p.numel() for name, p in model.named_parameters() if not name.startswith("norm")) * 2 + 64 * 4
-    path, report = torch_mp.onnx_export(model, (x,), tmp_path / "external.onnx", external_data_threshold=weights - 1,
-                                        return_report=True)
+    path = torch_mp.onnx_export(model, (x,), tmp_path / "external.onnx", external_data_threshold=weights - 1)
+    report = torch_mp.report_of(path)
     data = tmp_path / "external.onnx.data"
     assert report.data["onnx"]["external_data"] == "external.onnx.data" and data.exists()
     stored = onnx.load(path, load_external_data=False)
@@ -282,14 +283,14 @@ def test_external_data_above_the_threshold(tmp_path):
 
 def test_bf16_is_typed_and_onnxruntime_cpu_has_no_kernels(tmp_path):
     model = Block().eval()
-    path, report = torch_mp.onnx_export(model, (torch.randn(4, 16),), tmp_path / "bf16.onnx", torch.bfloat16,
-                                        return_report=True)
+    path = torch_mp.onnx_export(model, (torch.randn(4, 16),), tmp_path / "bf16.onnx", torch.bfloat16)
+    report = torch_mp.report_of(path)
     stored = onnx.load(path)
     assert initializer_types(stored) == {"a.weight": BF16, "a.bias": BF16, "norm.weight": FP32, "norm.bias": FP32,
                                          "b.weight": BF16, "b.bias": BF16}
     assert [op for op, _, _ in ops_with_types(stored)].count("Cast") == 4
     assert torch_mp.onnx_typing_problems(stored) == []
-    assert report.data["policy"] == "onnx_bf16" and report.data["onnx"]["notes"] == [onnx_front.BF16_CPU_NOTE]
+    assert report.data["policy"] == "onnx_bf16" and report.data["onnx"]["notes"] == [onnx_writer.BF16_CPU_NOTE]
     with pytest.raises(Exception, match="NOT_IMPLEMENTED.*Gemm"):
         session(path)
 
@@ -321,7 +322,7 @@ def test_the_command_line_writes_a_typed_graph_and_its_report(tmp_path, capsys):
     assert torch_mp.onnx_typing_problems(model) == []
     # b excluded: its Gemm and weights stay fp32, so the graph has two Casts (around the first Gemm)
     assert initializer_types(model)["b.weight"] == FP32 and initializer_types(model)["a.weight"] == FP16
-    assert onnx_front.cast_count(model) == 2
+    assert onnx_writer.cast_count(model) == 2
     written = json.loads(report.read_text())
     assert written["policy"] == "onnx_fp16+edits" and written["onnx"]["casts"] == 2
     # bad output paths are refused (status 2) before the input is read

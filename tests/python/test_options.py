@@ -48,7 +48,7 @@ def test_an_unknown_keyword_names_the_options(model):
 
 def test_options_are_checked_before_the_model_is_captured(model, monkeypatch):
     captured = []
-    monkeypatch.setattr(torch_mp._convert, "_capture", lambda *args: captured.append(args))
+    monkeypatch.setattr(torch_mp._torchscript.conversion, "_capture", lambda *args: captured.append(args))
     with pytest.raises(ValueError):
         torch_mp.convert(model, torch.randn(4, 16), torch.float16, kernels="fast")
     assert captured == []
@@ -62,7 +62,8 @@ def test_options_whole_or_as_keywords_make_the_same_conversion(model):
     body = lambda module: str(module.graph).split("\n", 1)[1]  # noqa: E731 - the first line names the module's class
     assert body(whole) == body(keywords)
     # keywords replace the fields of the options given
-    replaced, report = torch_mp.convert(model, x, torch.float16, options=options, return_report=True)
+    replaced = torch_mp.convert(model, x, torch.float16, options=options)
+    report = torch_mp.report_of(replaced)
     assert report.data["dtype"] == "float16" and replaced(x.half()).dtype == torch.float16
 
 
@@ -91,8 +92,10 @@ def test_no_dtype_is_the_cpus_choice(model, monkeypatch, features, expected):
     assert torch_mp.device_dtype("cpu") == expected
     with warnings.catch_warnings():
         warnings.simplefilter("error", torch_mp.SlowKernelsWarning)
-        converted, report = torch_mp.convert(model, torch.randn(4, 16), return_report=True)
-        program, export_report = torch_mp.export(model, (torch.randn(4, 16),), return_report=True)
+        converted = torch_mp.convert(model, torch.randn(4, 16))
+        report = torch_mp.report_of(converted)
+        program = torch_mp.export(model, (torch.randn(4, 16),))
+        export_report = torch_mp.report_of(program)
     name = {torch.float16: "float16", torch.bfloat16: "bfloat16"}[expected]
     assert report.data["dtype"] == name and export_report.data["dtype"] == name
     assert report.low_precision_flop_fraction == 1.0
@@ -101,7 +104,8 @@ def test_no_dtype_is_the_cpus_choice(model, monkeypatch, features, expected):
 def test_no_dtype_on_a_cpu_without_fast_kernels_warns_and_keeps_the_heavy_ops_fp32(model, monkeypatch):
     monkeypatch.setenv("TORCH_MP_CPU_FEATURES", "none")
     with pytest.warns(torch_mp.SlowKernelsWarning):
-        converted, report = torch_mp.convert(model, torch.randn(4, 16), return_report=True)
+        converted = torch_mp.convert(model, torch.randn(4, 16))
+        report = torch_mp.report_of(converted)
     assert report.data["dtype"] == "bfloat16"
     assert report.low_precision_flop_fraction == 0.0 and report.data["slow_kernels"]
 
@@ -119,7 +123,7 @@ def test_the_vocabularies_are_the_ones_the_cpp_options_parse(model):
     assert PLANNERS == _C.PLANNERS == ("min-cut", "greedy") and KERNELS == _C.KERNELS == ("portable", "fused")
     x = torch.randn(4, 16)
     for planner in PLANNERS:
-        assert torch_mp.convert(model, (x,), torch.bfloat16, planner=planner, return_report=True)[1] \
+        assert torch_mp.report_of(torch_mp.convert(model, (x,), torch.bfloat16, planner=planner)) \
             .data["planner"] == planner
     for kernels in KERNELS:
         torch_mp.convert(model, (x,), torch.bfloat16, kernels=kernels)

@@ -43,7 +43,8 @@ def test_in_place_writes_and_lists_leave_every_convolution_low():
     model = TreeBlock().eval()
     x = torch.randn(2, 3, 16, 16)
     for capture in (torch.jit.script(model), model):  # scripted keeps the list and the writes; traced unrolls them
-        converted, report = torch_mp.convert(capture, (x,), torch.bfloat16, return_report=True)
+        converted = torch_mp.convert(capture, (x,), torch.bfloat16)
+        report = torch_mp.report_of(converted)
         assert report.low_precision_flop_fraction == 1.0
         convolutions = [n for n in report.nodes if n["op"] == "aten::conv2d"]
         assert len(convolutions) == 4 and all(n["precision"] == "low" for n in convolutions)
@@ -74,7 +75,8 @@ def test_tied_embedding_table_is_stored_once_low(tmp_path):
     torch.manual_seed(0)
     model = TiedLanguageModel().eval()
     ids = torch.randint(0, 4000, (2, 16))
-    converted, report = torch_mp.convert(model, (ids,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (ids,), torch.float16)
+    report = torch_mp.report_of(converted)
     frozen = torch.jit.freeze(torch.jit.trace(model, (ids,)))
     torch.jit.save(frozen, tmp_path / "fp32.pt")
     torch.jit.save(converted, tmp_path / "fp16.pt")
@@ -96,7 +98,7 @@ def test_a_tied_table_its_head_reads_through_a_view_is_stored_once_low_on_both_f
     # convert's frozen graph (the view folded into a constant of the table's storage) does (export was 0.984)
     torch.manual_seed(0)
     model, ids = TiedLanguageModel().eval(), torch.randint(0, 4000, (2, 16))
-    _, report = getattr(torch_mp, front)(model, (ids,), torch.float16, return_report=True)
+    report = torch_mp.report_of(getattr(torch_mp, front)(model, (ids,), torch.float16))
     assert report.weight_ratio <= 0.501 and report.weights_kept_fp32 == []
     assert [n["precision"] for n in report.nodes if n["op"] == "aten::embedding"] == ["low", "low"]
 
@@ -113,9 +115,11 @@ def test_no_conversion_grows_the_weights_of_a_tied_table_its_output_layer_reads_
     policy = torch_mp.OpPolicy.default("cpu_fp16", cpu_features="all").set("aten::matmul", "fp32", "the test's fp32 "
                                                                               "output layer")
     if front == "convert":
-        converted, report = torch_mp.convert(model, (ids,), torch.float16, policy=policy, return_report=True)
+        converted = torch_mp.convert(model, (ids,), torch.float16, policy=policy)
+        report = torch_mp.report_of(converted)
     else:
-        program, report = torch_mp.export(model, (ids,), torch.float16, policy=policy, return_report=True)
+        program = torch_mp.export(model, (ids,), torch.float16, policy=policy)
+        report = torch_mp.report_of(program)
         converted = program.module()
     assert report.weight_ratio <= 1.0
     lookups = {n["scope"]: n for n in report.nodes if n["op"] == "aten::embedding"}
@@ -128,7 +132,7 @@ def test_no_conversion_grows_the_weights_of_a_tied_table_its_output_layer_reads_
 def test_fp32_weights_over_64_kb_are_listed_with_their_readers_and_rule():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 20000), nn.LayerNorm(20000)).eval()
-    _, report = torch_mp.convert(model, (torch.randn(4, 32),), torch.bfloat16, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, (torch.randn(4, 32),), torch.bfloat16))
     kept = report.weights_kept_fp32
     assert [w["bytes"] for w in kept] == [80000, 80000]  # the norm's weight and bias (the linear's are bf16)
     norms = {n["id"] for n in report.nodes if n["op"] == "aten::layer_norm"}
@@ -168,7 +172,8 @@ def test_bias_a_module_caches_in_a_dict_is_stored_low_and_read_without_a_cast(tm
     model = CachedAttentionBias().eval()
     x = torch.randn(2, 128, 64)
     expected = model(x)  # the user's model has cached its fp32 bias (4 x 128 x 128: 256 KB) before converting
-    converted, report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.bfloat16)
+    report = torch_mp.report_of(converted)
     assert report.weight_ratio <= 0.51 and report.weights_kept_fp32 == []
     cache_reads = [n for n in report.nodes if n["op"] in ("aten::_set_item", "aten::__getitem__")]
     assert len(cache_reads) == 2 and all(n["precision"] == "low" for n in cache_reads)
@@ -194,7 +199,8 @@ _CONVERT_IN_A_PROCESS = textwrap.dedent(
     encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
     models = ((encoder, torch.randn(2, 10, 32)), (torch.jit.script(TreeBlock().eval()), torch.randn(2, 3, 16, 16)))
     for model, x in models:
-        converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+        converted = torch_mp.convert(model, (x,), torch.float16)
+        report = torch_mp.report_of(converted)
         decisions = {{k: v for k, v in report.data.items() if k not in ("seconds", "phases")}}
         text = str(converted.graph) + json.dumps(decisions, sort_keys=True)
         numbers = {{}}
@@ -230,7 +236,8 @@ def test_dla34_converted_again_changes_no_node():
     torch.manual_seed(0)
     model = timm.create_model("dla34", pretrained=False).eval()
     x = torch.randn(1, 3, 64, 64)
-    once, report = torch_mp.convert(model, (x,), torch.bfloat16, return_report=True)
+    once = torch_mp.convert(model, (x,), torch.bfloat16)
+    report = torch_mp.report_of(once)
     twice = torch_mp.convert(once, (x,), torch.bfloat16)
 
     def kinds(module):

@@ -31,8 +31,10 @@ def test_each_conversion_of_a_preparation_equals_one_from_scratch(model):
     x = torch.randn(8, 64)
     prepared = torch_mp.prepare(model, (x,))
     for dtype in (torch.float16, torch.bfloat16, torch.float16):
-        converted, report = prepared.convert(dtype, return_report=True)
-        scratch, scratch_report = torch_mp.convert(model, (x,), dtype, return_report=True)
+        converted = prepared.convert(dtype)
+        report = torch_mp.report_of(converted)
+        scratch = torch_mp.convert(model, (x,), dtype)
+        scratch_report = torch_mp.report_of(scratch)
         assert graph_text(converted) == graph_text(scratch)
         assert [(n["id"], n["op"], n["precision"]) for n in report.nodes] == \
             [(n["id"], n["op"], n["precision"]) for n in scratch_report.nodes]
@@ -47,9 +49,11 @@ def test_a_preparation_serves_policies_and_the_model_is_untouched(model):
     x = torch.randn(8, 64)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     prepared = torch_mp.prepare(model, (x,))
-    plain, plain_report = prepared.convert(torch.float16, return_report=True)
+    plain = prepared.convert(torch.float16)
+    plain_report = torch_mp.report_of(plain)
     fp32_linears = torch_mp.OpPolicy.default("cpu_fp16").set("aten::linear", "fp32")
-    kept, kept_report = prepared.convert(torch.float16, policy=fp32_linears, return_report=True)
+    kept = prepared.convert(torch.float16, policy=fp32_linears)
+    kept_report = torch_mp.report_of(kept)
     linears = [n for n in kept_report.nodes if n["op"] == "aten::linear"]
     assert linears and all(n["precision"] == "fp32" for n in linears)
     assert all(n["precision"] == "low" for n in plain_report.nodes if n["op"] == "aten::linear")
@@ -63,7 +67,8 @@ def test_a_preparation_runs_the_accuracy_fallback(model):
     torch.manual_seed(1)
     batches = [(torch.randn(8, 64) * 30,) for _ in range(2)]
     prepared = torch_mp.prepare(model, batches[0], calibration_inputs=batches)
-    converted, report = prepared.convert(torch.float16, tolerance=1e-4, return_report=True, progress=False)
+    converted = prepared.convert(torch.float16, tolerance=1e-4, progress=False)
+    report = torch_mp.report_of(converted)
     fallback = report.data["fallback"]
     assert fallback["error_after"] <= 1e-4 < fallback["error_before"]
     ids = {n["id"]: n for n in report.nodes}

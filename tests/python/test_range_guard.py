@@ -41,7 +41,8 @@ def test_out_of_range_activations_keep_fp32_and_the_model_stays_accurate(scale):
     naive_error = ((naive - reference).abs().max() / reference.abs().max()).item()
     assert not (naive_error < 0.05)
 
-    converted, report = torch_mp.convert(model, (x,), torch.float16, return_report=True)
+    converted = torch_mp.convert(model, (x,), torch.float16)
+    report = torch_mp.report_of(converted)
     assert "aten::linear" in guarded_ops(report)
     inner = [n for n in report.nodes if n["op"] == "aten::linear" and n["rule_kind"] == "range guard"]
     assert all(n["precision"] == "fp32" for n in inner)
@@ -53,9 +54,9 @@ def test_out_of_range_activations_keep_fp32_and_the_model_stays_accurate(scale):
 
 
 def test_guard_is_quiet_for_bf16_and_for_models_in_range():
-    _, bf16 = torch_mp.convert(Scaled(1e6).eval(), (torch.randn(16, 32),), torch.bfloat16, return_report=True)
+    bf16 = torch_mp.report_of(torch_mp.convert(Scaled(1e6).eval(), (torch.randn(16, 32),), torch.bfloat16))
     assert guarded_ops(bf16) == []
-    _, fp16 = torch_mp.convert(ConvBnNet().eval(), (torch.randn(4, 3, 32, 32),), torch.float16, return_report=True)
+    fp16 = torch_mp.report_of(torch_mp.convert(ConvBnNet().eval(), (torch.randn(4, 3, 32, 32),), torch.float16))
     assert guarded_ops(fp16) == []
     assert all(n["precision"] == "low" for n in fp16.nodes if n["op"] == "aten::conv2d")
 
@@ -67,7 +68,8 @@ def test_float32_min_masks_keep_fp32_in_bf16_too():
     model = MaskedScores(torch.finfo(torch.float32).min).eval()
     x, mask = torch.randn(2, 5, 16), torch.rand(2, 5, 5) > 0.5
     mask[..., 0] = False
-    converted, report = torch_mp.convert(model, (x, mask), torch.bfloat16, return_report=True)
+    converted = torch_mp.convert(model, (x, mask), torch.bfloat16)
+    report = torch_mp.report_of(converted)
     fill = [n for n in report.nodes if n["op"] == "aten::masked_fill"]
     assert (fill[0]["precision"], fill[0]["rule_kind"], fill[0]["guard"]["kind"]) == \
         ("fp32", "range guard", "observed overflow")
@@ -102,7 +104,8 @@ def test_integers_beyond_the_exact_range_keep_fp32(dtype, width, guarded):
     torch.manual_seed(0)
     model = CoordinateFeatures().eval()
     coords = pixel_grid(width)
-    converted, report = torch_mp.convert(model, (coords,), dtype, return_report=True)
+    converted = torch_mp.convert(model, (coords,), dtype)
+    report = torch_mp.report_of(converted)
     embed = next(n for n in report.nodes if n["op"] == "aten::linear")
     assert (embed["precision"] == "fp32") == guarded
     assert (embed["guard"] is not None and embed["guard"]["kind"] == "observed integers") == guarded
@@ -140,9 +143,11 @@ def test_outer_products_follow_so_rotary_angles_stay_fp32(dtype, length, front):
     model = RotaryAngles().eval()
     x = torch.randn(1, length, 32)
     if front == "convert":
-        converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+        converted = torch_mp.convert(model, (x,), dtype)
+        report = torch_mp.report_of(converted)
     else:
-        program, report = torch_mp.export(model, (x,), dtype, return_report=True)
+        program = torch_mp.export(model, (x,), dtype)
+        report = torch_mp.report_of(program)
         converted = program.module()
     (einsum,) = [n for n in report.nodes if n["op"] == "aten::einsum"]
     # (at 1024 positions in bf16 the integer guard speaks first: positions beyond 256)
@@ -173,8 +178,7 @@ def test_wide_activations_observe_the_largest_and_smallest_magnitudes_of_every_r
     calibration = x.clone()
     calibration[2, 100000] = 300.0  # the largest finite magnitude, in a later chunk, on the calibration input only
     call = torch_mp.convert if front == "convert" else torch_mp.export
-    _, report = call(WideReluRsqrt().eval(), (x,), torch.float16, calibration_inputs=[(calibration,)],
-                     return_report=True)
+    report = torch_mp.report_of(call(WideReluRsqrt().eval(), (x,), torch.float16, calibration_inputs=[(calibration,)]))
     mul = next(n for n in report.nodes if n["op"] == "aten::mul")
     assert mul["amax"] == 600.0
     rsqrt = next(n for n in report.nodes if n["op"] == "aten::rsqrt")

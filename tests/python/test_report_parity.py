@@ -23,8 +23,7 @@ class TableNormHead(torch.nn.Module):
 def test_both_fronts_report_the_same_keys_and_the_fp32_weights_they_keep():
     model, tokens = TableNormHead().eval(), torch.randint(0, 1000, (2, 8))
     policy = torch_mp.OpPolicy.default("cpu_bf16").exclude("head", reason="head stays fp32")
-    reports = {front: getattr(torch_mp, front)(model, (tokens,), torch.bfloat16, policy=policy,
-                                               return_report=True)[1]
+    reports = {front: torch_mp.report_of(getattr(torch_mp, front)(model, (tokens,), torch.bfloat16, policy=policy))
                for front in ("convert", "export")}
     convert, export = reports["convert"], reports["export"]
     assert all(isinstance(report._bound, torch_mp._C.ConversionReport) for report in reports.values())
@@ -48,7 +47,8 @@ def test_both_fronts_report_the_same_keys_and_the_fp32_weights_they_keep():
 def test_the_export_report_names_its_nodes_casts_and_graph_items_by_fx_node_name():
     """The ids of the one report type are indexes; the export front's are written as the FX names they index."""
     model, tokens = TableNormHead().eval(), torch.randint(0, 1000, (2, 8))
-    program, report = torch_mp.export(model, (tokens,), torch.bfloat16, return_report=True)
+    program = torch_mp.export(model, (tokens,), torch.bfloat16)
+    report = torch_mp.report_of(program)
     names = {node.name: node for node in program.graph.nodes}
     assert all(isinstance(n["id"], str) and n["id"] == n["output"] for n in report.nodes)
     assert {n["id"] for n in report.nodes} <= set(names)
@@ -67,5 +67,5 @@ def test_a_default_policy_without_fast_kernels_says_why_in_both_reports():
     policy = torch_mp.OpPolicy.default("cpu_bf16", cpu_features=())
     assert policy.slow_kernels
     for front in ("convert", "export"):
-        report = getattr(torch_mp, front)(model, (tokens,), torch.bfloat16, policy=policy, return_report=True)[1]
+        report = torch_mp.report_of(getattr(torch_mp, front)(model, (tokens,), torch.bfloat16, policy=policy))
         assert report.data["slow_kernels"] == policy.slow_kernels, front

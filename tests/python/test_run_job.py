@@ -5,7 +5,7 @@ import torch
 
 import torch_mp
 from torch_mp import _job
-from torch_mp._convert import Conversion
+from torch_mp._torchscript.conversion import Conversion
 from torch_mp._export.conversion import ProgramConversion
 
 FRONTS = {"convert": (torch_mp.convert, Conversion), "export": (torch_mp.export, ProgramConversion)}
@@ -33,7 +33,7 @@ def test_the_rules_are_checked_once_however_many_conversions_the_fallback_makes(
     checked = []
     monkeypatch.setattr(_job, "check_rules_match", lambda policy, nodes: checked.append(len(nodes)))
     policy = torch_mp.OpPolicy.default("cpu_fp16").exclude("0")
-    _, report = convert(mlp(), (torch.randn(4, 16),), torch.float16, policy=policy, tolerance=1e-6,
-                        calibration_inputs=[torch.randn(4, 16)], return_report=True)
+    report = torch_mp.report_of(convert(mlp(), (torch.randn(4, 16),), torch.float16, policy=policy, tolerance=1e-6,
+                                        calibration_inputs=[torch.randn(4, 16)]))
     assert report.data["fallback"]["conversions"] > 1
     assert checked == [len(report.nodes)]

@@ -87,7 +87,8 @@ def untouched(model):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_export_keeps_the_cache_writes_and_decodes_fp32s_tokens(decoder, dtype):
     model, example, prompt, reference, tokens = decoder
-    program, report = torch_mp.export(model, example, dtype, policy=POLICIES[dtype], return_report=True)
+    program = torch_mp.export(model, example, dtype, policy=POLICIES[dtype])
+    report = torch_mp.report_of(program)
     assert sorted(program.graph_signature.buffers_to_mutate.values()) == ["key_cache", "steps", "value_cache"]
     assert report.low_precision_flop_fraction == 1.0
     assert untouched(model)  # the export's runs wrote copies
@@ -116,7 +117,7 @@ def test_export_keeps_the_cache_writes_and_decodes_fp32s_tokens(decoder, dtype):
 def test_the_report_lists_the_mutable_buffers_beside_the_weights(decoder, dtype):
     """Issue 59, item 3: each buffer the program writes, with its stored dtype and bytes and its fp32 bytes."""
     model, example, *_ = decoder
-    _, report = torch_mp.export(model, example, dtype, policy=POLICIES[dtype], return_report=True)
+    report = torch_mp.report_of(torch_mp.export(model, example, dtype, policy=POLICIES[dtype]))
     cache_bytes = 1 * 4 * 32 * 8 * 4  # (1, heads, max_len, head_dim) fp32
     name = str(dtype).replace("torch.", "")
     assert report.data["mutable_buffers"] == [
@@ -132,14 +133,14 @@ def test_the_report_lists_the_mutable_buffers_beside_the_weights(decoder, dtype)
     # norm's statistics) is no mutable buffer, on either front
     reads_a_buffer = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).eval()
     for front in (torch_mp.export, torch_mp.convert):
-        _, report = front(reads_a_buffer, (torch.randn(2, 4),), dtype, return_report=True)
+        report = torch_mp.report_of(front(reads_a_buffer, (torch.randn(2, 4),), dtype))
         assert report.data["mutable_buffers"] == [] and "mutable buffers" not in report.summary()
 
 
 def test_convert_keeps_the_cache_writes_as_module_state(decoder):
     model, example, prompt, reference, tokens = decoder
-    converted, report = torch_mp.convert(model, example, torch.bfloat16, policy=POLICIES[torch.bfloat16],
-                                         return_report=True)
+    converted = torch_mp.convert(model, example, torch.bfloat16, policy=POLICIES[torch.bfloat16])
+    report = torch_mp.report_of(converted)
     assert untouched(model)  # tracing ran the model: its buffers were put back
     # the TorchScript front keeps module state in its dtype: the cache stays fp32 there
     assert {name: buffer.dtype for name, buffer in converted.named_buffers()} == \

@@ -27,9 +27,9 @@ def test_a_tied_name_without_a_placeholder_names_the_low_tensor():
     exported = torch.export.export(model, (ids,), strict=True)
     assert [spec.target for spec in exported.graph_signature.input_specs if spec.target] == \
         ["embed.weight", "proj.weight"]  # head.weight has no placeholder: it is only in the state_dict
-    program, report = torch_mp.export(exported, dtype=torch.bfloat16,
-                                      policy=torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all"),
-                                      return_report=True)
+    program = torch_mp.export(exported, dtype=torch.bfloat16,
+                              policy=torch_mp.OpPolicy.default("cpu_bf16", cpu_features="all"))
+    report = torch_mp.report_of(program)
     state = program.state_dict
     assert state["head.weight"] is state["embed.weight"] and state["embed.weight"].dtype == torch.bfloat16
     fp32_bytes = (256 * 32 + 32 * 32) * 4

@@ -31,7 +31,8 @@ def test_a_conversion_lowers_the_heavy_ops_with_real_casts(dtype):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 30 * 30, 10)).eval()
     x = torch.randn(2, 3, 32, 32)
-    converted, report = torch_mp.convert(model, (x,), dtype, return_report=True)
+    converted = torch_mp.convert(model, (x,), dtype)
+    report = torch_mp.report_of(converted)
     planned = {node["op"]: node["precision"] for node in report.nodes}
     assert planned["aten::conv2d"] == "low" and planned["aten::linear"] == "low"
     graph = converted.graph

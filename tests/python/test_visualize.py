@@ -28,7 +28,8 @@ class Net(nn.Module):
 
 
 def convert(model, x, **kwargs):
-    return torch_mp.convert(model.eval(), (x,), torch.float16, return_report=True, **kwargs)
+    converted = torch_mp.convert(model.eval(), (x,), torch.float16, **kwargs)
+    return converted, torch_mp.report_of(converted)
 
 
 def node_line(dot, name):

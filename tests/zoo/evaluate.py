@@ -45,10 +45,12 @@ def evaluate(entry: Entry, dtype: torch.dtype, batches: int = 2, device: str = "
         warnings.simplefilter("ignore")
         start = time.perf_counter()
         if front == "export":
-            program, report = torch_mp.export(model, example, dtype, return_report=True)
+            program = torch_mp.export(model, example, dtype)
+            report = torch_mp.report_of(program)
             converted = program.module()
         else:
-            converted, report = torch_mp.convert(model, example, dtype, return_report=True)
+            converted = torch_mp.convert(model, example, dtype)
+            report = torch_mp.report_of(converted)
         seconds = time.perf_counter() - start
     cosines: List[float] = []
     errors: List[float] = []

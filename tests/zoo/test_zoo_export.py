@@ -31,7 +31,7 @@ def test_exported_zoo_model_against_fp32_and_convert(name, dtype):
     result = evaluate(entry, dtype, front="export", example=example)
     assert result.capture == "export"
     assert_within_tolerances(result, entry, name, dtype)
-    convert = torch_mp.convert(model, example, dtype, return_report=True)[1]
+    convert = torch_mp.report_of(torch_mp.convert(model, example, dtype))
     assert differences(convert, result.report) == []
 
 

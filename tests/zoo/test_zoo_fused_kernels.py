@@ -18,7 +18,8 @@ def test_fused_output_is_the_portable_output(name, dtype):
     entry = ZOO[name]
     model, inputs = build_model(entry), entry.inputs()
     portable = torch_mp.convert(model, inputs, dtype)
-    fused, report = torch_mp.convert(model, inputs, dtype, kernels="fused", return_report=True)
+    fused = torch_mp.convert(model, inputs, dtype, kernels="fused")
+    report = torch_mp.report_of(fused)
     calls = sum(1 for n in fused.graph.nodes() if n.kind() == "torch_mp::fused_pointwise")
     assert calls == report.data["fused_pointwise"] >= 12
     with torch.no_grad():

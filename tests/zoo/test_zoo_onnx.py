@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import torch_mp
-from torch_mp import onnx_front
+from torch_mp._export import onnx_writer
 from evaluate import Result
 from registry import build_model, load_zoo
 from agreement import compare, flatten_tensors
@@ -35,12 +35,13 @@ def test_onnx_zoo_model_against_fp32(name, tmp_path):
     entry = ZOO[name]
     model = build_model(entry)
     example = entry.inputs()
-    path, report = torch_mp.onnx_export(model, example, tmp_path / "model.onnx", return_report=True)
+    path = torch_mp.onnx_export(model, example, tmp_path / "model.onnx")
+    report = torch_mp.report_of(path)
     written = onnx.load(path)
     assert torch_mp.onnx_typing_problems(written) == []
     assert {v.type.tensor_type.elem_type for v in written.graph.output} == {onnx.TensorProto.FLOAT}
     # every heavy node computes in fp16 where the plan runs all heavy FLOPs low
-    _, types = onnx_front._element_types(written)
+    _, types = onnx_writer._element_types(written)
     heavy = [types.get(n.input[0]) for n in written.graph.node if n.op_type in HEAVY]
     if report.low_precision_flop_fraction == 1.0:
         assert heavy and set(heavy) == {onnx.TensorProto.FLOAT16}, heavy
@@ -64,6 +65,6 @@ def test_onnx_zoo_model_against_fp32(name, tmp_path):
                     report.reached_casts, report.cast_bytes, report.low_precision_flop_fraction, 0.0)
     assert_within_tolerances(result, entry, name, F16)
     # the file's weights: at most the weight ratio's share of fp32 bytes, give or take the exporter's constants
-    stored = onnx_front.initializer_bytes(written)
+    stored = onnx_writer.initializer_bytes(written)
     fp32_bytes = sum(p.numel() * 4 for p in model.parameters())
     assert sum(stored.values()) <= 0.52 * fp32_bytes, (stored, fp32_bytes)

@@ -42,8 +42,10 @@ def test_converting_the_converted_model_changes_nothing(name):
     example = entry.inputs()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        once, first = torch_mp.convert(model, example, torch.bfloat16, return_report=True)
-        twice, second = torch_mp.convert(once, example, torch.bfloat16, return_report=True)
+        once = torch_mp.convert(model, example, torch.bfloat16)
+        first = torch_mp.report_of(once)
+        twice = torch_mp.convert(once, example, torch.bfloat16)
+        second = torch_mp.report_of(twice)
     # the libraries' warnings (tracer, deprecations) and torch_mp's notice of TorchScript's deprecation (torch >= 2.14)
     # are expected; no other may come from torch_mp
     ours = [w for w in caught if not issubclass(w.category, torch_mp.TorchScriptDeprecationWarning)

@@ -23,7 +23,7 @@ from .._inputs import (CallInputs, _device_of, _normalize_calibration, _normaliz
                        module_inputs)
 from .._job import run_job
 from ..options import ConversionOptions
-from ..report import Report
+from ..report import Report, carrying_report, returned
 from .apply import apply_plan, rewritten
 from .capture import _check_capture, _first_line, capture
 from .facts import ProgramFacts
@@ -60,14 +60,15 @@ def export(
             example inputs (with their keyword inputs) where neither example_inputs nor example_kwarg_inputs is given.
         example_kwarg_inputs: the keyword inputs of that call, a dict (torch.export's kwargs); with them, each
             calibration input is a dict of keyword inputs or an (args, kwargs) pair.
-        dtype, calibration_inputs, return_report: as for torch_mp.convert.
+        dtype, calibration_inputs, return_report (deprecated): as for torch_mp.convert.
         dynamic_shapes: passed to torch.export.export.
         options, option_fields: a ConversionOptions and fields replacing its own, as for torch_mp.convert: policy,
             planner, keep_io_dtypes, tolerance, metric, progress, verify (the TorchScript front's fuse_casts,
             kernels, channels_last and fuse_convolutions only at their defaults).
 
     Returns:
-        the torch.export.ExportedProgram, or (program, Report) with return_report=True.
+        the torch.export.ExportedProgram, carrying its Report (torch_mp.report_of); (program, Report) with
+        return_report=True.
     """
     chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
     chosen.refuse_torchscript_only("torch_mp.export")
@@ -98,7 +99,7 @@ def export(
     except Exception as error:  # noqa: BLE001 - an internal failure: the user's model and program are untouched
         name = type(model).__name__
         raise ConversionError(f"torch_mp could not convert the program of {name}: {_first_line(error)}") from error
-    return (converted.program, report) if return_report else converted.program
+    return returned(carrying_report(converted.program, report), return_report, "torch_mp.export")
 
 
 def _clean_up(program: ExportedProgram, model_name: str) -> ExportedProgram:
@@ -134,8 +135,8 @@ class ConvertedProgram:
 class ProgramConversion:
     """A functional program, its observations and the options of its conversions; run() converts it, keeping given
     nodes (by FX name) in fp32 (what the accuracy fallback varies), and always those in `keep_non_finite`. The job
-    interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), as _convert.Conversion for
-    TorchScript; _job.run_job runs it."""
+    interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), as
+    _torchscript.conversion.Conversion for TorchScript; _job.run_job runs it."""
 
     def __init__(self, program: ExportedProgram, inputs: CallInputs, calibration: Sequence[CallInputs],
                  options: ConversionOptions):

@@ -16,6 +16,8 @@ import torch
 from .. import _C
 from .._errors import Int8Warning
 from .._compat import INDUCTOR_CPU_ROUNDS_AT_CASTS
+from .._torchscript.jit_calls import REPORT_FILE
+from ..report import report_of, returned
 from .conversion import export
 
 # What keeps the plan's rounding in Inductor's kernels. Inductor fuses a cast into the pointwise kernel around it and
@@ -44,21 +46,22 @@ def aoti_compile(model: Any, example_inputs: Any, dtype: Optional[torch.dtype] =
             specialised to the example inputs' shapes (torch.export's behaviour): run it on inputs of those shapes
             only (a package does not necessarily refuse others: a CPU one may resize its output and go on).
         inductor_configs: added to INDUCTOR_CONFIGS.
-        return_report: also return the Report.
+        return_report: deprecated (a FutureWarning): also return the Report, which torch_mp.report_of(path) reads
+            from the package.
         options: ConversionOptions fields, as for torch_mp.export.
 
     Returns:
-        the path, or (path, Report) with return_report=True; the report's "aoti_seconds" is the compile time and
-        "aoti_rounds_at_casts" whether every cast of the program rounds in the package (False for a CPU package
-        before torch 2.13, with a warning).
+        the path, or (path, Report) with return_report=True. The package holds the Report (torch_mp.report_of(path)):
+        its "aoti_seconds" is the compile time and "aoti_rounds_at_casts" whether every cast of the program rounds in
+        the package (False for a CPU package before torch 2.13, with a warning).
     """
     if package_path is None:
         raise TypeError("aoti_compile() needs package_path, where to write the package (a path ending in .pt2)")
     check_package_path(package_path)
-    program, report = export(model, example_inputs, dtype, example_kwarg_inputs=example_kwarg_inputs,
-                             dynamic_shapes=dynamic_shapes, return_report=True, **options)
-    path = write_package(program, package_path, report, inductor_configs)
-    return (path, report) if return_report else path
+    program = export(model, example_inputs, dtype, example_kwarg_inputs=example_kwarg_inputs,
+                     dynamic_shapes=dynamic_shapes, **options)
+    path = write_package(program, package_path, report_of(program), inductor_configs)
+    return returned(path, return_report, "torch_mp.aoti_compile")
 
 
 def check_package_path(package_path: Any) -> None:
@@ -69,7 +72,7 @@ def check_package_path(package_path: Any) -> None:
 
 def write_package(program, package_path: Any, report, inductor_configs: Optional[Dict[str, Any]] = None) -> str:
     """Compiles a converted program into the package at `package_path`; notes in the report the compile time and
-    whether the package rounds where the program casts."""
+    whether the package rounds where the program casts, and stores it in the package (report_of reads it there)."""
     configs = {**INDUCTOR_CONFIGS, **(inductor_configs or {})}
     int8_kernels = Counter(node["op"] for node in report.nodes if node["precision"] == "int8"
                            and _C.int8_facts(node["op"]).role == _C.Int8Role.kernel)
@@ -91,7 +94,16 @@ def write_package(program, package_path: Any, report, inductor_configs: Optional
     report.annotate("aoti_seconds", time.perf_counter() - start)
     if int8_kernels:
         report.annotate("aoti_int8_kernels", _check_int8_kernels(path, int8_kernels))
+    _store_report(path, report)
     return path
+
+
+def _store_report(path: str, report) -> None:
+    """The report added to the package as <archive>/extra/REPORT_FILE, where torch.jit.save puts a module's extra
+    files; AOTInductor's loader reads only the entries it knows."""
+    with zipfile.ZipFile(path, "a") as package:
+        root = package.namelist()[0].partition("/")[0]
+        package.writestr(f"{root}/extra/{REPORT_FILE}", report.to_json(indent=None))
 
 
 # The oneDNN int8 kernels the package's generated C++ calls for each int8 kernel op of the plan (as

@@ -18,10 +18,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._errors import ConversionError
-from ._export import CAST, export
-from .options import ConversionOptions
-from .policy import OpPolicy, target_for
+from .._errors import ConversionError
+from .conversion import export
+from .ir import CAST
+from ..options import ConversionOptions
+from ..policy import OpPolicy, target_for
+from ..report import REPORT_KEY, report_of, returned
 
 DEFAULT_OPSET = 20
 # One protobuf message holds at most 2 GiB: a model whose initializers are larger is written with ONNX external data.
@@ -63,8 +65,9 @@ def onnx_export(model: Any, example_inputs: Any, path: Any, dtype: Optional[torc
         opset: the ONNX opset (default DEFAULT_OPSET, 20).
         external_data_threshold: initializer bytes above which the weights go to an external data file beside
             `path` (PATH.data); default 2 GiB, protobuf's limit.
-        return_report: also return the Report (its "onnx" entry: opset, casts, initializer bytes by dtype,
-            external data, seconds, notes).
+        return_report: deprecated (a FutureWarning): also return the Report, which torch_mp.report_of(path) reads
+            from the file's metadata (its "onnx" entry: opset, casts, initializer bytes by dtype, external data,
+            seconds, notes).
         options, option_fields: as for torch_mp.export; without a policy, onnx_policy(dtype).
 
     Returns:
@@ -88,9 +91,9 @@ def onnx_export(model: Any, example_inputs: Any, path: Any, dtype: Optional[torc
         chosen = dataclasses.replace(chosen, dtype=torch.float16)
     if chosen.policy is None:
         chosen = dataclasses.replace(chosen, policy=onnx_policy(chosen.dtype))
-    program, report = export(model, example_inputs, example_kwarg_inputs=example_kwarg_inputs,
-                             calibration_inputs=calibration_inputs,
-                             dynamic_shapes=dynamic_shapes, return_report=True, options=chosen)
+    program = export(model, example_inputs, example_kwarg_inputs=example_kwarg_inputs,
+                     calibration_inputs=calibration_inputs, dynamic_shapes=dynamic_shapes, options=chosen)
+    report = report_of(program)
     start = time.perf_counter()
     proto = program_to_onnx(program, opset or DEFAULT_OPSET)
     problems = onnx_typing_problems(proto)
@@ -103,14 +106,15 @@ def onnx_export(model: Any, example_inputs: Any, path: Any, dtype: Optional[torc
         raise ConversionError(f"torch.onnx.export dropped casts of the plan (nothing written to {path}): {lost}")
     weights = initializer_bytes(proto)
     external = sum(weights.values()) > external_data_threshold
-    _write(onnx, proto, path, external)
     info = {"opset": opset or DEFAULT_OPSET, "path": path, "casts": cast_count(proto),
             "initializer_bytes": {_NAMES.get(c) or onnx.TensorProto.DataType.Name(c).lower(): b
                                   for c, b in sorted(weights.items())},
             "external_data": os.path.basename(path) + ".data" if external else None,
             "seconds": time.perf_counter() - start, "notes": [BF16_CPU_NOTE] if chosen.dtype == torch.bfloat16 else []}
     report.annotate("onnx", info)
-    return (path, report) if return_report else path
+    proto.metadata_props.add(key=REPORT_KEY, value=report.to_json(indent=None))  # for report_of(path)
+    _write(onnx, proto, path, external)
+    return returned(path, return_report, "torch_mp.onnx_export")
 
 
 def _checked_path(path: Any, threshold: Any, opset: Any) -> str:

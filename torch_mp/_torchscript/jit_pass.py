@@ -23,9 +23,9 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
-from . import _C
-from .options import ConversionOptions
-from .report import Report
+from .. import _C
+from ..options import ConversionOptions
+from ..report import Report
 
 
 class Activity(NamedTuple):

@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-from ._compat import JIT_CALLS_WARN
+from .._compat import JIT_CALLS_WARN
 
 
 class TorchScriptDeprecationWarning(FutureWarning):
@@ -29,6 +29,8 @@ MESSAGE = (
     "See \"TorchScript's status\" in torch_mp's README.md."
 )
 
+
+REPORT_FILE = "torch_mp_report.json"  # the report's name among a saved module's extra files
 
 _thread = threading.local()  # depth: how many jit_call frames this thread is inside
 _lock = threading.Lock()
@@ -81,6 +83,17 @@ def load_file(path, map_location=None, extra_files=None) -> torch.jit.ScriptModu
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"{path} is not a loadable TorchScript file (corrupt, truncated or another format): "
                          f"{first}") from error
+
+
+def save(module: torch.jit.ScriptModule, path, report=None) -> None:
+    """torch.jit.save(module, path) without torch's deprecation warning (jit_call), with `report` (default: the one
+    the module carries, torch_mp.report_of(module)) stored inside the file as REPORT_FILE: torch.jit.load ignores it;
+    torch_mp.report_of(path) and `python -m torch_mp report` read it."""
+    from ..report import report_of  # here: report.py imports this module
+
+    report = report if report is not None else report_of(module)
+    extra = {REPORT_FILE: report.to_json(indent=None)} if report is not None else {}
+    jit_call(torch.jit.save, module, path, _extra_files=extra)
 
 
 def _warn_once() -> None:

@@ -10,16 +10,16 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _C, capture_check
-from ._compat import forget_dead_quantized_decomposed_builtins
-from ._errors import ConversionError, ModelRunError
-from ._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _normalize_inputs,
+from .. import _C, capture_check
+from .._compat import forget_dead_quantized_decomposed_builtins
+from .._errors import ConversionError, ModelRunError
+from .._inputs import (CallInputs, _device_of, _normalize_calibration, _normalize_calibration_calls, _normalize_inputs,
                       _normalize_kwargs, _refuse_autocast, module_inputs)
-from ._memory import release_freed_memory
-from ._torchscript import TorchScriptDeprecationWarning, jit_call, user_stacklevel
-from ._job import run_job
-from .options import ConversionOptions
-from .report import MutableBuffer, Report
+from .._memory import release_freed_memory
+from .jit_calls import TorchScriptDeprecationWarning, jit_call, user_stacklevel
+from .._job import run_job
+from ..options import ConversionOptions
+from ..report import MutableBuffer, Report, carrying_report, returned
 
 
 def convert(
@@ -49,19 +49,20 @@ def convert(
         calibration_inputs: more inputs (a list, each like example_inputs) the model runs on before planning: the
             range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range, and
             the accuracy fallback and the verification use them.
-        return_report: also return the Report.
+        return_report: deprecated (a FutureWarning): also return the Report, which torch_mp.report_of(module) gives.
         options: a ConversionOptions; the keyword options (its fields: policy, planner, verify, fuse_casts,
             kernels, channels_last, fuse_convolutions, keep_io_dtypes, tolerance, metric, progress; see
             torch_mp.ConversionOptions) replace its fields.
 
     Returns:
-        the converted torch.jit.ScriptModule, or (module, Report) with return_report=True.
+        the converted torch.jit.ScriptModule, carrying its Report (torch_mp.report_of); (module, Report) with
+        return_report=True.
     """
     chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
     chosen.refuse_int8("torch_mp.convert")
     prepared = prepare(model, example_inputs, example_kwarg_inputs=example_kwarg_inputs,
                        calibration_inputs=calibration_inputs)
-    return prepared._convert(chosen, return_report, in_place=True)
+    return returned(prepared._convert(chosen, in_place=True), return_report, "torch_mp.convert")
 
 
 def prepare(model: torch.nn.Module, example_inputs: Any = None, *,
@@ -145,16 +146,17 @@ class PreparedModel:
         calibration inputs, which the preparation holds. The preparation stays as it is."""
         chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
         chosen.refuse_int8("PreparedModel.convert")
-        return self._convert(chosen, return_report, in_place=False)
+        return returned(self._convert(chosen, in_place=False), return_report, "PreparedModel.convert")
 
-    def _convert(self, options: ConversionOptions, return_report: bool, in_place: bool):
+    def _convert(self, options: ConversionOptions, in_place: bool) -> torch.jit.ScriptModule:
+        """The converted module, carrying its report."""
         options = options.for_device(self.device)
         module, report = run_job(Conversion(self, options), self.inputs, self.calibration, in_place=in_place)
         report.annotate("capture", self.capture)
         # a frozen module keeps as attributes only the state its forward writes; the TorchScript front keeps their dtype
         report.annotate("mutable_buffers", [MutableBuffer.of(name, buffer, buffer.nbytes)
                                             for name, buffer in module.named_buffers()])
-        return (module, report) if return_report else module
+        return carrying_report(module, report)
 
 
 class Conversion:
