@@ -48,7 +48,8 @@ def main() -> int:
             model = build().eval()
             inputs = make_inputs()
             start = time.perf_counter()
-            converted, report = torch_mp.convert(model, inputs, dtype, return_report=True)
+            converted = torch_mp.convert(model, inputs, dtype)
+            report = torch_mp.report_of(converted)
             seconds = time.perf_counter() - start
             fresh = tuple(torch.randn_like(x) if x.is_floating_point() else x for x in inputs)
             with torch.no_grad():

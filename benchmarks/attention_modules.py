@@ -104,7 +104,8 @@ def main() -> None:
             reference = first_tensor(model(*inputs))
             fp32_saved = saved_megabytes(torch.jit.freeze(torch.jit.script(model)))
         for dtype in (torch.float16, torch.bfloat16):
-            converted, report = torch_mp.convert(model, inputs, dtype, return_report=True, progress=False)
+            converted = torch_mp.convert(model, inputs, dtype, progress=False)
+            report = torch_mp.report_of(converted)
             with torch.no_grad():
                 output = first_tensor(converted(*inputs))
             cosine = nn.functional.cosine_similarity(reference.double().flatten(), output.double().flatten(), dim=0)

@@ -105,7 +105,7 @@ def _reason(error: BaseException) -> str:
 # ---- torch_mp -----------------------------------------------------------------------------------------------------
 
 def torch_mp_cell(model, inputs, dtype, planner, fuse):
-    _, report = torch_mp.convert(model, inputs, dtype, planner=planner, fuse_casts=fuse, return_report=True)
+    report = torch_mp.report_of(torch_mp.convert(model, inputs, dtype, planner=planner, fuse_casts=fuse))
     note = f"{report.fused_casts} fused" if fuse else ""
     return Cell(report.reached_casts, report.cast_bytes, note)
 

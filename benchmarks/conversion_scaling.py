@@ -26,7 +26,7 @@ Timings, each the median of --repeats runs (--repeats-large above 20k nodes) on 
 (scripting is not timed):
   freeze     torch.jit.freeze(scripted): clone, inline, fold attributes into constants, and PyTorch's frozen-graph
              optimisations (OptimizeFrozenGraph). It does not run the model.
-  convert    wall time of torch_mp.convert(scripted, (x,), torch.float16, return_report=True): the same freeze
+  convert    wall time of torch_mp.convert(scripted, (x,), torch.float16): the same freeze
              (freeze_module, in C++), the conversion pipeline (which runs OptimizeFrozenGraph again, runs the model
              twice: once to observe every value, once to verify the result), wrapping the result as a
              Python module and parsing the JSON report.
@@ -215,9 +215,8 @@ def measure(blocks: int, repeats: int, workdir: str, x: torch.Tensor) -> dict:
     convert_times, convert_cpu, pipeline_times, phases = [], [], [], []
     graphs = set()
     for _ in range(repeats):
-        seconds, (converted, report) = timed(
-            lambda: torch_mp.convert(scripted, (x,), torch.float16, return_report=True)
-        )
+        seconds, converted = timed(lambda: torch_mp.convert(scripted, (x,), torch.float16))
+        report = torch_mp.report_of(converted)
         convert_times.append(seconds)
         convert_cpu.append(timed.cpu)
         pipeline_times.append(report.data["seconds"])

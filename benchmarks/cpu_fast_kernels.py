@@ -107,7 +107,8 @@ def main() -> int:
             target = torch_mp.target_for(torch.device("cpu"), dtype)
             for plan, policy in (("default", None), ("forced", torch_mp.OpPolicy.default(target, cpu_features="all"))):
                 start = time.perf_counter()
-                converted, report = torch_mp.convert(model, inputs, dtype, policy=policy, return_report=True)
+                converted = torch_mp.convert(model, inputs, dtype, policy=policy)
+                report = torch_mp.report_of(converted)
                 seconds = time.perf_counter() - start
                 runs[(dtype_name, plan)] = (converted, seconds, report.low_precision_flop_fraction)
                 print(f"{name} {dtype_name} {plan}: converted in {seconds:.1f} s", flush=True)

@@ -109,8 +109,9 @@ def measure(architecture: str, dtype_name: str, prompts, new_tokens: int) -> Lis
             policy.set(op, category, reason="decode_fidelity.py: which rounding the error comes from")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            program, report = torch_mp.export(make_fp32(), None, dtype, example_kwarg_inputs=example,
-                                              return_report=True, policy=policy)
+            program = torch_mp.export(make_fp32(), None, dtype, example_kwarg_inputs=example,
+                                      policy=policy)
+            report = torch_mp.report_of(program)
         caches = sum(b["fp32_bytes"] for b in report.data["mutable_buffers"])
         low_caches = sum(b["bytes"] for b in report.data["mutable_buffers"])
         weights = (report.data["weight_bytes_after"] - low_caches) / (report.data["weight_bytes_before"] - caches)

@@ -46,7 +46,8 @@ def measure(name, batch, dtype, repeats, folder):
     with torch.no_grad():
         reference = model(*args)
     base = torch_mp.OpPolicy.default("cpu_bf16" if dtype == torch.bfloat16 else "cpu_fp16")
-    program, report = torch_mp.export(model, args, dtype, policy=base, return_report=True)
+    program = torch_mp.export(model, args, dtype, policy=base)
+    report = torch_mp.report_of(program)
     followed = torch_mp.export(model, args, dtype, policy=follow_policy(report, base))
     with torch.no_grad():
         planned = first(program.module()(*args))

@@ -154,8 +154,9 @@ def measure(name, batch, repeats, calibration_count, tolerance, folder):
     row = {"model": name, "batch": batch, "notes": []}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program, report = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration, tolerance=tolerance,
-                                          progress=False, return_report=True)
+        program = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration, tolerance=tolerance,
+                                  progress=False)
+        report = torch_mp.report_of(program)
         # what torch_mp.aoti_compile does after its export, on the same program
         path = write_package(program, os.path.join(folder, f"{name}_{batch}.pt2"), report)
     heavy = sum(n["flops"] for n in report.nodes)

@@ -174,10 +174,12 @@ def measure(name, batch, repeats, tolerance, photos):
     programs = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        programs["ours"], report = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration[1:],
-                                                   progress=False, return_report=True)
-        programs["ours_tol"], report_tol = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration[1:],
-                                                           tolerance=tolerance, progress=False, return_report=True)
+        programs["ours"] = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration[1:],
+                                           progress=False)
+        report = torch_mp.report_of(programs["ours"])
+        programs["ours_tol"] = torch_mp.export(model, args, torch.int8, calibration_inputs=calibration[1:],
+                                               tolerance=tolerance, progress=False)
+        report_tol = torch_mp.report_of(programs["ours_tol"])
     for key, rep in (("ours", report), ("ours_tol", report_tol)):
         heavy = sum(n["flops"] for n in rep.nodes)
         row[f"int8_flops_{key}"] = sum(n["flops"] for n in rep.nodes if n["precision"] == "int8") / max(heavy, 1)

@@ -52,7 +52,8 @@ def measure(name, entry, dtype, folder):
     inputs = entry.inputs()
     with torch.no_grad():
         reference = flatten_tensors(model(*inputs))[0]
-        converted, report = torch_mp.convert(model, inputs, dtype, return_report=True)
+        converted = torch_mp.convert(model, inputs, dtype)
+        report = torch_mp.report_of(converted)
         ahead = flatten_tensors(converted(*inputs))[0]
     path = os.path.join(folder, name + ".pt")
     torch.jit.save(torch.jit.freeze(torch.jit.script(model)), path)

@@ -96,9 +96,10 @@ def runs_for(model: torch.nn.Module, shape: DecoderShape, batch: int, dtype_name
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program, report = torch_mp.export(static_cache_step(model, batch, shape.max_len), None, dtype,
-                                          example_kwarg_inputs=example, return_report=True,
-                                          policy=torch_mp.OpPolicy.default(target, cpu_features="all"))
+        program = torch_mp.export(static_cache_step(model, batch, shape.max_len), None, dtype,
+                                  example_kwarg_inputs=example,
+                                  policy=torch_mp.OpPolicy.default(target, cpu_features="all"))
+        report = torch_mp.report_of(program)
     notes.append(f"batch {batch}: torch_mp.export took {time.perf_counter() - start:.1f} s; weights "
                  f"{report.weight_ratio:.3f}x fp32's with the caches, low precision FLOPs "
                  f"{report.low_precision_flop_fraction:.3f}")

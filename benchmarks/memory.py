@@ -173,10 +173,12 @@ def memory_child(args) -> dict:
         time.sleep(0.01)
     start = time.monotonic()
     if args.front == "convert":
-        converted, report = torch_mp.convert(model if args.module else scripted, inputs, dtype, return_report=True,
-                                             verify=not args.no_verify)
+        converted = torch_mp.convert(model if args.module else scripted, inputs, dtype,
+                                     verify=not args.no_verify)
+        report = torch_mp.report_of(converted)
     else:
-        converted, report = torch_mp.export(model, inputs, dtype, return_report=True, verify=not args.no_verify)
+        converted = torch_mp.export(model, inputs, dtype, verify=not args.no_verify)
+        report = torch_mp.report_of(converted)
     seconds = time.monotonic() - start
     after = rss_bytes()
     time.sleep(0.05)
@@ -248,7 +250,7 @@ def run_calibration(args) -> None:
     def conversion(front: str, extra):
         call = torch_mp.convert if front == "convert" else torch_mp.export
         start = time.perf_counter()
-        _, report = call(model, example, dtype, calibration_inputs=extra or None, return_report=True)
+        report = torch_mp.report_of(call(model, example, dtype, calibration_inputs=extra or None))
         phases = dict(report.data["phases"])
         return time.perf_counter() - start, phases.get("observe", 0.0), phases.get("verify", 0.0)
 

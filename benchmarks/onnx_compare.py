@@ -116,7 +116,7 @@ def run_model(name, entry, folder, modelopt_python):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _, report = torch_mp.onnx_export(model, example, ours, torch.float16, return_report=True)
+            report = torch_mp.report_of(torch_mp.onnx_export(model, example, ours, torch.float16))
         variants["torch_mp"] = {"seconds": time.perf_counter() - start, "onnx_seconds": report.data["onnx"]["seconds"]}
     except Exception as error:  # noqa: BLE001
         variants["torch_mp"] = {"failed": f"{type(error).__name__}: {str(error).splitlines()[0][:300]}"}

@@ -23,8 +23,8 @@ def main() -> None:
     args = parser.parse_args()
     output = args.output or os.path.join(HERE, "results", f"resnet50_ibn_a_{args.dtype}.svg")
     torch.manual_seed(0)
-    _, report = torch_mp.convert(resnet50_ibn_a().eval(), (torch.randn(1, 3, 64, 64),), DTYPES[args.dtype],
-                                      return_report=True)
+    converted = torch_mp.convert(resnet50_ibn_a().eval(), (torch.randn(1, 3, 64, 64),), DTYPES[args.dtype])
+    report = torch_mp.report_of(converted)
     visualize.render_svg(report, output)
     with open(output) as f:
         titles = re.findall(r'class="node">\s*<title>([^<]*)</title>', f.read())

@@ -50,7 +50,8 @@ def planning_seconds(phases: Dict[str, float]) -> float:
 def idempotent(model, inputs, dtype) -> Tuple[bool, float]:
     """Whether torch_mp.export of torch_mp.export's program changes no node (target and dtype, in order); and the
     export + plan seconds of that first torch_mp.export (a second sample of evaluate's)."""
-    program, report = torch_mp.export(model, inputs, dtype, return_report=True)
+    program = torch_mp.export(model, inputs, dtype)
+    report = torch_mp.report_of(program)
     same = node_signature(torch_mp.export(program, inputs, dtype)) == node_signature(program)
     return same, planning_seconds(report.data["phases"])
 

@@ -30,7 +30,8 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 def plan_of(entry, dtype, front="convert"):
     model = build_model(entry)
     example = entry.inputs()
-    converted, report = getattr(torch_mp, front)(model, example, dtype, return_report=True)
+    converted = getattr(torch_mp, front)(model, example, dtype)
+    report = torch_mp.report_of(converted)
     if front == "export":
         converted = converted.module()  # the ExportedProgram, run as a module
     turned = 0
