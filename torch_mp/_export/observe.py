@@ -47,14 +47,14 @@ class _Seen:
             flat = tensor.detach().flatten()
             minimum, maximum = torch.aminmax(flat)
             self.minimum, self.maximum = min(self.minimum, minimum.item()), max(self.maximum, maximum.item())
-            self.zeros += int((flat == 0).sum())
             if self.finite:
                 self._add_to_histogram(flat)
 
     def _add_to_histogram(self, flat: torch.Tensor) -> None:
         low, high = min(self.minimum, 0.0), max(self.maximum, 0.0)
-        if high == low:  # zeros only so far
+        if high == low:  # zeros only so far: nothing to bin (and no range to clip)
             return
+        self.zeros += int((flat == 0).sum())  # of the binned elements: they round without error
         if self.bins.shape[1] and (low, high) != (self.low, self.high):
             # the range widened: the bins seen so far go whole into the new bin holding their mean
             filled = self.bins[0] > 0
