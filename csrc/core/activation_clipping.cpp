@@ -1,85 +1,87 @@
 #include "core/activation_clipping.h"
 
 #include <algorithm>
-#include <limits>
 
 namespace torch_mp::core {
 namespace {
 
-// A clipped range must at least halve the expected squared error of the observed min/max: the kept extremes are a
-// sample of the calibration inputs, later inputs reach past a clip, and a clip of about one step (what the uniform
-// rounding model finds optimal for a dense tail) gains a few percent at that risk.
-constexpr double kClipGain = 2.0;
-
-// The bounds one side of a range may be clipped to, from the outermost inwards, each with the squared error of moving
-// the elements beyond it onto it: entry i bounds at extremes[i] (entry 0, the observed extreme, clips nothing), a last
-// entry at 0 where every element on this side of 0 is among the extremes (else elements not kept would lie beyond 0
-// unaccounted). `extremes` runs from the outermost element inwards; `sign` is +1 for the largest, -1 for the smallest.
-struct ClipCandidates {
-  std::vector<double> bound;
-  std::vector<double> squaredError;
+// What the bins on one side of each edge hold: entry k sums the bins below edge k (from the low end) or at and above
+// it (from the high end); k runs over the bins + 1 edges.
+struct Side {
+  std::vector<double> count;
+  std::vector<double> sum;
+  std::vector<double> sumOfSquares;
 };
 
-ClipCandidates clipCandidates(const std::vector<double>& extremes, double sign, int64_t numel) {
-  ClipCandidates candidates;
-  double sum = 0.0;
-  double sumOfSquares = 0.0;
-  int64_t beyond = 0;
-  auto add = [&](double bound) {
-    candidates.bound.push_back(bound);
-    candidates.squaredError.push_back(sumOfSquares - 2.0 * bound * sum + static_cast<double>(beyond) * bound * bound);
-  };
-  for (double value : extremes) {
-    if (sign * value <= 0.0) {
-      break;
-    }
-    add(value);
-    sum += value;
-    sumOfSquares += value * value;
-    ++beyond;
+Side below(const ValueHistogram& h) {
+  const size_t bins = h.count.size();
+  Side side{std::vector<double>(bins + 1, 0.0), std::vector<double>(bins + 1, 0.0), std::vector<double>(bins + 1, 0.0)};
+  for (size_t k = 0; k < bins; ++k) {
+    side.count[k + 1] = side.count[k] + h.count[k];
+    side.sum[k + 1] = side.sum[k] + h.sum[k];
+    side.sumOfSquares[k + 1] = side.sumOfSquares[k] + h.sumOfSquares[k];
   }
-  const bool allOnThisSideKept = beyond < static_cast<int64_t>(extremes.size()) ||
-      static_cast<int64_t>(extremes.size()) == numel;
-  if (allOnThisSideKept) {
-    add(0.0);
+  return side;
+}
+
+Side above(const ValueHistogram& h) {  // summed from the top, so a small tail's figures carry no cancellation
+  const size_t bins = h.count.size();
+  Side side{std::vector<double>(bins + 1, 0.0), std::vector<double>(bins + 1, 0.0), std::vector<double>(bins + 1, 0.0)};
+  for (size_t k = bins; k-- > 0;) {
+    side.count[k] = side.count[k + 1] + h.count[k];
+    side.sum[k] = side.sum[k + 1] + h.sum[k];
+    side.sumOfSquares[k] = side.sumOfSquares[k + 1] + h.sumOfSquares[k];
   }
-  return candidates;
+  return side;
+}
+
+// sum (x - bound)^2 over the elements a side holds at edge k
+double movedError(const Side& side, size_t k, double bound) {
+  return side.sumOfSquares[k] - 2.0 * bound * side.sum[k] + side.count[k] * bound * bound;
 }
 
 } // namespace
 
-ActivationRange clippedRange(const ValueTails& tails, bool reducedRange) {
-  const double levels = reducedRange ? 127.0 : 255.0;
-  const ClipCandidates high = clipCandidates(tails.largest, 1.0, tails.numel);
-  const ClipCandidates low = clipCandidates(tails.smallest, -1.0, tails.numel);
-  const double rounded = static_cast<double>(std::max<int64_t>(tails.numel - tails.zeros, 0));
-  const auto error = [&](size_t lowIndex, size_t highIndex) {
-    const double scale = (high.bound[highIndex] - low.bound[lowIndex]) / levels;
-    return high.squaredError[highIndex] + low.squaredError[lowIndex] + rounded * scale * scale / 12.0;
-  };
+ActivationRange clippedRange(const ValueHistogram& histogram, bool reducedRange) {
   ActivationRange best;
-  if (high.bound.empty() || low.bound.empty()) {  // nothing kept of a side: no element observed
+  best.min = histogram.low;
+  best.max = histogram.high;
+  const size_t bins = histogram.count.size();
+  if (bins == 0 || !(histogram.high > histogram.low)) {  // nothing but zeros observed
     return best;
   }
-  best.minMaxSquaredError = error(0, 0);
-  best.squaredError = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < low.bound.size(); ++i) {
-    for (size_t j = 0; j < high.bound.size(); ++j) {
+  const double levels = reducedRange ? 127.0 : 255.0;
+  const double width = (histogram.high - histogram.low) / static_cast<double>(bins);
+  const auto edge = [&](size_t k) {
+    return k == bins ? histogram.high : histogram.low + width * static_cast<double>(k);
+  };
+  const Side low = below(histogram);
+  const Side high = above(histogram);
+  const double total = low.count[bins];
+  const auto error = [&](size_t lowEdge, size_t highEdge) {
+    const double scale = (edge(highEdge) - edge(lowEdge)) / levels;
+    const double rounded = std::max(total - low.count[lowEdge] - high.count[highEdge] -
+                                        static_cast<double>(histogram.zeros), 0.0);
+    return movedError(low, lowEdge, edge(lowEdge)) + movedError(high, highEdge, edge(highEdge)) +
+        rounded * scale * scale / 12.0;
+  };
+  best.minMaxSquaredError = error(0, bins);
+  best.squaredError = best.minMaxSquaredError;
+  size_t bestLow = 0;
+  size_t bestHigh = bins;
+  for (size_t i = 0; i < bins && edge(i) <= 0.0; ++i) {
+    for (size_t j = bins; j > i && edge(j) >= 0.0; --j) {
       const double candidate = error(i, j);
       if (candidate < best.squaredError) {  // strictly: on a tie the wider range (min/max first) stays
         best.squaredError = candidate;
-        best.min = low.bound[i];
-        best.max = high.bound[j];
-        best.clipped = i > 0 || j > 0;
+        bestLow = i;
+        bestHigh = j;
       }
     }
   }
-  if (best.clipped && best.squaredError * kClipGain > best.minMaxSquaredError) {
-    best.min = low.bound[0];
-    best.max = high.bound[0];
-    best.squaredError = best.minMaxSquaredError;
-    best.clipped = false;
-  }
+  best.min = edge(bestLow);
+  best.max = edge(bestHigh);
+  best.clipped = bestLow > 0 || bestHigh < bins;
   return best;
 }
 

@@ -104,20 +104,29 @@ void bindInt8(py::module_& m) {
   m.def("activation_quantization", &core::activationQuantization, py::arg("min"), py::arg("max"),
         py::arg("reduced_range"), "uint8 affine quantization of an activation from its observed range.");
 
-  py::class_<core::ValueTails>(m, "ValueTails", "What observation kept of a value for clipping (core/activation_clipping).")
-      .def(py::init([](int64_t numel, int64_t zeros, std::vector<double> largest, std::vector<double> smallest) {
-             return core::ValueTails{numel, zeros, std::move(largest), std::move(smallest)};
+  py::class_<core::ValueHistogram>(m, "ValueHistogram",
+                                    "What observation kept of a value for clipping (core/activation_clipping).")
+      .def(py::init([](double low, double high, int64_t zeros, std::vector<double> count, std::vector<double> sum,
+                       std::vector<double> sumOfSquares) {
+             TORCH_CHECK_VALUE(sum.size() == count.size() && sumOfSquares.size() == count.size(),
+                               "torch_mp: a histogram's count, sum and sum_of_squares have one entry per bin");
+             return core::ValueHistogram{low, high, zeros, std::move(count), std::move(sum), std::move(sumOfSquares)};
            }),
-           py::kw_only(), py::arg("numel"), py::arg("zeros"), py::arg("largest"), py::arg("smallest"))
-      .def_readonly("numel", &core::ValueTails::numel)
-      .def_readonly("zeros", &core::ValueTails::zeros);
+           py::kw_only(), py::arg("low"), py::arg("high"), py::arg("zeros"), py::arg("count"), py::arg("sum"),
+           py::arg("sum_of_squares"))
+      .def_readonly("low", &core::ValueHistogram::low)
+      .def_readonly("high", &core::ValueHistogram::high)
+      .def_readonly("zeros", &core::ValueHistogram::zeros)
+      .def_readonly("count", &core::ValueHistogram::count)
+      .def_readonly("sum", &core::ValueHistogram::sum)
+      .def_readonly("sum_of_squares", &core::ValueHistogram::sumOfSquares);
   py::class_<core::ActivationRange>(m, "ActivationRange", "The range an activation is quantized over.")
       .def_readonly("min", &core::ActivationRange::min)
       .def_readonly("max", &core::ActivationRange::max)
       .def_readonly("clipped", &core::ActivationRange::clipped)
       .def_readonly("squared_error", &core::ActivationRange::squaredError)
       .def_readonly("min_max_squared_error", &core::ActivationRange::minMaxSquaredError);
-  m.def("clipped_range", &core::clippedRange, py::arg("tails"), py::arg("reduced_range"),
+  m.def("clipped_range", &core::clippedRange, py::arg("histogram"), py::arg("reduced_range"),
         "The observed range, or a clipped one where that has less expected squared error (core/activation_clipping).");
 }
 

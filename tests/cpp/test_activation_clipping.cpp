@@ -1,6 +1,7 @@
-// core::clippedRange on hand-made tails: a rare outlier is clipped where the rounding it forces on every other element
-// costs more than clipping it; a dense tail, an outlier among few elements and a one-signed value are not; the error
-// figures are the formula's.
+// core::clippedRange on hand-made histograms: an outlier over millions of elements is clipped at the edge of least
+// expected error, where the rounding it forces on every other element costs more than moving it onto the bound; the
+// same outlier over few elements, an evenly filled range and a value of zeros only are not; the error figures are
+// the formula's.
 #include <gtest/gtest.h>
 
 #include "core/activation_clipping.h"
@@ -8,79 +9,81 @@
 namespace torch_mp::core {
 namespace {
 
-// `count` elements 1e-5 x `outer` apart from `outer` towards 0, outermost first: the extremes of a dense tail.
-std::vector<double> dense(double outer, int count) {
-  std::vector<double> values;
-  for (int i = 0; i < count; ++i) {
-    values.push_back(outer * (1.0 - static_cast<double>(i) / 100000.0));
+// `bins` bins of width 1 from `low`, each holding `perBin[k]` elements at its centre
+ValueHistogram centred(double low, const std::vector<double>& perBin, int64_t zeros = 0) {
+  ValueHistogram histogram{low, low + static_cast<double>(perBin.size()), zeros, {}, {}, {}};
+  for (size_t k = 0; k < perBin.size(); ++k) {
+    const double centre = low + static_cast<double>(k) + 0.5;
+    histogram.count.push_back(perBin[k]);
+    histogram.sum.push_back(perBin[k] * centre);
+    histogram.sumOfSquares.push_back(perBin[k] * centre * centre);
   }
-  return values;
+  return histogram;
 }
 
-double roundingError(double range, int64_t elements, double levels) {
+double roundingError(double range, double elements, double levels) {
   const double scale = range / levels;
-  return static_cast<double>(elements) * scale * scale / 12.0;
+  return elements * scale * scale / 12.0;
 }
 
-TEST(ActivationClippingTest, ARareOutlierIsClippedToTheNextElement) {
-  std::vector<double> largest = dense(3.0, 256);
-  largest.insert(largest.begin(), 1000.0);
-  largest.pop_back();
-  const ValueTails tails{10'000'000, 0, largest, dense(-3.0, 256)};
-  const ActivationRange range = clippedRange(tails, false);
+// A relu's output on [0, 100]: `bulk` elements at 0.5 (and `zeros` at 0) in the first bin, one at 100 in the last
+ValueHistogram bulkAndOneOutlier(double bulk, int64_t zeros = 0) {
+  std::vector<double> perBin(100, 0.0);
+  perBin[0] = bulk;
+  ValueHistogram histogram = centred(0.0, perBin, zeros);
+  histogram.count[0] += static_cast<double>(zeros);
+  histogram.count[99] = 1.0;
+  histogram.sum[99] = 100.0;
+  histogram.sumOfSquares[99] = 100.0 * 100.0;
+  return histogram;
+}
+
+TEST(ActivationClippingTest, AnOutlierOverMillionsOfElementsIsClippedWhereTheErrorIsLeast) {
+  const ActivationRange range = clippedRange(bulkAndOneOutlier(1e7), false);
+  // error(b) = (100 - b)^2 + 10^7 (b / 255)^2 / 12 over the edges b: least at b = 7 (9277.0; b = 8: 9284.2)
   EXPECT_TRUE(range.clipped);
-  // clipped at the dense tails, at most a few steps (6 / 255) into them: both sides, as the error is joint
-  EXPECT_LE(range.max, 3.0);
-  EXPECT_GE(range.max, 3.0 - 3 * 6.0 / 255);
-  EXPECT_GE(range.min, -3.0);
-  EXPECT_LE(range.min, -3.0 + 3 * 6.0 / 255);
-  EXPECT_DOUBLE_EQ(range.minMaxSquaredError, roundingError(1003.0, 10'000'000, 255.0));
-  EXPECT_LE(range.squaredError, 997.0 * 997.0 + roundingError(6.0, 10'000'000, 255.0));
-  EXPECT_GE(range.squaredError, 990.0 * 990.0);
-}
-
-TEST(ActivationClippingTest, TheSameOutlierAmongFewElementsIsKept) {
-  // 10,000 elements: rounding them at 1003/255 costs less than moving the outlier 997 (the fallback test's spike)
-  std::vector<double> largest = dense(3.0, 256);
-  largest.insert(largest.begin(), 1000.0);
-  largest.pop_back();
-  const ActivationRange range = clippedRange(ValueTails{10'000, 0, largest, dense(-3.0, 256)}, false);
-  EXPECT_FALSE(range.clipped);
-  EXPECT_DOUBLE_EQ(range.max, 1000.0);
-  EXPECT_DOUBLE_EQ(range.min, -3.0);
-  EXPECT_DOUBLE_EQ(range.squaredError, range.minMaxSquaredError);
-}
-
-TEST(ActivationClippingTest, ADenseTailIsNotClipped) {
-  // clipping about a step into an evenly filled tail gains a few percent: under kClipGain
-  const ActivationRange range = clippedRange(ValueTails{1'000'000, 0, dense(3.0, 256), dense(-3.0, 256)}, false);
-  EXPECT_FALSE(range.clipped);
-  EXPECT_DOUBLE_EQ(range.max, 3.0);
-  EXPECT_DOUBLE_EQ(range.min, -3.0);
-}
-
-TEST(ActivationClippingTest, ANonNegativeValueKeepsZeroAsItsMinimumAndItsZerosCostNothing) {
-  // a relu's output: half zeros, its smallest elements all 0
-  std::vector<double> largest = dense(6.0, 256);
-  largest.insert(largest.begin(), 600.0);
-  largest.pop_back();
-  const ValueTails tails{4'000'000, 2'000'000, largest, std::vector<double>(256, 0.0)};
-  const ActivationRange range = clippedRange(tails, true);
   EXPECT_DOUBLE_EQ(range.min, 0.0);
-  EXPECT_DOUBLE_EQ(range.minMaxSquaredError, roundingError(600.0, 2'000'000, 127.0));
-  EXPECT_TRUE(range.clipped);
-  EXPECT_LE(range.max, 6.0);
-  EXPECT_GE(range.max, 6.0 - 3 * 6.0 / 127);
+  EXPECT_DOUBLE_EQ(range.max, 7.0);
+  EXPECT_NEAR(range.squaredError, 93.0 * 93.0 + roundingError(7.0, 1e7, 255.0), 1e-6);
+  EXPECT_NEAR(range.minMaxSquaredError, roundingError(100.0, 1e7 + 1, 255.0), 1e-6);
 }
 
-TEST(ActivationClippingTest, ANonPositiveValueKeepsZeroAsItsMaximum) {
-  // every element <= 0, all kept: the only upper bound is 0, which clips nothing
-  const ValueTails tails{4, 1, {0.0, -1.0, -2.0, -4.0}, {-4.0, -2.0, -1.0, 0.0}};
-  const ActivationRange range = clippedRange(tails, false);
+TEST(ActivationClippingTest, TheSameOutlierOverFewElementsIsKept) {
+  // 1,000 elements: rounding them at 100 / 255 (12.83) costs less than the least clip (to 99: 1 + 12.56)
+  const ActivationRange range = clippedRange(bulkAndOneOutlier(1e3), false);
   EXPECT_FALSE(range.clipped);
+  EXPECT_DOUBLE_EQ(range.min, 0.0);
+  EXPECT_DOUBLE_EQ(range.max, 100.0);
+  EXPECT_DOUBLE_EQ(range.squaredError, range.minMaxSquaredError);
+  EXPECT_NEAR(range.minMaxSquaredError, roundingError(100.0, 1e3 + 1, 255.0), 1e-9);
+}
+
+TEST(ActivationClippingTest, AnEvenlyFilledRangeIsNotClipped) {
+  // clipping a bin off each end moves 2 x 10^4 elements by 0.5 (5,000) to save 1,240 of the rounding's 26,876
+  const ActivationRange range = clippedRange(centred(-64.0, std::vector<double>(128, 1e4)), false);
+  EXPECT_FALSE(range.clipped);
+  EXPECT_DOUBLE_EQ(range.min, -64.0);
+  EXPECT_DOUBLE_EQ(range.max, 64.0);
+  EXPECT_NEAR(range.squaredError, roundingError(128.0, 1.28e6, 255.0), 1e-6);
+}
+
+TEST(ActivationClippingTest, ZerosCostNothingAndTheReducedRangeRoundsCoarser) {
+  // the first case with as many exact zeros again (in bin 0) and 127 levels: only the non-zero elements round
+  const ActivationRange range = clippedRange(bulkAndOneOutlier(1e7, 10'000'000), true);
+  // error(b) = (100 - b)^2 + 10^7 (b / 127)^2 / 12: least at b = 2 (9810.7; b = 1: 9852.7, b = 3: 9874.0)
+  EXPECT_TRUE(range.clipped);
+  EXPECT_DOUBLE_EQ(range.min, 0.0);
+  EXPECT_DOUBLE_EQ(range.max, 2.0);
+  EXPECT_NEAR(range.squaredError, 98.0 * 98.0 + roundingError(2.0, 1e7, 127.0), 1e-6);
+  EXPECT_NEAR(range.minMaxSquaredError, roundingError(100.0, 1e7 + 1, 127.0), 1e-6);
+}
+
+TEST(ActivationClippingTest, ZerosOnlyHaveNoBinsAndTheirRangeIsZero) {
+  const ActivationRange range = clippedRange(ValueHistogram{0.0, 0.0, 1000, {}, {}, {}}, false);
+  EXPECT_FALSE(range.clipped);
+  EXPECT_DOUBLE_EQ(range.min, 0.0);
   EXPECT_DOUBLE_EQ(range.max, 0.0);
-  EXPECT_DOUBLE_EQ(range.min, -4.0);
-  EXPECT_DOUBLE_EQ(range.squaredError, roundingError(4.0, 3, 255.0));
+  EXPECT_DOUBLE_EQ(range.squaredError, 0.0);
 }
 
 } // namespace

@@ -48,7 +48,7 @@ def quantized_input(node: torch.fx.Node) -> torch.fx.Node:
 
 def values_read_quantized(graph: torch.fx.Graph) -> Set[str]:
     """The values an int8 node could read quantized: the first argument of each node with an int8 kernel or follow
-    role (the values whose ranges and tails observation keeps)."""
+    role (the values whose ranges and histograms observation keeps)."""
     return {quantized_input(node).name for node in graph.nodes
             if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and node.args
             and isinstance(node.args[0], torch.fx.Node)
@@ -100,11 +100,26 @@ def plan_int8(planned: List[Decision], seen: Dict[str, _Seen], is_stored, keep_f
     verdicts = _C.plan_int8(node_facts, value_facts, cost_model)
     chosen = {p.node.name: verdict for p, verdict in zip(candidates, verdicts)}
     quantized, ranges = {}, {}
-    for name in values:
-        if any(verdicts[reader].int8 for reader in readers[name]):
-            ranges[name] = bounds = _C.clipped_range(seen[name].tails(), reduced_range)
-            quantized[name] = _C.activation_quantization(bounds.min, bounds.max, reduced_range)
+    for name, value in values.items():  # in graph order: a follow op's input before its output
+        if not any(verdicts[reader].int8 for reader in readers[name]):
+            continue
+        shared = _follows(value)
+        if shared is not None and shared.name in ranges:
+            # a follow op's output is on its input's uint8 grid (Inductor's int8 max pool keeps the input's
+            # parameters): the same range, not one clipped from its own histogram
+            ranges[name], quantized[name] = ranges[shared.name], quantized[shared.name]
+            continue
+        ranges[name] = bounds = _C.clipped_range(seen[name].histogram(), reduced_range)
+        quantized[name] = _C.activation_quantization(bounds.min, bounds.max, reduced_range)
     return Int8Plan(chosen, quantized, ranges, reduced_range)
+
+
+def _follows(value: torch.fx.Node):
+    """The input a follow op (max pool, a reshape) computes `value` from, else None."""
+    if (value.op == "call_function" and isinstance(value.target, torch._ops.OpOverload) and value.args
+            and isinstance(value.args[0], torch.fx.Node) and _role(value.target._schema.name) == _C.Int8Role.follow):
+        return quantized_input(value)
+    return None
 
 
 def check_int8_calibration(runs) -> None:

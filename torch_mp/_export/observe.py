@@ -20,11 +20,11 @@ class _Seen:
     TorchScript front's observer keeps (_C.value_statistics, the one C++ function both fronts observe with): the
     largest finite and smallest finite non-zero magnitudes, integrality, finiteness; and where asked (int8
     conversions), its smallest and largest value (what int8 quantization scales an activation by; not finite where
-    the value is not) and its tails for clipping (`tails()`: the TAIL largest and smallest elements over all runs,
-    the element and exact-zero counts)."""
+    the value is not) and its histogram for clipping (`histogram()`: BINS equal bins over the range seen so far, each
+    bin's count, sum and sum of squares, and the exact-zero count, over all runs)."""
 
     __slots__ = ("dtype", "shape", "numel", "largest", "smallest", "only_integers", "finite", "minimum", "maximum",
-                 "elements", "zeros", "top", "bottom", "_ranges")
+                 "zeros", "low", "high", "bins", "_ranges")
 
     def __init__(self, tensor: torch.Tensor, ranges: bool = False):
         self.dtype = tensor.dtype
@@ -32,8 +32,8 @@ class _Seen:
         self.numel = tensor.numel()
         self.largest, self.smallest, self.only_integers, self.finite = 0.0, float("inf"), True, True
         self.minimum, self.maximum = float("inf"), float("-inf")
-        self.elements, self.zeros = 0, 0
-        self.top, self.bottom = torch.empty(0), torch.empty(0)
+        self.zeros, self.low, self.high = 0, 0.0, 0.0
+        self.bins = torch.zeros(3, 0, dtype=torch.float64)  # count, sum, sum of squares per bin
         self._ranges = ranges
         self.add(tensor)
 
@@ -47,22 +47,41 @@ class _Seen:
             flat = tensor.detach().flatten()
             minimum, maximum = torch.aminmax(flat)
             self.minimum, self.maximum = min(self.minimum, minimum.item()), max(self.maximum, maximum.item())
-            self.elements += flat.numel()
-            self.zeros += int((flat == 0).sum())
-            self.top = _extremes(torch.cat([self.top, _extremes(flat, largest=True)]), largest=True)
-            self.bottom = _extremes(torch.cat([self.bottom, _extremes(flat, largest=False)]), largest=False)
+            if self.finite:
+                self._add_to_histogram(flat)
 
-    def tails(self) -> "_C.ValueTails":
-        return _C.ValueTails(numel=self.elements, zeros=self.zeros, largest=self.top.tolist(),
-                             smallest=self.bottom.tolist())
+    def _add_to_histogram(self, flat: torch.Tensor) -> None:
+        low, high = min(self.minimum, 0.0), max(self.maximum, 0.0)
+        if high == low:  # zeros only so far: nothing to bin (and no range to clip)
+            return
+        self.zeros += int((flat == 0).sum())  # of the binned elements: they round without error
+        if self.bins.shape[1] and (low, high) != (self.low, self.high):
+            # the range widened: the bins seen so far go whole into the new bin holding their mean
+            filled = self.bins[0] > 0
+            index = _bin_index(self.bins[1, filled] / self.bins[0, filled], low, high)
+            self.bins = torch.stack([torch.bincount(index, weights=row, minlength=BINS)
+                                     for row in self.bins[:, filled]])
+        elif not self.bins.shape[1]:
+            self.bins = torch.zeros(3, BINS, dtype=torch.float64)
+        self.low, self.high = low, high
+        index, values = _bin_index(flat, low, high), flat.double()
+        self.bins += torch.stack([torch.bincount(index, minlength=BINS).double(),
+                                  torch.bincount(index, weights=values, minlength=BINS),
+                                  torch.bincount(index, weights=values * values, minlength=BINS)])
+
+    def histogram(self) -> "_C.ValueHistogram":
+        count, total, squares = self.bins.tolist() if self.bins.shape[1] else ([], [], [])
+        return _C.ValueHistogram(low=self.low, high=self.high, zeros=self.zeros, count=count, sum=total,
+                                 sum_of_squares=squares)
 
 
-TAIL = 256  # extreme elements kept per side of a value: how far clipping may reach into it
+BINS = 2048  # a value's histogram bins: clipping bounds fall on their edges, 1/8 of a quantization step apart
 
 
-def _extremes(values: torch.Tensor, largest: bool) -> torch.Tensor:
-    """The TAIL largest (descending) or smallest (ascending) of `values`."""
-    return torch.topk(values, min(TAIL, values.numel()), largest=largest, sorted=True).values
+def _bin_index(positions: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """The bin of each position among BINS equal bins over [low, high] (the end bins take what float rounding puts
+    just past them)."""
+    return ((positions.double() - low) * (BINS / (high - low))).floor_().clamp_(0, BINS - 1).long()
 
 
 class _Recorder(torch.fx.Interpreter):
@@ -88,7 +107,7 @@ def _flat_inputs(program: ExportedProgram, call: CallInputs) -> List[Any]:
 def observe(program: ExportedProgram, runs: Sequence[CallInputs], ranges: AbstractSet[str] = frozenset()) \
         -> Observation:
     """What each run showed of every floating value, by node name, and each run's outputs; of the values named in
-    `ranges` (those an int8 node could read quantized), their ranges and tails too."""
+    `ranges` (those an int8 node could read quantized), their ranges and histograms too."""
     seen: Dict[str, _Seen] = {}
 
     def record(node: torch.fx.Node, value: Any) -> None:
