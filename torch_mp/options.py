@@ -155,11 +155,16 @@ class ConversionOptions:
     def dtype_name(self) -> str:
         return LOW_DTYPES[self.dtype]
 
-    def bind(self) -> "_C.ConvertOptions":
-        """The C++ pipeline's ConvertOptions (the dtype known; no policy: an empty one, which the load-time pass
-        replaces per graph)."""
+    def bind_request(self) -> "_C.ConversionRequest":
+        """The C++ request both fronts convert with (the dtype known; no policy: an empty one, which the load-time
+        pass replaces per graph)."""
         policy = self.policy if self.policy is not None else OpPolicy()
-        return _C.ConvertOptions(dtype=self.dtype_name, policy=policy._c, planner=self.planner,
-                                 verify=self.verify, keep_io_dtypes=self.keep_io_dtypes, fuse_casts=self.fuse_casts,
-                                 kernels=self.kernels, channels_last=self.channels_last,
-                                 fuse_convolutions=self.fuse_convolutions, node_rule=policy.node_rule())
+        return _C.ConversionRequest(dtype=self.dtype_name, policy=policy._c, planner=self.planner, verify=self.verify,
+                                    keep_io_dtypes=self.keep_io_dtypes)
+
+    def bind(self) -> "_C.ConvertOptions":
+        """The TorchScript pipeline's ConvertOptions: the request, this front's knobs and the policy's node rule."""
+        policy = self.policy if self.policy is not None else OpPolicy()
+        return _C.ConvertOptions(request=self.bind_request(), fuse_casts=self.fuse_casts, kernels=self.kernels,
+                                 channels_last=self.channels_last, fuse_convolutions=self.fuse_convolutions,
+                                 node_rule=policy.node_rule())

@@ -128,6 +128,5 @@ def test_the_vocabularies_are_the_ones_the_cpp_options_parse(model):
     for kernels in KERNELS:
         torch_mp.convert(model, (x,), torch.bfloat16, kernels=kernels)
     with pytest.raises(ValueError, match="planner must be one of 'min-cut', 'greedy', got 'best'"):
-        _C.ConvertOptions(dtype="bfloat16", policy=torch_mp.OpPolicy()._c, planner="best", verify=True,
-                          keep_io_dtypes=True, fuse_casts=True, kernels="portable", channels_last=True,
-                          fuse_convolutions=True, node_rule=None)
+        _C.ConversionRequest(dtype="bfloat16", policy=torch_mp.OpPolicy()._c, planner="best", verify=True,
+                             keep_io_dtypes=True)

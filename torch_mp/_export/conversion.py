@@ -147,7 +147,7 @@ class ProgramConversion:
             self.int8_cost_model = _C.Int8CostModel.for_cpu()
             self.int8_reduced_range = _C.Int8CostModel.reduced_range()
         self.options = options
-        self.bound = options.bind()  # once, as convert binds its options: every core call takes them
+        self.bound = options.bind_request()  # once, as convert binds its options: every core call takes them
         self.policy = options.policy
         self.keep_non_finite: Set[str] = set()
         self.captured_seconds = 0.0

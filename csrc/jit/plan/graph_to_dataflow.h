@@ -26,10 +26,9 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "contract/conversion_request.h"
 #include "core/classify_node.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
@@ -76,12 +75,7 @@ struct PlannedNode {
   bool unobserved = false;                          // left alone because its dtypes are unknown
 };
 
-// Nodes kept fp32 by id, whatever the policy and the user's rules say: the verification's repair of outputs that
-// turned non-finite in low precision, and the accuracy fallback's choice.
-struct KeptFp32 {
-  std::unordered_set<NodeId> nonFinite;
-  std::unordered_set<NodeId> fallback;
-};
+using contract::KeptFp32;  // nodes kept fp32 by id (the verification's repair, the accuracy fallback)
 
 struct DataflowMapping {
   core::DataflowGraph dataflow;
