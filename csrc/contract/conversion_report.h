@@ -13,9 +13,7 @@
 
 #include "contract/conversion_request.h"
 #include "contract/node_id.h"
-#include "core/int8_planner.h"
-#include "core/op_policy.h"
-#include "core/precision_planner.h"
+#include "core/policy_vocabulary.h"
 
 namespace torch_mp::contract {
 
@@ -118,9 +116,9 @@ struct ConversionReport {
   std::optional<NonFiniteValue> nonFinite;
   double seconds = 0.0;
   // Seconds per pipeline stage, in order: freeze (a module's), cleanup and observe (the preparation, measured once
-  // however many plans are made from it), clone (the prepared module copied for this plan), plan, apply, cancel, tidy (PyTorch's clean-up passes between torch_mp's stages: mutation
-  // removal, dead code, constant pooling, common subexpressions), kernels, report, verify (convert() only: the
-  // load-time pass runs nothing).
+  // however many plans are made from it), clone (the prepared module copied for this plan), plan, apply, cancel, tidy
+  // (PyTorch's clean-up passes between torch_mp's stages: mutation removal, dead code, constant pooling, common
+  // subexpressions), kernels, report, verify (convert() only: the load-time pass runs nothing).
   std::vector<std::pair<std::string, double>> phases;
 
   // The fp32 tensors the converted graph holds, each storage once, with its first decided reader's id: counts their

@@ -9,7 +9,7 @@
 #include "contract/node_id.h"
 #include "core/numeric_limits.h"
 #include "core/op_policy.h"
-#include "core/precision_planner.h"
+#include "core/policy_vocabulary.h"
 
 namespace torch_mp::contract {
 

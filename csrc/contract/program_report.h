@@ -67,8 +67,8 @@ struct ProgramRecords {
   std::vector<std::pair<std::string, double>> phases;  // (stage, seconds), in order
 };
 
-// The report of an exported program converted with this request. Throws std::invalid_argument (Python: ValueError) for an id that indexes no
-// name.
+// The report of an exported program converted with this request. Throws std::invalid_argument (Python: ValueError)
+// for an id that indexes no name.
 ConversionReport programReport(const ConversionRequest& request, ProgramRecords records);
 
 } // namespace torch_mp::contract

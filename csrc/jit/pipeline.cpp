@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "jit/convert_options.h"
 #include "jit/ir/casts.h"
 #include "jit/ir/writers.h"
 #include "jit/plan/state_containers.h"

@@ -23,10 +23,7 @@
 #include <optional>
 #include <string>
 
-#include "core/op_policy.h"
-#include "core/precision_planner.h"
-#include "jit/pipeline.h"
-#include "jit/report/conversion_report.h"
+#include "torch_mp/convert.h"
 
 namespace torch_mp::jit {
 

@@ -34,25 +34,9 @@
 #include "core/precision_planner.h"
 #include "jit/ir/ir_utils.h"
 #include "jit/ir/observed_values.h"
+#include "torch_mp/convert.h"
 
 namespace torch_mp::jit {
-
-// What a per-node rule sees of a node.
-struct NodeDescription {
-  NodeId id = -1;      // jit/ir/ir_utils: the same in every plan made from one preparation
-  std::string op;      // "aten::conv2d"
-  std::string scope;   // module path, "layer1.0.conv1" (jit/ir/module_scope)
-  std::string output;  // debug name of the first output (for people: programs go by `id`)
-  // per input: the observed sizes and dtype of a tensor; nothing for other inputs
-  std::vector<std::optional<std::vector<int64_t>>> inputShapes;
-  std::vector<std::optional<c10::ScalarType>> inputDtypes;
-  std::vector<std::pair<std::string, c10::IValue>> constants;  // schema argument name -> constant input value
-};
-
-using NodeOverride = core::NodeOverride;  // a rule's verdict on one node (core/classify_node)
-
-// Nothing: the node is left to the op policy.
-using NodeRule = std::function<std::optional<NodeOverride>(const NodeDescription&)>;
 
 // Containers of tensors the module keeps as attributes (jit/plan/state_containers finds them): every read of one
 // container shares one precision, and they are containers even where a read was not reached.
