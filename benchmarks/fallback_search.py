@@ -56,7 +56,7 @@ def cases():
 def job_for(model, inputs, dtype):
     """The model prepared once (observed on `inputs`) and the default CPU policy's options."""
     policy = torch_mp.OpPolicy.default(torch_mp.target_for(torch.device("cpu"), dtype))
-    options = torch_mp.ConversionOptions(dtype=dtype, policy=policy, fuse_convolutions=False)
+    options = torch_mp.TorchScriptOptions(dtype=dtype, policy=policy, fuse_convolutions=False)
     return Conversion(torch_mp.prepare(model, inputs), options)
 
 

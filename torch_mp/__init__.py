@@ -24,7 +24,7 @@ from ._torchscript.jit_calls import TorchScriptDeprecationWarning, save
 from .cuda_graphs import CudaGraphCaptureError, CudaGraphFallbackWarning, CudaGraphModule, cuda_graphs
 from ._load import load
 from ._torchscript.jit_pass import jit_pass
-from .options import ConversionOptions
+from .options import ConversionOptions, TorchScriptOptions
 from .policy import (CATEGORIES, TARGETS, NodeInfo, OpPolicy, PolicyEntry, SlowKernelsWarning, cpu_features,
                      device_dtype, module_paths, target_for)
 from .report import Report, report_of
@@ -47,6 +47,7 @@ __all__ = [
     "Report",
     "SlowKernelsWarning",
     "TorchScriptDeprecationWarning",
+    "TorchScriptOptions",
     "TraceWarning",
     "aoti_compile",
     "convert",

@@ -1,10 +1,13 @@
-"""The options of a conversion: one type from the Python API to the C++ pipeline (csrc/jit/pipeline.h's
-ConvertOptions), checked when made and bound to C++ in one place (`bind`). torch_mp.convert, PreparedModel.convert,
-torch_mp.export, torch_mp.aoti_compile and the load-time pass (these + `calibrate`) take them as keywords or whole:
+"""The options of a conversion, as two types checked when made and bound to C++ in one place each: ConversionOptions,
+what any front is asked to do (`bind_request`: C++'s front-neutral contract::ConversionRequest,
+csrc/contract/conversion_request.h), and TorchScriptOptions, those and the knobs only the TorchScript front has
+(`bind`: jit::ConvertOptions). torch_mp.export and torch_mp.aoti_compile take a ConversionOptions; torch_mp.convert,
+PreparedModel.convert and the load-time pass (these + `calibrate`) take either, as keywords or whole:
 
     options = torch_mp.ConversionOptions(dtype=torch.bfloat16, tolerance=1e-3)
     torch_mp.convert(model, (x,), options=options)
     torch_mp.convert(model, (x,), torch.bfloat16, tolerance=1e-3)        # the same
+    torch_mp.convert(model, (x,), options=torch_mp.TorchScriptOptions(dtype=torch.bfloat16, kernels="fused"))
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ KERNELS = _C.KERNELS  # ("portable", "fused")
 
 @dataclasses.dataclass(frozen=True)
 class ConversionOptions:
-    """What a conversion is asked to do, whatever it converts.
+    """What a conversion is asked to do, whatever front converts it (TorchScriptOptions adds the TorchScript front's
+    own knobs).
 
     dtype: torch.float16 or torch.bfloat16; None: the device's choice (policy.device_dtype: fp16 on CUDA, on a CPU the
         one it has fast kernels for); torch.int8 (torch_mp.export and aoti_compile, on a CPU): int8 kernels where the
@@ -34,10 +38,6 @@ class ConversionOptions:
     planner: "min-cut" (fewest cast bytes, exact) or "greedy" (painting, for comparison).
     verify: run the result on the example and calibration inputs: outputs keep their dtypes, nothing turns NaN or
         inf where fp32 is finite.
-    fuse_casts: fold casts into the ops that read them (TorchScript).
-    kernels: "portable" (aten ops only) or "fused" (torch_mp::fused_pointwise and fused_channel_norm calls;
-        TorchScript).
-    channels_last, fuse_convolutions: CUDA convolution layout and cuDNN fusions (TorchScript).
     keep_io_dtypes: inputs and outputs keep their dtypes; False: fp32 ones take the low dtype.
     tolerance, metric: the accuracy fallback (metric(reference, converted) <= tolerance on every calibration input).
     progress: show the fallback's progress on stderr.
@@ -49,18 +49,17 @@ class ConversionOptions:
     policy: Optional[OpPolicy] = None
     planner: str = "min-cut"
     verify: bool = True
-    fuse_casts: bool = True
-    kernels: str = "portable"
-    channels_last: bool = True
-    fuse_convolutions: bool = True
     keep_io_dtypes: bool = True
     tolerance: Optional[float] = None
     metric: Optional[Callable[[Any, Any], float]] = None
     progress: bool = True
     int8_float_dtype: Optional[torch.dtype] = None
 
-    # Options only the TorchScript front has, with the value the export front works as.
-    TORCHSCRIPT_ONLY = {"fuse_casts": True, "kernels": "portable", "channels_last": True, "fuse_convolutions": True}
+    def __new__(cls, *args, **fields):
+        # the knobs TorchScriptOptions adds were ConversionOptions' fields once: say where they went
+        if cls is ConversionOptions:
+            _refuse_torchscript_fields(fields)
+        return super().__new__(cls)
 
     def __post_init__(self):
         if self.dtype is not None:
@@ -76,9 +75,7 @@ class ConversionOptions:
             raise TypeError(f"policy must be a torch_mp.OpPolicy, got {type(self.policy).__name__}")
         if self.planner not in PLANNERS:
             raise ValueError(f"planner must be one of {PLANNERS}, got {self.planner!r}")
-        if self.kernels not in KERNELS:
-            raise ValueError(f"kernels must be one of {KERNELS}, got {self.kernels!r}")
-        for name in ("verify", "fuse_casts", "channels_last", "fuse_convolutions", "keep_io_dtypes", "progress"):
+        for name in ("verify", "keep_io_dtypes", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.metric is not None and self.tolerance is None:
@@ -89,11 +86,20 @@ class ConversionOptions:
 
     @classmethod
     def of(cls, options: Optional["ConversionOptions"] = None, **fields) -> "ConversionOptions":
-        """`options` (default: the defaults) with the given fields replaced; a field None stays as `options` has it."""
+        """`options` (default: the defaults) with the given fields replaced; a field None stays as `options` has it.
+        TorchScriptOptions.of also takes a ConversionOptions (TorchScript's knobs at their defaults); a
+        ConversionOptions is not given TorchScript's knobs (a ValueError names the front that takes them)."""
         if options is None:
             options = cls()
-        elif not isinstance(options, cls):
-            raise TypeError(f"options must be a torch_mp.ConversionOptions, got {type(options).__name__}")
+        elif isinstance(options, ConversionOptions) and not isinstance(options, cls):
+            options = cls(**{f.name: getattr(options, f.name) for f in dataclasses.fields(options)})
+        if type(options) is not cls:
+            raise TypeError(f"options must be a torch_mp.{cls.__name__}, got {type(options).__name__}"
+                            + (": TorchScriptOptions are the TorchScript front's (torch_mp.convert, "
+                               "PreparedModel.convert, torch_mp.jit_pass)"
+                               if isinstance(options, TorchScriptOptions) else ""))
+        if cls is ConversionOptions:
+            _refuse_torchscript_fields(fields)
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise TypeError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}; the options are "
@@ -127,13 +133,6 @@ class ConversionOptions:
             policy = all_fp32(policy)
         return dataclasses.replace(self, dtype=dtype, policy=policy)
 
-    def refuse_torchscript_only(self, front: str) -> None:
-        """A ValueError naming the first option set that only the TorchScript front has."""
-        for name, value in self.TORCHSCRIPT_ONLY.items():
-            if getattr(self, name) != value:
-                raise ValueError(f"{front} does not take {name}={getattr(self, name)!r}: it is an option of the "
-                                 "TorchScript front (torch_mp.convert)")
-
     def refuse_int8(self, front: str) -> None:
         """A ValueError where a front without an int8 path is asked for dtype=torch.int8."""
         if self.int8:
@@ -155,11 +154,51 @@ class ConversionOptions:
     def dtype_name(self) -> str:
         return LOW_DTYPES[self.dtype]
 
-    def bind(self) -> "_C.ConvertOptions":
-        """The C++ pipeline's ConvertOptions (the dtype known; no policy: an empty one, which the load-time pass
-        replaces per graph)."""
+    def bind_request(self) -> "_C.ConversionRequest":
+        """The C++ request both fronts convert with (the dtype known; no policy: an empty one, which the load-time
+        pass replaces per graph)."""
         policy = self.policy if self.policy is not None else OpPolicy()
-        return _C.ConvertOptions(dtype=self.dtype_name, policy=policy._c, planner=self.planner,
-                                 verify=self.verify, keep_io_dtypes=self.keep_io_dtypes, fuse_casts=self.fuse_casts,
-                                 kernels=self.kernels, channels_last=self.channels_last,
-                                 fuse_convolutions=self.fuse_convolutions, node_rule=policy.node_rule())
+        return _C.ConversionRequest(dtype=self.dtype_name, policy=policy._c, planner=self.planner, verify=self.verify,
+                                    keep_io_dtypes=self.keep_io_dtypes)
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchScriptOptions(ConversionOptions):
+    """A ConversionOptions and the knobs only the TorchScript front (torch_mp.convert, PreparedModel.convert,
+    torch_mp.jit_pass) has.
+
+    fuse_casts: fold casts into the ops that read them.
+    kernels: "portable" (aten ops only) or "fused" (torch_mp::fused_pointwise and fused_channel_norm calls; loading
+        the model then needs torch_mp).
+    channels_last, fuse_convolutions: CUDA convolution layout and cuDNN fusions.
+    """
+
+    fuse_casts: bool = True
+    kernels: str = "portable"
+    channels_last: bool = True
+    fuse_convolutions: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {KERNELS}, got {self.kernels!r}")
+        for name in ("fuse_casts", "channels_last", "fuse_convolutions"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+
+    def bind(self) -> "_C.ConvertOptions":
+        """The TorchScript pipeline's ConvertOptions: the request, this front's knobs and the policy's node rule."""
+        policy = self.policy if self.policy is not None else OpPolicy()
+        return _C.ConvertOptions(request=self.bind_request(), fuse_casts=self.fuse_casts, kernels=self.kernels,
+                                 channels_last=self.channels_last, fuse_convolutions=self.fuse_convolutions,
+                                 node_rule=policy.node_rule())
+
+
+def _refuse_torchscript_fields(fields) -> None:
+    """A ValueError for the first of `fields` that is TorchScriptOptions' own, naming the fronts that take it."""
+    shared = {f.name for f in dataclasses.fields(ConversionOptions)}
+    for name in (f.name for f in dataclasses.fields(TorchScriptOptions) if f.name not in shared):
+        if fields.get(name) is not None:
+            raise ValueError(f"{name}={fields[name]!r} is an option of the TorchScript front only (torch_mp.convert, "
+                             "PreparedModel.convert, torch_mp.jit_pass), which takes it as a keyword or in a "
+                             "torch_mp.TorchScriptOptions")

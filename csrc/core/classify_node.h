@@ -32,12 +32,6 @@
 namespace torch_mp::core {
 
 // A rule's verdict on one node: the category, what kind of rule decided (exclusion, callable, fallback), and why.
-struct NodeOverride {
-  OpCategory category;
-  RuleKind kind;
-  std::string reason;
-};
-
 enum class Boundary : uint8_t { kNone, kInput, kOutput };
 
 enum class ControlFlow : uint8_t {

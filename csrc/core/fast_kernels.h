@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/op_policy.h"
+#include "core/policy_vocabulary.h"
 
 namespace torch_mp::core {
 

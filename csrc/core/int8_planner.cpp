@@ -64,26 +64,6 @@ bool Int8CostModel::reducedRange(const CpuFeatures& features) {
            features.has(CpuFeature::kAmxInt8));
 }
 
-const char* toString(Int8Reason reason) {
-  switch (reason) {
-    case Int8Reason::kInt8:
-      return "int8";
-    case Int8Reason::kNoInt8Form:
-      return "no_int8_form";
-    case Int8Reason::kNoKernel:
-      return "no_kernel";
-    case Int8Reason::kWeightComputed:
-      return "weight_computed";
-    case Int8Reason::kRangeGuard:
-      return "range_guard";
-    case Int8Reason::kKeptByFallback:
-      return "kept_by_fallback";
-    case Int8Reason::kCostsMore:
-      return "costs_more";
-  }
-  return "?";
-}
-
 bool int8RangeUsable(const Int8ValueFacts& value) {
   if (!value.finite || !std::isfinite(value.min) || !std::isfinite(value.max) || !(value.max > value.min)) {
     return false;

@@ -63,24 +63,6 @@ struct Int8ValueFacts {
   bool finite = true;
 };
 
-enum class Int8Reason : uint8_t {
-  kInt8,            // int8: the saving beats the quantize passes it needs
-  kNoInt8Form,      // no int8 role (core/int8_kernels)
-  kNoKernel,        // heavy, but the lowering has no int8 kernel (the table's reason)
-  kWeightComputed,  // its weight is computed, not stored: no per-channel scales to fix
-  kRangeGuard,      // a value it would read quantized has no usable range (not finite, or a single value)
-  kKeptByFallback,  // the accuracy fallback keeps it float
-  kCostsMore,       // the quantize passes it needs cost more than it saves
-};
-const char* toString(Int8Reason reason);  // "int8", "no_int8_form", ...
-
-struct Int8NodePlan {
-  bool int8 = false;
-  Int8Reason reason = Int8Reason::kNoInt8Form;
-  double savedSeconds = 0.0;     // what running it int8 saves (kernels)
-  double quantizeSeconds = 0.0;  // the quantize passes of the values it reads quantized whose producer is float
-};
-
 // Whether a value can be read quantized: observed finite, with a range wider than one value and wide enough that 255
 // steps of it are no finer than float32's epsilon, the smallest scale PyTorch's observers give (a value vanishing
 // through a random-weight MobileNetV2, 1e-9 wide, would quantize to its zero point) (else kRangeGuard).

@@ -1,9 +1,10 @@
 #include "core/op_policy.h"
 
 #include <algorithm>
+#include <string_view>
 #include <utility>
 
-#include "core/fast_kernels.h"
+#include "core/glob.h"
 #include "core/op_facts.h"
 
 namespace torch_mp::core {
@@ -522,149 +523,6 @@ bool ModuleRule::matches(const std::string& op, const std::string& scope) const 
     path = dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
   }
   return false;
-}
-
-namespace {
-
-// Matches one bracket expression at the start of `pattern` ("[abc]", "[!a-z]") against `c`; `length` is set to the
-// expression's length, 0 when the bracket is not closed (then "[" is an ordinary character, as in fnmatch).
-bool bracketMatches(std::string_view pattern, char c, size_t& length) {
-  size_t i = 1;
-  const bool negated = i < pattern.size() && pattern[i] == '!';
-  i += negated;
-  const size_t first = i;
-  bool found = false;
-  for (; i < pattern.size() && (pattern[i] != ']' || i == first); ++i) {
-    if (i + 2 < pattern.size() && pattern[i + 1] == '-' && pattern[i + 2] != ']') {
-      found = found || (pattern[i] <= c && c <= pattern[i + 2]);
-      i += 2;
-    } else {
-      found = found || pattern[i] == c;
-    }
-  }
-  if (i >= pattern.size()) {
-    length = 0;
-    return false;
-  }
-  length = i + 1;
-  return found != negated;
-}
-
-} // namespace
-
-bool globMatches(std::string_view pattern, std::string_view text) {
-  // iterative matching with one backtracking point for the last `*`
-  size_t p = 0;
-  size_t t = 0;
-  size_t starP = std::string_view::npos;
-  size_t starT = 0;
-  while (t < text.size()) {
-    bool advanced = false;
-    if (p < pattern.size()) {
-      if (pattern[p] == '*') {
-        starP = p++;
-        starT = t;
-        continue;
-      }
-      if (pattern[p] == '[') {
-        size_t length = 0;
-        const bool matched = bracketMatches(pattern.substr(p), text[t], length);
-        if (length == 0 ? text[t] == '[' : matched) {
-          p += length == 0 ? 1 : length;
-          ++t;
-          advanced = true;
-        }
-      } else if (pattern[p] == '?' || pattern[p] == text[t]) {
-        ++p;
-        ++t;
-        advanced = true;
-      }
-    }
-    if (!advanced) {
-      if (starP == std::string_view::npos) {
-        return false;
-      }
-      p = starP + 1;
-      t = ++starT;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') {
-    ++p;
-  }
-  return p == pattern.size();
-}
-
-const char* toString(OpCategory category) {
-  switch (category) {
-    case OpCategory::kLowPrecision:
-      return "low";
-    case OpCategory::kLowFp32Output:
-      return "low_fp32_output";
-    case OpCategory::kFollow:
-      return "follow";
-    case OpCategory::kWidest:
-      return "widest";
-    case OpCategory::kFp32:
-      return "fp32";
-  }
-  return "?";
-}
-
-std::optional<OpCategory> categoryFromString(const std::string& name) {
-  for (OpCategory category : kAllCategories) {
-    if (name == toString(category)) {
-      return category;
-    }
-  }
-  return std::nullopt;
-}
-
-const char* toString(RuleKind kind) {
-  for (const RuleKindName& entry : kRuleKindNames) {
-    if (entry.kind == kind) {
-      return entry.name;
-    }
-  }
-  return "?";
-}
-
-const char* toString(GuardKind kind) {
-  for (const GuardKindName& entry : kGuardKindNames) {
-    if (entry.kind == kind) {
-      return entry.name;
-    }
-  }
-  return "?";
-}
-
-Target targetFor(bool cuda, bool float16) {
-  if (cuda) {
-    return float16 ? Target::kCudaFloat16 : Target::kCudaBFloat16;
-  }
-  return float16 ? Target::kCpuFloat16 : Target::kCpuBFloat16;
-}
-
-const char* toString(Target target) {
-  switch (target) {
-    case Target::kCudaFloat16:
-      return "cuda_fp16";
-    case Target::kCudaBFloat16:
-      return "cuda_bf16";
-    case Target::kCpuBFloat16:
-      return "cpu_bf16";
-    case Target::kCpuFloat16:
-      return "cpu_fp16";
-  }
-  return "?";
-}
-
-std::optional<Target> targetFromString(const std::string& name) {
-  for (Target target : kAllTargets) {
-    if (name == toString(target)) {
-      return target;
-    }
-  }
-  return std::nullopt;
 }
 
 } // namespace torch_mp::core

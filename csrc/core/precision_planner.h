@@ -27,8 +27,6 @@
 
 namespace torch_mp::core {
 
-enum class Precision : uint8_t { kLow, kFp32 };
-
 // The bytes one cast of an fp32 tensor of `elements` to the low dtype (2 bytes, float16 and bfloat16 alike) moves, read
 // and written: a value's cost in the dataflow graph, on both fronts. A tensor seen empty, or not seen, counts one
 // element: no cast is free.
@@ -71,11 +69,6 @@ struct DataflowGraph {
 
   std::vector<Node> nodes;
   std::vector<Value> values;
-};
-
-enum class PlanMethod {
-  kMinCut,  // exact minimum of bytes cast
-  kGreedy,  // painting as TVM/TF/MXNet do: a follow op is low iff all its inputs arrive low (for comparison)
 };
 
 struct PrecisionPlan {

@@ -22,8 +22,8 @@ ConvertOptions defaultOptions(
   const core::Target target =
       core::targetFor(device == c10::DeviceType::CUDA, lowDtype == core::LowDtype::kFloat16);
   ConvertOptions options;
-  options.lowDtype = lowDtype;
-  options.policy = core::OpPolicy::defaults(target, cpu, gpu);
+  options.request.lowDtype = lowDtype;
+  options.request.policy = core::OpPolicy::defaults(target, cpu, gpu);
   return options;
 }
 

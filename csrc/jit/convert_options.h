@@ -1,72 +1,14 @@
-// What a conversion is asked to do: ConvertOptions, one type from the Python API (torch_mp.ConversionOptions, bound
-// once) and the load-time pass (JitPassOptions holds one) down to the stages, and the defaults for a device.
+// ConvertOptions (torch_mp/convert.h, the public API) as the stages read it: the tensor dtype of its low dtype.
 #pragma once
 
-#include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
-#include <optional>
-
-#include "core/fast_kernels.h"
 #include "core/numeric_limits.h"
-#include "core/op_policy.h"
-#include "core/precision_planner.h"
-#include "jit/plan/graph_to_dataflow.h"
+#include "torch_mp/convert.h"
 
 namespace torch_mp::jit {
 
-// Which kernels a conversion may call (kernels=).
-enum class Kernels {
-  kPortable,  // only aten ops: the converted model loads in any libtorch
-  kFused,     // also torch_mp::fused_pointwise (fuse_pointwise) and torch_mp::fused_channel_norm (fuse_normalization):
-              // loading the model needs the torch_mp library
-};
-
-struct ConvertOptions {
-  // float16 or bfloat16 by its type: an options value cannot hold another dtype (Python's names are parsed where the
-  // options are bound, csrc/python/bindings.cpp).
-  core::LowDtype lowDtype = core::LowDtype::kFloat16;
-  // The op table, its module-path exclusions and its name (which the report gives).
-  core::OpPolicy policy;
-  core::PlanMethod planner = core::PlanMethod::kMinCut;
-  // Run the converted graph on the example inputs and check that every output keeps its dtype, and on the calibration
-  // inputs too that no output or observed value turns NaN or inf where fp32's is finite (the report's nonFinite says
-  // where).
-  bool verifyOutputs = true;
-  // Nodes kept in fp32 whatever else says (the verification's repair, the accuracy fallback's choice), by node id;
-  // asked first.
-  KeptFp32 keepFp32;
-  // The user's per-node callables, asked after keepFp32 and the policy's exclusions, before the op table.
-  NodeRule nodeRule;
-  // Inputs and outputs keep their dtypes. Off: fp32 tensor inputs and outputs (top level and in returned
-  // tuples/lists) take the low dtype, for models that feed one another.
-  bool keepIoDtypes = true;
-  // Fold casts into the ops that read them (fuse_casts). Off: the casts the plan needs all stay (for comparison).
-  bool fuseCasts = true;
-  // kFused: chains of elementwise ops and casts (CPU tensors; CUDA tensors in a CUDA build) become
-  // torch_mp::fused_pointwise calls; loading the model then needs the torch_mp library (`import torch_mp`, or
-  // linking libtorch_mp).
-  Kernels kernels = Kernels::kPortable;
-  // CUDA convolutions: weights stored channels_last, activations NHWC between them (channels_last_convolutions).
-  bool channelsLast = true;
-  // CUDA conv (+bias) (+residual add) +relu chains become cuDNN fused convolutions (fuse_cudnn_convolutions): faster
-  // than the unfused chain on an H200 (benchmarks/results/CUDA_SPEED.md, fp16).
-  bool fuseConvolutions = true;
-  // The converted graph keeps its node ids, so values can be found by node (probeNodeOutputs). Off for a model
-  // handed to a user: ids show in its printed graph.
-  bool keepNodeIds = false;
-};
-
 // The tensor dtype of a low dtype, for the passes that cast.
 c10::ScalarType scalarTypeOf(core::LowDtype lowDtype);
-
-// The default options for the device the model runs on and the low-precision dtype; `cpu` on a CPU, and the
-// capability of the GPU on CUDA (nullopt: not known, taken as fast), say whether the heavy ops have fast
-// low-precision kernels there (core/fast_kernels).
-ConvertOptions defaultOptions(
-    c10::DeviceType device,
-    core::LowDtype lowDtype,
-    const core::CpuFeatures& cpu = core::CpuFeatures::host(),
-    std::optional<core::CudaCapability> gpu = std::nullopt);
 
 } // namespace torch_mp::jit

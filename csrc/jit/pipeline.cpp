@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "jit/convert_options.h"
 #include "jit/ir/casts.h"
 #include "jit/ir/writers.h"
 #include "jit/plan/state_containers.h"
@@ -87,18 +88,18 @@ void planAndApply(
       prepared.inputs.empty() ? std::nullopt : findStateContainers(*graph, prepared.inputs[0]);
   auto [mapping, plan] = stages.run("plan", graph, [&] {
     DataflowMapping mapping = buildDataflow(
-        graph, prepared.observed, options.policy, scalarTypeOf(options.lowDtype), options.nodeRule, options.keepFp32,
+        graph, prepared.observed, options.request.policy, scalarTypeOf(options.request.lowDtype), options.nodeRule, options.run.keepFp32,
         state ? &*state : nullptr);
-    core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.planner);
-    report.nodes = decisionsOf(mapping, plan, prepared.observed, scalarTypeOf(options.lowDtype));
+    core::PrecisionPlan plan = core::planPrecision(mapping.dataflow, options.request.planner);
+    report.nodes = decisionsOf(mapping, plan, prepared.observed, scalarTypeOf(options.request.lowDtype));
     report.unknownOps = mapping.unknownOps;
     report.unobservedNodes = mapping.unobservedNodes;
     return std::make_pair(std::move(mapping), std::move(plan));
   });
   stages.run("apply", graph, [&] {
-    applyPrecisionPlan(graph, mapping, plan, prepared.observed, scalarTypeOf(options.lowDtype), casts);
+    applyPrecisionPlan(graph, mapping, plan, prepared.observed, scalarTypeOf(options.request.lowDtype), casts);
     if (state) {
-      castStateContainers(*state, mapping, plan, scalarTypeOf(options.lowDtype));
+      castStateContainers(*state, mapping, plan, scalarTypeOf(options.request.lowDtype));
     }
   });
 }
@@ -107,8 +108,8 @@ void planAndApply(
 //    the ops that read them.
 void cancelAndFuseCasts(
     std::shared_ptr<Graph>& graph, const PreparedGraph& prepared, const ConvertOptions& options, CastLedger& casts) {
-  if (!options.keepIoDtypes) {
-    LowerGraphIO(graph, scalarTypeOf(options.lowDtype), casts);
+  if (!options.request.keepIoDtypes) {
+    LowerGraphIO(graph, scalarTypeOf(options.request.lowDtype), casts);
   }
   CancelCasts(graph);
   FoldConstantCasts(graph);
@@ -173,7 +174,7 @@ void reportConversion(
     ConversionReport& report) {
   lintWhereCheap(*graph);
   reportConvertedGraph(*graph, bookkeeping, casts, report);
-  if (options.keepNodeIds) {
+  if (options.run.keepNodeIds) {
     restoreNodeIds(*graph, bookkeeping.ids);
   }
 }
@@ -244,7 +245,7 @@ PreparedGraph prepareTypedGraph(std::shared_ptr<Graph> graph) {
 }
 
 ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& options) {
-  ConversionReport report = reportFor(options);
+  ConversionReport report = contract::reportFor(options.request);
   report.rangesObserved = prepared.rangesObserved;
   report.weightBytesBefore = prepared.weightBytesBefore;
   report.phases = prepared.phases;
@@ -270,11 +271,11 @@ ConversionReport convertPrepared(PreparedGraph& prepared, const ConvertOptions& 
     writeFree.check();
     reportConversion(graph, bookkeeping, options, casts, report);
   });
-  if (options.verifyOutputs && !prepared.inputs.empty()) {
+  if (options.request.verifyOutputs && !prepared.inputs.empty()) {
     stages.run("verify", graph, [&] {
       report.nonFinite = verifyConversion(
           graph, prepared.inputs, prepared.outputs, prepared.calibration, prepared.calibrationOutputs,
-          prepared.observed, options.keepIoDtypes ? std::nullopt : std::make_optional(scalarTypeOf(options.lowDtype)));
+          prepared.observed, options.request.keepIoDtypes ? std::nullopt : std::make_optional(scalarTypeOf(options.request.lowDtype)));
     });
   }
   report.seconds = totalSeconds(report.phases);

@@ -42,11 +42,10 @@
 #include <string>
 #include <vector>
 
-#include "jit/convert_options.h"
 #include "jit/ir/observed_values.h"
-#include "jit/model_run_error.h"
 #include "jit/report/conversion_report.h"
 #include "jit/stage_runner.h"
+#include "torch_mp/convert.h"
 
 namespace torch_mp::jit {
 
@@ -105,21 +104,10 @@ PreparedModel prepareModule(
     const std::vector<c10::IValue>& exampleInputs,
     const std::vector<std::vector<c10::IValue>>& calibrationInputs = {});
 
-struct ConvertedModule {
-  torch::jit::Module module;
-  ConversionReport report;
-};
-
-// Converts a copy of the prepared module; `prepared` stays as it is, ready for the next plan.
+// Converts a copy of the prepared module; `prepared` stays as it is, ready for the next plan. (convertModule,
+// torch_mp/convert.h: prepareModule, then convertPreparedModule.)
 ConvertedModule convertPreparedModule(const PreparedModel& prepared, const ConvertOptions& options);
 // Converts the prepared module itself, which is used up (no copy: for a preparation made for one conversion).
 ConvertedModule convertPreparedModule(PreparedModel&& prepared, const ConvertOptions& options);
-
-// prepareModule, then convertPreparedModule.
-ConvertedModule convertModule(
-    const torch::jit::Module& module,
-    const std::vector<c10::IValue>& exampleInputs,
-    const ConvertOptions& options,
-    const std::vector<std::vector<c10::IValue>>& calibrationInputs = {});
 
 } // namespace torch_mp::jit

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include "contract/conversion_request.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "jit/pipeline.h"
@@ -41,7 +42,8 @@ core::LowDtype lowDtypeNamed(const std::string& name) {
   TORCH_CHECK_VALUE(false, "torch_mp: the low-precision dtype must be float16 or bfloat16, got ", name);
 }
 
-// The options' vocabularies as Python spells them (torch_mp.options reads them as _C.PLANNERS and _C.KERNELS).
+// The vocabularies of the request and TorchScript's options as Python spells them (torch_mp.options reads them as
+// _C.PLANNERS and _C.KERNELS).
 template <typename Enum>
 struct Named {
   Enum value;
@@ -247,37 +249,50 @@ PYBIND11_MODULE(_C, m) {
   m.attr("PLANNERS") = vocabulary(kPlanners);
   m.attr("KERNELS") = vocabulary(kKernels);
   python::bindPolicy(m);
-  py::class_<jit::ConvertOptions>(m, "ConvertOptions", "Everything a conversion is asked to do but its inputs.")
+  py::class_<contract::ConversionRequest>(m, "ConversionRequest",
+                                          "What a conversion is asked to do, whatever front converts.")
       .def(py::init([](const std::string& dtype, const core::OpPolicy& policy, const std::string& planner,
-                       bool verify, bool keepIoDtypes, bool fuseCasts, const std::string& kernels,
-                       bool channelsLast, bool fuseConvolutions, py::object nodeRule) {
-             return jit::ConvertOptions{
-                 .lowDtype = lowDtypeNamed(dtype),
-                 .policy = policy,
-                 .planner = parsePlanner(planner),
-                 .verifyOutputs = verify,
-                 .nodeRule = nodeRuleFrom(std::move(nodeRule)),
-                 .keepIoDtypes = keepIoDtypes,
-                 .fuseCasts = fuseCasts,
-                 .kernels = parseNamed(kKernels, kernels, "kernels"),
-                 .channelsLast = channelsLast,
-                 .fuseConvolutions = fuseConvolutions};
+                       bool verify, bool keepIoDtypes) {
+             return contract::ConversionRequest{.lowDtype = lowDtypeNamed(dtype),
+                                                .policy = policy,
+                                                .planner = parsePlanner(planner),
+                                                .verifyOutputs = verify,
+                                                .keepIoDtypes = keepIoDtypes};
            }),
            py::kw_only(), py::arg("dtype"), py::arg("policy"), py::arg("planner"), py::arg("verify"),
-           py::arg("keep_io_dtypes"), py::arg("fuse_casts"), py::arg("kernels"), py::arg("channels_last"),
+           py::arg("keep_io_dtypes"), "The request as torch_mp.ConversionOptions holds it (torch_mp/options.py).")
+      .def("__copy__", [](const contract::ConversionRequest& request) { return request; });
+  py::class_<jit::ConvertOptions>(m, "ConvertOptions",
+                                  "A TorchScript conversion: the request, the run's state, the front's own knobs.")
+      .def(py::init([](const contract::ConversionRequest& request, bool fuseCasts, const std::string& kernels,
+                       bool channelsLast, bool fuseConvolutions, py::object nodeRule) {
+             return jit::ConvertOptions{.request = request,
+                                        .nodeRule = nodeRuleFrom(std::move(nodeRule)),
+                                        .fuseCasts = fuseCasts,
+                                        .kernels = parseNamed(kKernels, kernels, "kernels"),
+                                        .channelsLast = channelsLast,
+                                        .fuseConvolutions = fuseConvolutions};
+           }),
+           py::kw_only(), py::arg("request"), py::arg("fuse_casts"), py::arg("kernels"), py::arg("channels_last"),
            py::arg("fuse_convolutions"), py::arg("node_rule"),
-           "The options as torch_mp.ConversionOptions holds them, bound once (torch_mp/options.py).")
+           "The options as torch_mp's TorchScript options hold them, bound once (torch_mp/options.py).")
       .def("__copy__", [](const jit::ConvertOptions& options) { return options; })
-      .def_readwrite("verify_outputs", &jit::ConvertOptions::verifyOutputs)
       .def_property(
-          "keep_fp32", [](const jit::ConvertOptions& o) { return o.keepFp32.fallback; },
-          [](jit::ConvertOptions& o, std::unordered_set<jit::NodeId> ids) { o.keepFp32.fallback = std::move(ids); },
+          "verify_outputs", [](const jit::ConvertOptions& o) { return o.request.verifyOutputs; },
+          [](jit::ConvertOptions& o, bool verify) { o.request.verifyOutputs = verify; })
+      .def_property(
+          "keep_fp32", [](const jit::ConvertOptions& o) { return o.run.keepFp32.fallback; },
+          [](jit::ConvertOptions& o, std::unordered_set<jit::NodeId> ids) { o.run.keepFp32.fallback = std::move(ids); },
           "Node ids kept fp32 (the accuracy fallback's).")
       .def_property(
-          "keep_fp32_non_finite", [](const jit::ConvertOptions& o) { return o.keepFp32.nonFinite; },
-          [](jit::ConvertOptions& o, std::unordered_set<jit::NodeId> ids) { o.keepFp32.nonFinite = std::move(ids); },
+          "keep_fp32_non_finite", [](const jit::ConvertOptions& o) { return o.run.keepFp32.nonFinite; },
+          [](jit::ConvertOptions& o, std::unordered_set<jit::NodeId> ids) {
+            o.run.keepFp32.nonFinite = std::move(ids);
+          },
           "Node ids kept fp32 because their low-precision outputs were NaN or inf where fp32's are finite.")
-      .def_readwrite("keep_node_ids", &jit::ConvertOptions::keepNodeIds);
+      .def_property(
+          "keep_node_ids", [](const jit::ConvertOptions& o) { return o.run.keepNodeIds; },
+          [](jit::ConvertOptions& o, bool keep) { o.run.keepNodeIds = keep; });
 
   python::bindExportCore(m);
   python::bindInt8(m);

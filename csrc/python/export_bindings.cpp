@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "contract/conversion_request.h"
 #include "core/classify_node.h"
 #include "core/flop_formulas.h"
 #include "core/op_facts.h"
@@ -16,7 +17,6 @@
 #include "core/range_guards.h"
 #include "core/stored_weights.h"
 #include "core/underflow_to_zero.h"
-#include "jit/convert_options.h"
 #include "jit/ir/tensor_statistics.h"
 #include "python/conversions.h"
 
@@ -33,7 +33,7 @@ using DataflowValue = std::tuple<int, int64_t, std::vector<int>>;
 std::pair<std::vector<std::string>, std::vector<bool>> planDataflow(
     const std::vector<std::string>& categories,
     const std::vector<DataflowValue>& values,
-    const jit::ConvertOptions& options) {
+    const contract::ConversionRequest& request) {
   core::DataflowGraph graph;
   for (const std::string& category : categories) {
     graph.addNode(parseCategory(category));
@@ -49,7 +49,7 @@ std::pair<std::vector<std::string>, std::vector<bool>> planDataflow(
       graph.addUse(value, consumer);
     }
   }
-  const core::PrecisionPlan plan = core::planPrecision(graph, options.planner);
+  const core::PrecisionPlan plan = core::planPrecision(graph, request.planner);
   std::vector<std::string> precision;
   for (core::Precision p : plan.precision) {
     precision.emplace_back(precisionName(p));
@@ -57,11 +57,11 @@ std::pair<std::vector<std::string>, std::vector<bool>> planDataflow(
   return {precision, plan.forcedToFp32};
 }
 
-// core::classifyNode over every node of an exported program, with the options' policy and dtype. `nodeRule(i)`, the
+// core::classifyNode over every node of an exported program, with the request's policy and dtype. `nodeRule(i)`, the
 // user's callable for node i, is asked only where the rule order reaches it.
 std::vector<core::NodeDecision> classifyNodes(
     const std::vector<core::NodeFacts>& nodes,
-    const jit::ConvertOptions& options,
+    const contract::ConversionRequest& request,
     const py::object& nodeRule) {
   std::vector<core::NodeDecision> decisions;
   decisions.reserve(nodes.size());
@@ -77,7 +77,7 @@ std::vector<core::NodeDecision> classifyNodes(
         return core::NodeOverride{parseCategory(category), core::RuleKind::kCallable, reason};
       };
     }
-    decisions.push_back(core::classifyNode(nodes[i], options.policy, options.lowDtype, query));
+    decisions.push_back(core::classifyNode(nodes[i], request.policy, request.lowDtype, query));
   }
   return decisions;
 }
@@ -166,10 +166,10 @@ void bindNodeFacts(py::module_& m) {
       .def_readonly("lost_scalar", &core::RangeGuardVerdicts::lostScalar);
   m.def(
       "judge_ranges",
-      [](const core::RangeGuardNumbers& numbers, const jit::ConvertOptions& options) {
-        return core::judgeRanges(numbers, options.lowDtype);
+      [](const core::RangeGuardNumbers& numbers, const contract::ConversionRequest& request) {
+        return core::judgeRanges(numbers, request.lowDtype);
       },
-      py::arg("numbers"), py::arg("options"), "core/range_guards on a node's numbers, in the options' dtype.");
+      py::arg("numbers"), py::arg("request"), "core/range_guards on a node's numbers, in the request's dtype.");
 
   py::class_<core::NodeDecision>(m, "NodeDecision", "What core::classifyNode decided of a node.")
       .def_property_readonly("category", [](const core::NodeDecision& d) { return core::toString(d.category); })
@@ -179,8 +179,8 @@ void bindNodeFacts(py::module_& m) {
       .def_property_readonly("guard", [](const core::NodeDecision& d) {
         return d.guard ? py::object(guardDict(*d.guard)) : py::object(py::none());
       });
-  m.def("classify_nodes", &classifyNodes, py::arg("nodes"), py::arg("options"), py::arg("node_rule") = py::none(),
-        "core::classifyNode (the rule order both fronts share) with the options' policy and dtype over the NodeFacts "
+  m.def("classify_nodes", &classifyNodes, py::arg("nodes"), py::arg("request"), py::arg("node_rule") = py::none(),
+        "core::classifyNode (the rule order both fronts share) with the request's policy and dtype over the NodeFacts "
         "of every node; node_rule(i): (category, reason) or None. Returns a NodeDecision per node.");
 }
 
@@ -188,8 +188,8 @@ void bindNodeFacts(py::module_& m) {
 
 void bindExportCore(py::module_& m) {
   bindNodeFacts(m);
-  m.def("plan_dataflow", &planDataflow, py::arg("categories"), py::arg("values"), py::arg("options"),
-        "Plans a dataflow graph with the options' planner: categories per node, (producer, cast bytes, consumers) per "
+  m.def("plan_dataflow", &planDataflow, py::arg("categories"), py::arg("values"), py::arg("request"),
+        "Plans a dataflow graph with the request's planner: categories per node, (producer, cast bytes, consumers) per "
         "castable fp32 value; returns (precision per node, forced to fp32 per node).");
   m.def("fp32_cast_bytes", &core::fp32CastBytes, py::arg("elements"),
         "The bytes one cast of an fp32 tensor to the low dtype moves (core::fp32CastBytes), the cost plan_dataflow "
@@ -260,7 +260,7 @@ void bindExportCore(py::module_& m) {
   m.def(
       "underflow_to_zero",
       [](const std::vector<std::tuple<std::string, std::vector<int>, std::vector<double>, bool>>& nodes,
-         const std::vector<std::tuple<std::string, int, double>>& values, const jit::ConvertOptions& options) {
+         const std::vector<std::tuple<std::string, int, double>>& values, const contract::ConversionRequest& request) {
         std::vector<core::GraphViewNode> viewNodes;
         for (const auto& [op, inputs, scalars, exponentMayBeNegative] : nodes) {
           viewNodes.push_back({op, inputs, scalars, exponentMayBeNegative});
@@ -279,14 +279,14 @@ void bindExportCore(py::module_& m) {
         }
         py::dict verdicts;
         const auto found = core::underflowToZero(
-            viewNodes, viewValues, [&](int value) { return std::get<2>(values[value]); }, options.lowDtype);
+            viewNodes, viewValues, [&](int value) { return std::get<2>(values[value]); }, request.lowDtype);
         for (const auto& [node, verdict] : found) {
           verdicts[py::int_(node)] = py::cast(verdict);
         }
         return verdicts;
       },
-      py::arg("nodes"), py::arg("values"), py::arg("options"),
-      "core/underflow_to_zero, in the options' dtype, over a graph's view: per node (op, the value index per input "
+      py::arg("nodes"), py::arg("values"), py::arg("request"),
+      "core/underflow_to_zero, in the request's dtype, over a graph's view: per node (op, the value index per input "
       "or -1, the non-zero float scalars' magnitudes, whether a pow's exponent may be negative), per value (name, "
       "producing node or -1, smallest non-zero magnitude); returns {node index: GuardVerdict}.");
 }

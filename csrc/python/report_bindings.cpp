@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "jit/report/conversion_report.h"
-#include "jit/report/program_report.h"
+#include "contract/conversion_report.h"
+#include "contract/program_report.h"
 #include "python/conversions.h"
 
 namespace py = pybind11;
@@ -30,8 +30,8 @@ py::dict int8Dict(const core::Int8NodePlan& plan) {
 }
 
 // The report as Python values (dicts, lists, numbers, strings): what `Report.data` holds and `json` writes.
-py::dict reportDict(const jit::ConversionReport& report) {
-  const auto idOf = [&report](jit::NodeId id) -> py::object {
+py::dict reportDict(const contract::ConversionReport& report) {
+  const auto idOf = [&report](contract::NodeId id) -> py::object {
     return report.nodeNames.empty() ? py::object(py::int_(id)) : py::object(py::str(report.nodeNames.at(id)));
   };
   py::dict phases;
@@ -39,7 +39,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
     phases[py::str(name)] = seconds;
   }
   py::list nodes;
-  for (const jit::NodeDecision& node : report.nodes) {
+  for (const contract::NodeDecision& node : report.nodes) {
     py::dict entry;
     entry["id"] = idOf(node.id);
     entry["op"] = node.op;
@@ -58,7 +58,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
     nodes.append(std::move(entry));
   }
   py::list weights;
-  for (const jit::KeptFp32Weight& weight : report.weightsKeptFp32) {
+  for (const contract::KeptFp32Weight& weight : report.weightsKeptFp32) {
     py::dict entry;
     entry["name"] = weight.name;
     entry["bytes"] = weight.bytes;
@@ -69,7 +69,7 @@ py::dict reportDict(const jit::ConversionReport& report) {
     weights.append(std::move(entry));
   }
   py::list casts;
-  for (const jit::CastRecord& cast : report.casts) {
+  for (const contract::CastRecord& cast : report.casts) {
     py::dict entry;
     entry["id"] = idOf(cast.id);
     entry["value"] = cast.value;
@@ -80,17 +80,17 @@ py::dict reportDict(const jit::ConversionReport& report) {
     casts.append(std::move(entry));
   }
   py::list graph;
-  for (const jit::GraphItem& item : report.graph) {
+  for (const contract::GraphItem& item : report.graph) {
     py::dict entry;
     entry["id"] = idOf(item.id);
-    entry["kind"] = jit::toString(item.kind);
+    entry["kind"] = contract::toString(item.kind);
     entry["op"] = item.op;
     py::list inputs;
-    for (jit::NodeId input : item.inputs) {
+    for (contract::NodeId input : item.inputs) {
       inputs.append(idOf(input));
     }
     entry["inputs"] = inputs;
-    if (item.kind == jit::GraphItem::Kind::kCast) {
+    if (item.kind == contract::GraphItem::Kind::kCast) {
       entry["cast"] = item.cast;
     }
     graph.append(std::move(entry));
@@ -136,57 +136,60 @@ py::dict reportDict(const jit::ConversionReport& report) {
 }
 
 void bindProgramRecords(py::module_& m) {
-  py::class_<jit::ProgramNode>(m, "ProgramNode", "A planned node of an exported program, for program_report.")
-      .def(py::init([](jit::NodeId id, std::string op, std::string scope, core::NodeDecision decision, bool low,
+  py::class_<contract::ProgramNode>(m, "ProgramNode", "A planned node of an exported program, for program_report.")
+      .def(py::init([](contract::NodeId id, std::string op, std::string scope, core::NodeDecision decision, bool low,
                        bool forcedToFp32, std::optional<double> amax, int64_t flops,
                        std::optional<core::Int8NodePlan> int8) {
-             return jit::ProgramNode{id, std::move(op), std::move(scope), std::move(decision), low, forcedToFp32, amax,
-                                     flops, int8};
+             return contract::ProgramNode{id, std::move(op), std::move(scope), std::move(decision), low,
+                                          forcedToFp32, amax, flops, int8};
            }),
            py::kw_only(), py::arg("id"), py::arg("op"), py::arg("scope"), py::arg("decision"), py::arg("low"),
            py::arg("forced_to_fp32"), py::arg("amax"), py::arg("flops"), py::arg("int8"));
-  py::class_<jit::ProgramCast>(m, "ProgramCast", "A cast apply inserted, for program_report.")
-      .def(py::init([](jit::NodeId id, std::string value, std::string fromDtype, std::string toDtype, int64_t bytes) {
-             return jit::ProgramCast{id, std::move(value), std::move(fromDtype), std::move(toDtype), bytes};
+  py::class_<contract::ProgramCast>(m, "ProgramCast", "A cast apply inserted, for program_report.")
+      .def(py::init([](contract::NodeId id, std::string value, std::string fromDtype, std::string toDtype,
+                       int64_t bytes) {
+             return contract::ProgramCast{id, std::move(value), std::move(fromDtype), std::move(toDtype), bytes};
            }),
            py::kw_only(), py::arg("id"), py::arg("value"), py::arg("from_dtype"), py::arg("to_dtype"),
            py::arg("bytes"));
-  py::class_<jit::ProgramGraphItem>(m, "ProgramGraphItem", "A node or cast of the converted program's graph.")
-      .def(py::init([](jit::NodeId id, bool isCast, std::string op, std::vector<jit::NodeId> inputs, int cast) {
-             return jit::ProgramGraphItem{id, isCast, std::move(op), std::move(inputs), cast};
+  py::class_<contract::ProgramGraphItem>(m, "ProgramGraphItem", "A node or cast of the converted program's graph.")
+      .def(py::init([](contract::NodeId id, bool isCast, std::string op, std::vector<contract::NodeId> inputs,
+                       int cast) {
+             return contract::ProgramGraphItem{id, isCast, std::move(op), std::move(inputs), cast};
            }),
            py::kw_only(), py::arg("id"), py::arg("is_cast"), py::arg("op"), py::arg("inputs"), py::arg("cast"));
-  py::class_<jit::ProgramWeight>(m, "ProgramWeight", "A tensor the converted program stores in fp32.")
+  py::class_<contract::ProgramWeight>(m, "ProgramWeight", "A tensor the converted program stores in fp32.")
       .def(py::init([](std::string name, int64_t bytes, std::vector<std::string> readers,
-                       std::optional<jit::NodeId> decidedBy) {
-             return jit::ProgramWeight{std::move(name), bytes, std::move(readers), decidedBy};
+                       std::optional<contract::NodeId> decidedBy) {
+             return contract::ProgramWeight{std::move(name), bytes, std::move(readers), decidedBy};
            }),
            py::kw_only(), py::arg("name"), py::arg("bytes"), py::arg("readers"), py::arg("decided_by"));
-  py::class_<jit::NonFiniteValue>(m, "NonFiniteValue", "Where verification found NaN or inf that fp32 has not.")
+  py::class_<contract::NonFiniteValue>(m, "NonFiniteValue", "Where verification found NaN or inf that fp32 has not.")
       .def(py::init([](size_t run, std::optional<size_t> outputTensor, std::string value) {
-             return jit::NonFiniteValue{run, outputTensor, std::move(value)};
+             return contract::NonFiniteValue{run, outputTensor, std::move(value)};
            }),
            py::kw_only(), py::arg("run"), py::arg("output_tensor"), py::arg("value"));
   m.def(
       "program_report",
-      [](const jit::ConvertOptions& options, std::vector<std::string> names, std::vector<jit::ProgramNode> nodes,
-         std::vector<jit::ProgramCast> casts, std::vector<jit::ProgramGraphItem> graph,
-         std::vector<jit::ProgramWeight> keptFp32, int64_t weightBytesBefore, int64_t weightBytesAfter,
-         std::optional<jit::NonFiniteValue> nonFinite, std::vector<std::pair<std::string, double>> phases) {
-        return jit::programReport(options, {.names = std::move(names),
-                                            .nodes = std::move(nodes),
-                                            .casts = std::move(casts),
-                                            .graph = std::move(graph),
-                                            .keptFp32 = std::move(keptFp32),
-                                            .weightBytesBefore = weightBytesBefore,
-                                            .weightBytesAfter = weightBytesAfter,
-                                            .nonFinite = std::move(nonFinite),
-                                            .phases = std::move(phases)});
+      [](const contract::ConversionRequest& request, std::vector<std::string> names,
+         std::vector<contract::ProgramNode> nodes, std::vector<contract::ProgramCast> casts,
+         std::vector<contract::ProgramGraphItem> graph, std::vector<contract::ProgramWeight> keptFp32,
+         int64_t weightBytesBefore, int64_t weightBytesAfter, std::optional<contract::NonFiniteValue> nonFinite,
+         std::vector<std::pair<std::string, double>> phases) {
+        return contract::programReport(request, {.names = std::move(names),
+                                                 .nodes = std::move(nodes),
+                                                 .casts = std::move(casts),
+                                                 .graph = std::move(graph),
+                                                 .keptFp32 = std::move(keptFp32),
+                                                 .weightBytesBefore = weightBytesBefore,
+                                                 .weightBytesAfter = weightBytesAfter,
+                                                 .nonFinite = std::move(nonFinite),
+                                                 .phases = std::move(phases)});
       },
-      py::arg("options"), py::kw_only(), py::arg("names"), py::arg("nodes"), py::arg("casts"), py::arg("graph"),
+      py::arg("request"), py::kw_only(), py::arg("names"), py::arg("nodes"), py::arg("casts"), py::arg("graph"),
       py::arg("kept_fp32"), py::arg("weight_bytes_before"), py::arg("weight_bytes_after"), py::arg("non_finite"),
       py::arg("phases"),
-      "The export front's ConversionReport (jit::programReport), every id an index into `names` (FX node names): "
+      "The export front's ConversionReport (contract::programReport), every id an index into `names` (FX node names): "
       "ProgramNode per planned node, ProgramCast per cast, ProgramGraphItem per graph item, ProgramWeight per fp32 "
       "stored tensor, the weight bytes before and after, a NonFiniteValue or None, (stage, seconds) per stage.");
 }
@@ -194,10 +197,10 @@ void bindProgramRecords(py::module_& m) {
 } // namespace
 
 void bindReport(py::module_& m) {
-  py::class_<jit::ConversionReport>(m, "ConversionReport", "What a conversion decided and what it cost.")
+  py::class_<contract::ConversionReport>(m, "ConversionReport", "What a conversion decided and what it cost.")
       .def("to_dict", &reportDict, "The report as dicts and lists (what Report.data holds).")
-      .def("low_precision_nodes", &jit::ConversionReport::lowPrecisionNodes)
-      .def_readonly("seconds", &jit::ConversionReport::seconds);
+      .def("low_precision_nodes", &contract::ConversionReport::lowPrecisionNodes)
+      .def_readonly("seconds", &contract::ConversionReport::seconds);
   bindProgramRecords(m);
 }
 

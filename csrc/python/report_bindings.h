@@ -1,5 +1,5 @@
-// The report (jit::ConversionReport) as a Python class read into dicts (`Report.data`), and the export front's report
-// from its records (jit::programReport): each record a class with named fields.
+// The report (contract::ConversionReport) as a Python class read into dicts (`Report.data`), and the export front's
+// report from its records (contract::programReport): each record a class with named fields.
 #pragma once
 
 #include <pybind11/pybind11.h>

@@ -105,7 +105,7 @@ int runMixed(const std::string& path, const std::string& dtype, const std::vecto
 
   const torch_mp::core::LowDtype low =
       dtype == "bf16" ? torch_mp::core::LowDtype::kBFloat16 : torch_mp::core::LowDtype::kFloat16;
-  torch_mp::jit::enableMixedPrecisionPass({.conversion = {.lowDtype = low}});
+  torch_mp::jit::enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = low}}});
   torch::jit::Module model = torch::jit::load(path);
   const at::Tensor output = runProfiled(model, input);
   torch_mp::jit::disableMixedPrecisionPass();

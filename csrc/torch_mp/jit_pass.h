@@ -1,6 +1,7 @@
 // Mixed precision at load time: torch_mp's pipeline as a pass of TorchScript's graph executor.
 //
-//   torch_mp::jit::enableMixedPrecisionPass({.conversion = {.lowDtype = torch_mp::core::LowDtype::kFloat16}});
+//   using torch_mp::core::LowDtype;
+//   torch_mp::jit::enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = LowDtype::kFloat16}}});
 //   auto model = torch::jit::load("model_fp32_frozen.pt");   // any frozen fp32 TorchScript file
 //   model.forward({x});  // the first two calls profile and calibrate (fp32); from the third on it runs mixed
 //
@@ -22,10 +23,7 @@
 #include <optional>
 #include <string>
 
-#include "core/op_policy.h"
-#include "core/precision_planner.h"
-#include "jit/pipeline.h"
-#include "jit/report/conversion_report.h"
+#include "torch_mp/convert.h"
 
 namespace torch_mp::jit {
 

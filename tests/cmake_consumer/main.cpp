@@ -29,7 +29,8 @@ int main() {
       module, {x}, torch_mp::jit::defaultOptions(c10::DeviceType::CPU, torch_mp::core::LowDtype::kBFloat16));
   const at::Tensor ahead = converted.module.forward({x}).toTensor();
 
-  torch_mp::jit::enableMixedPrecisionPass({.conversion = {.lowDtype = torch_mp::core::LowDtype::kBFloat16}});
+  torch_mp::jit::enableMixedPrecisionPass(
+      {.conversion = {.request = {.lowDtype = torch_mp::core::LowDtype::kBFloat16}}});
   torch::jit::Module frozen = torch::jit::freeze(module);
   frozen.forward({x});  // profiles
   frozen.forward({x});  // records its inputs to calibrate on

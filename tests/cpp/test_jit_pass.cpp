@@ -78,7 +78,7 @@ std::shared_ptr<torch::jit::Graph> profiledConvReluSoftmax() {
 
 TEST_F(JitPassTest, ProfiledFrozenGraphIsConvertedBehindADtypeGuard) {
   auto graph = profiledConvReluSoftmax();
-  enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kFloat16}, .calibrate = false});
+  enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kFloat16}}, .calibrate = false});
   const int64_t before = mixedPrecisionPassActivity().converted;
   runMixedPrecisionPass(graph);
   graph->lint();
@@ -126,7 +126,7 @@ TEST_F(JitPassTest, ShapeQueriesAreNotFoldedFromTheProfiledSizes) {
       return (%y, %rank))IR");
   inlineInputAsConstant(*graph, 1, torch::randn({5, 48}));
   profileTypedValues(graph);
-  enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kBFloat16}, .calibrate = false});
+  enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kBFloat16}}, .calibrate = false});
   runMixedPrecisionPass(graph);
   graph->lint();
   EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNone);
@@ -149,7 +149,7 @@ TEST_F(JitPassTest, IntegerGraphIsLeftAsItWas) {
       return (%m))IR");
   profileTypedValues(graph);
   const std::string before = graph->toString();
-  enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kBFloat16}});
+  enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kBFloat16}}});
   runMixedPrecisionPass(graph);
   EXPECT_EQ(graph->toString(), before);
   EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNothingToLower);
@@ -160,7 +160,7 @@ TEST_F(JitPassTest, SlowKernelsKeepTheGraph) {
   setenv("TORCH_MP_CPU_FEATURES", "avx512_bf16", 1);
   auto graph = profiledConvReluSoftmax();
   const std::string before = graph->toString();
-  enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kFloat16}});
+  enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kFloat16}}});
   runMixedPrecisionPass(graph);
   EXPECT_EQ(graph->toString(), before);
   const PassActivity activity = mixedPrecisionPassActivity();
@@ -174,7 +174,7 @@ TEST_F(JitPassTest, SlowKernelsKeepTheGraph) {
 
   // the same CPU converts to bfloat16
   auto again = profiledConvReluSoftmax();
-  enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kBFloat16}, .calibrate = false});
+  enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kBFloat16}}, .calibrate = false});
   runMixedPrecisionPass(again);
   FileCheck().check("prim::TypeCheck")->check("BFloat16(4, 3, 3, 3")->check("aten::conv2d")->run(*again);
 }
@@ -182,7 +182,7 @@ TEST_F(JitPassTest, SlowKernelsKeepTheGraph) {
 TEST_F(JitPassTest, GraphWithoutProfileIsLeftAsItWas) {
   auto graph = parseGraph(kConvReluSoftmax);
   const std::string before = graph->toString();
-  enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kFloat16}});
+  enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kFloat16}}});
   runMixedPrecisionPass(graph);
   EXPECT_EQ(graph->toString(), before);
   EXPECT_EQ(mixedPrecisionPassActivity().lastOutcome, SkipReason::kNoProfile);
@@ -192,7 +192,7 @@ TEST_F(JitPassTest, DisabledPassChangesNothing) {
   auto graph = profiledConvReluSoftmax();
   const std::string before = graph->toString();
   const PassActivity activity = mixedPrecisionPassActivity();
-  enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kFloat16}});
+  enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kFloat16}}});
   disableMixedPrecisionPass();
   runMixedPrecisionPass(graph);
   EXPECT_EQ(graph->toString(), before);
@@ -202,14 +202,15 @@ TEST_F(JitPassTest, DisabledPassChangesNothing) {
 
 TEST_F(JitPassTest, RejectsLowPrecisionInputsAndOutputs) {
   // the executor's callers pass what the fp32 graph takes
-  EXPECT_THROW(enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kFloat16, .keepIoDtypes = false}}),
+  EXPECT_THROW(enableMixedPrecisionPass(
+                   {.conversion = {.request = {.lowDtype = core::LowDtype::kFloat16, .keepIoDtypes = false}}}),
                c10::ValueError);
   EXPECT_FALSE(mixedPrecisionPassEnabled());
 }
 
 TEST_F(JitPassTest, CalibratingPassHandsBackAGraphRecordingItsInputs) {
   auto graph = profiledConvReluSoftmax();
-  enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kFloat16}});
+  enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kFloat16}}});
   const PassActivity before = mixedPrecisionPassActivity();
   runMixedPrecisionPass(graph);
   graph->lint();
@@ -283,7 +284,7 @@ TEST_F(JitPassTest, ExecutorRunsAFrozenGraphMixedAndAModuleNotFrozenInFp32) {
 
   for (const bool calibrate : {true, false}) {
     SCOPED_TRACE(calibrate ? "calibrating" : "from the profile");
-    enableMixedPrecisionPass({.conversion = {.lowDtype = core::LowDtype::kBFloat16}, .calibrate = calibrate});
+    enableMixedPrecisionPass({.conversion = {.request = {.lowDtype = core::LowDtype::kBFloat16}}, .calibrate = calibrate});
     torch::jit::GraphFunction frozen("frozen", graph->copy(), nullptr);
     const at::Tensor mixed = runCalls(frozen, x, calibrate ? 3 : 2).toTensor();
     const PassActivity activity = mixedPrecisionPassActivity();

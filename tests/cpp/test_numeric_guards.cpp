@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/classify_node.h"
 #include "jit/plan/numeric_guards.h"
 #include "test_utils.h"
 

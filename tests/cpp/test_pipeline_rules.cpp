@@ -469,7 +469,7 @@ TEST(PipelineRulesTest, TiedTableWhoseOtherReaderStaysFp32IsStoredOnceFp32) {
       %logits : Tensor = aten::linear(%normed, %table, %none)
       return (%logits))IR", table);
   auto result = convert(graph, {torch::randint(0, 16, {2, 3})}, core::LowDtype::kFloat16, [](ConvertOptions& o) {
-    o.policy = core::OpPolicy::defaults(core::Target::kCpuFloat16, core::CpuFeatures::none());
+    o.request.policy = core::OpPolicy::defaults(core::Target::kCpuFloat16, core::CpuFeatures::none());
   });
   EXPECT_EQ(decisionFor(result.report, "aten::embedding").precision, core::Precision::kFp32);
   FileCheck().check_not("Half")->run(*result.graph);
@@ -635,7 +635,7 @@ TEST(PipelineRulesTest, LowPrecisionIOTakesAndReturnsTheLowDtype) {
   auto graph = parseGraph(kMatmulSoftmaxMatmul);
   const at::Tensor a = torch::randn({4, 6});
   const at::Tensor b = torch::randn({6, 5});
-  auto result = convert(graph, {a, b}, core::LowDtype::kFloat16, [](ConvertOptions& o) { o.keepIoDtypes = false; });
+  auto result = convert(graph, {a, b}, core::LowDtype::kFloat16, [](ConvertOptions& o) { o.request.keepIoDtypes = false; });
   // the first mm reads the fp16 inputs directly and the last one returns fp16: only the softmax's output cast
   // remains (its input cast is folded into its dtype= argument)
   FileCheck().check("graph(%a : Half")->check("%b : Half")->check_not("aten::to(%a")->check("aten::mm(%a, %b)")
@@ -657,7 +657,7 @@ TEST(PipelineRulesTest, LowPrecisionIOLeavesIntegerAndFp32OnlyGraphsTyped) {
       return (%t))IR");
   const at::Tensor x = torch::randn({3, 4});
   const at::Tensor i = torch::arange(3);
-  auto result = convert(graph, {x, i}, core::LowDtype::kFloat16, [](ConvertOptions& o) { o.keepIoDtypes = false; });
+  auto result = convert(graph, {x, i}, core::LowDtype::kFloat16, [](ConvertOptions& o) { o.request.keepIoDtypes = false; });
   // the softmax stays fp32 between the input and output casts (the input's folded into its dtype= argument); the
   // integer tensor is never cast
   FileCheck().check("%x : Half")->check("%i : Long")->check_not("aten::to(%x")->check("aten::softmax(%x, %")
@@ -693,7 +693,7 @@ TEST(PipelineRulesTest, LowFp32OutputCastsRightAfterTheOpAndItsReadersStayFp32) 
   FileCheck().check("aten::matmul")->check("HalfTensor = aten::relu")->check("FloatTensor = aten::to(")
       ->check("aten::layer_norm")->run(*low.graph);
   auto fp32Output = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
-    o.policy.set("aten::matmul", core::OpCategory::kLowFp32Output, "feeds a norm");
+    o.request.policy.set("aten::matmul", core::OpCategory::kLowFp32Output, "feeds a norm");
   });
   // the matmul still reads fp16 (its input cast and the fp16 weight), its result is cast once, on CPU (no
   // aten::matmul out_dtype kernel), and the relu and the norm read fp32
@@ -730,7 +730,7 @@ TEST(PipelineRulesTest, CudaFp16PolicyRunsALayerNormBetweenLowOpsLow) {
   // the CUDA policies as data, run here on the CPU: under cuda_fp16 the norm follows its fp16 input, so the only
   // casts are the input's and the output's, and its scale and shift are stored fp16
   auto fp16 = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
-    o.policy = core::OpPolicy::defaults(core::Target::kCudaFloat16, core::CpuFeatures::none());
+    o.request.policy = core::OpPolicy::defaults(core::Target::kCudaFloat16, core::CpuFeatures::none());
   });
   FileCheck().check("Half(5")->check("Half(5")->check("HalfTensor = aten::matmul(")->check_not("aten::to(")
       ->check("HalfTensor = aten::layer_norm(")->check_not("aten::to(")->check("HalfTensor = aten::matmul(")
@@ -743,7 +743,7 @@ TEST(PipelineRulesTest, CudaFp16PolicyRunsALayerNormBetweenLowOpsLow) {
   expectCloseOutputs(fp16.before, fp16.after, 2e-2);
   // cuda_bf16 keeps it fp32, like the CPU policies
   auto bf16 = convert(graph, inputs, core::LowDtype::kBFloat16, [](ConvertOptions& o) {
-    o.policy = core::OpPolicy::defaults(core::Target::kCudaBFloat16, core::CpuFeatures::none());
+    o.request.policy = core::OpPolicy::defaults(core::Target::kCudaBFloat16, core::CpuFeatures::none());
   });
   EXPECT_EQ(decisionFor(bf16.report, "aten::layer_norm").precision, core::Precision::kFp32);
   EXPECT_EQ(decisionFor(convert(graph, inputs).report, "aten::layer_norm").precision, core::Precision::kFp32);
@@ -752,7 +752,7 @@ TEST(PipelineRulesTest, CudaFp16PolicyRunsALayerNormBetweenLowOpsLow) {
 TEST(PipelineRulesTest, LowFp32OutputFeedingSoftmaxFoldsItsCastIntoTheSoftmax) {
   auto graph = parseGraph(kMatmulSoftmaxMatmul);
   auto result = convert(graph, {torch::randn({4, 6}), torch::randn({6, 5})}, core::LowDtype::kFloat16, [](ConvertOptions& o) {
-    o.policy.set("aten::mm", core::OpCategory::kLowFp32Output, "feeds a softmax");
+    o.request.policy.set("aten::mm", core::OpCategory::kLowFp32Output, "feeds a softmax");
   });
   // the first mm's fp32 result is what the softmax computes from, in one kernel: softmax(low, dtype=float)
   FileCheck().check("HalfTensor = aten::mm(")->check_not("FloatTensor = aten::to(")
@@ -770,7 +770,7 @@ TEST(PipelineRulesTest, LowFp32OutputWithAListResultRunsInFp32) {
       %first : Tensor = aten::__getitem__(%parts, %zero)
       return (%first))IR");
   auto result = convert(graph, {torch::randn({4, 3})}, core::LowDtype::kFloat16, [](ConvertOptions& o) {
-    o.policy.set("aten::split", core::OpCategory::kLowFp32Output, "asked for");
+    o.request.policy.set("aten::split", core::OpCategory::kLowFp32Output, "asked for");
   });
   FileCheck().check_not("aten::to")->run(*result.graph);
   const NodeDecision& split = decisionFor(result.report, "aten::split");
@@ -891,7 +891,7 @@ TEST(PipelineRulesTest, ForcedLowRunsAGuardedNodeLowAndReportsTheGuardItOverrode
   EXPECT_EQ(decisionFor(guarded.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
 
   auto forced = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
-    o.policy.forceLow({"*", std::vector<std::string>{"aten::mm"}, "the user knows"});
+    o.request.policy.forceLow({"*", std::vector<std::string>{"aten::mm"}, "the user knows"});
   });
   const NodeDecision& mm = decisionFor(forced.report, "aten::mm");
   EXPECT_EQ(mm.precision, core::Precision::kLow);
@@ -901,19 +901,19 @@ TEST(PipelineRulesTest, ForcedLowRunsAGuardedNodeLowAndReportsTheGuardItOverrode
   FileCheck().check("HalfTensor = aten::mm")->run(*forced.graph);
   // non-firing: a rule for another op leaves the guard as it was
   auto other = convert(graph, inputs, core::LowDtype::kFloat16, [](ConvertOptions& o) {
-    o.policy.forceLow({"*", std::vector<std::string>{"aten::conv2d"}, "the user knows"});
+    o.request.policy.forceLow({"*", std::vector<std::string>{"aten::conv2d"}, "the user knows"});
   });
   EXPECT_EQ(decisionFor(other.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
   expectSameOutputs(guarded.before, other.after);
 
   // by node: the id the report gave the guarded mm forces it; another node's id leaves the guard
   const std::string mmId = std::to_string(decisionFor(guarded.report, "aten::mm").id);
-  auto byNode = convert(graph, inputs, core::LowDtype::kFloat16, [&](ConvertOptions& o) { o.policy.forceLowNode(mmId, "node"); });
+  auto byNode = convert(graph, inputs, core::LowDtype::kFloat16, [&](ConvertOptions& o) { o.request.policy.forceLowNode(mmId, "node"); });
   EXPECT_EQ(decisionFor(byNode.report, "aten::mm").ruleKind, core::RuleKind::kForcedLow);
   EXPECT_EQ(decisionFor(byNode.report, "aten::mm").guard->kind, core::GuardKind::kObservedOverflow);
   FileCheck().check("HalfTensor = aten::mm")->run(*byNode.graph);
   const std::string reluId = std::to_string(decisionFor(guarded.report, "aten::relu").id);
-  auto otherNode = convert(graph, inputs, core::LowDtype::kFloat16, [&](ConvertOptions& o) { o.policy.forceLowNode(reluId, "n"); });
+  auto otherNode = convert(graph, inputs, core::LowDtype::kFloat16, [&](ConvertOptions& o) { o.request.policy.forceLowNode(reluId, "n"); });
   EXPECT_EQ(decisionFor(otherNode.report, "aten::mm").ruleKind, core::RuleKind::kRangeGuard);
 }
 

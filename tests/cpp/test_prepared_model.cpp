@@ -107,7 +107,7 @@ TEST(PreparedModelTest, NodesKeptFp32ByIdStayFp32AndSayItIsTheFallback) {
   const NodeDecision& second = decisionFor(plain.report, "aten::matmul", 1);
   ASSERT_EQ(second.precision, core::Precision::kLow);
   ConvertOptions options = halfOptions();
-  options.keepFp32.fallback = {second.id};
+  options.run.keepFp32.fallback = {second.id};
   ConvertedModule kept = convertPreparedModule(prepared, options);
   const NodeDecision& keptSecond = decisionFor(kept.report, "aten::matmul", 1);
   EXPECT_EQ(keptSecond.id, second.id);
@@ -125,7 +125,7 @@ TEST(PreparedModelTest, ProbesFindTheSameNodeInThePreparationAndInAConversionTha
   const at::Tensor x = torch::randn({4, 16});
   const PreparedModel prepared = prepareModule(original, {x});
   ConvertOptions options = halfOptions();
-  options.keepNodeIds = true;
+  options.run.keepNodeIds = true;
   const ConvertedModule converted = convertPreparedModule(prepared, options);
   FileCheck().check("torch_mp_node")->run(forwardGraph(converted.module));
   const NodeId first = decisionFor(converted.report, "aten::matmul").id;

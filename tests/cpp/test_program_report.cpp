@@ -1,13 +1,13 @@
-// jit::programReport: the export front's records become the ConversionReport convert's pipeline fills (ids indexing
+// contract::programReport: the export front's records become the ConversionReport convert's pipeline fills (ids indexing
 // the FX names, the planner's rule, casts and their bytes, graph items, fp32 weights with their reader's rule, the
 // stages' seconds), and an id that indexes no name is an error.
 #include <gtest/gtest.h>
 
-#include <c10/util/Exception.h>
+#include <stdexcept>
 
-#include "jit/report/program_report.h"
+#include "contract/program_report.h"
 
-namespace torch_mp::jit {
+namespace torch_mp::contract {
 namespace {
 
 core::NodeDecision decided(core::OpCategory category, core::RuleKind kind, std::string rule) {
@@ -38,7 +38,7 @@ ProgramRecords linearThenRelu() {
 }
 
 TEST(ProgramReportTest, RecordsBecomeTheReportConvertFills) {
-  const ConversionReport report = programReport(ConvertOptions{}, linearThenRelu());
+  const ConversionReport report = programReport(ConversionRequest{}, linearThenRelu());
   EXPECT_EQ(report.capture, "export");
   EXPECT_EQ(report.dtype, "float16");
   EXPECT_EQ(report.nodeNames, (std::vector<std::string>{"x", "linear", "relu", "_to_copy"}));
@@ -80,13 +80,13 @@ TEST(ProgramReportTest, AnUnknownOpIsListedOnce) {
     records.nodes.push_back({.id = id, .op = "aten::mystery",
                              .decision = decided(core::OpCategory::kFp32, core::RuleKind::kUnknownOp, "fp32")});
   }
-  EXPECT_EQ(programReport(ConvertOptions{}, records).unknownOps, std::vector<std::string>{"aten::mystery"});
+  EXPECT_EQ(programReport(ConversionRequest{}, records).unknownOps, std::vector<std::string>{"aten::mystery"});
 }
 
 TEST(ProgramReportTest, AnInt8NodeSaysItsInt8Rule) {
   ProgramRecords records = linearThenRelu();
   records.nodes[0].int8 = core::Int8NodePlan{.int8 = true, .reason = core::Int8Reason::kInt8};
-  const NodeDecision linear = programReport(ConvertOptions{}, records).nodes[0];
+  const NodeDecision linear = programReport(ConversionRequest{}, records).nodes[0];
   EXPECT_TRUE(linear.runsInt8());
   EXPECT_EQ(linear.ruleKind, core::RuleKind::kInt8);
   EXPECT_EQ(linear.rule.rfind("int8: ", 0), 0u);
@@ -95,14 +95,14 @@ TEST(ProgramReportTest, AnInt8NodeSaysItsInt8Rule) {
 TEST(ProgramReportTest, AnIdThatIndexesNoNameIsAnError) {
   ProgramRecords badCast = linearThenRelu();
   badCast.casts[0].id = 4;
-  EXPECT_THROW(programReport(ConvertOptions{}, badCast), c10::ValueError);
+  EXPECT_THROW(programReport(ConversionRequest{}, badCast), std::invalid_argument);
   ProgramRecords badInput = linearThenRelu();
   badInput.graph[1].inputs = {-1};
-  EXPECT_THROW(programReport(ConvertOptions{}, badInput), c10::ValueError);
+  EXPECT_THROW(programReport(ConversionRequest{}, badInput), std::invalid_argument);
   ProgramRecords badReader = linearThenRelu();
   badReader.keptFp32[0].decidedBy = 9;
-  EXPECT_THROW(programReport(ConvertOptions{}, badReader), c10::ValueError);
+  EXPECT_THROW(programReport(ConversionRequest{}, badReader), std::invalid_argument);
 }
 
 } // namespace
-} // namespace torch_mp::jit
+} // namespace torch_mp::contract

@@ -38,7 +38,7 @@ class Stages:
         self.observation = observe(self.program, self.runs)
         self.stored = stored_tensors(self.program)
         self.options = ConversionOptions.of(None, dtype=torch.float16, **options).for_device("cpu")
-        self.bound = self.options.bind()
+        self.bound = self.options.bind_request()
 
     def decide(self, keep_fp32=()):
         facts = ProgramFacts(self.program, self.observation, self.stored, self.options.policy, self.bound)

@@ -72,8 +72,8 @@ def test_bisection_baseline_reaches_the_tolerance_too(model):
     calibration = batches(2)
     from torch_mp._torchscript.conversion import Conversion
 
-    options = torch_mp.ConversionOptions(dtype=torch.float16, policy=torch_mp.OpPolicy.default("cpu_fp16"),
-                                         fuse_convolutions=False)
+    options = torch_mp.TorchScriptOptions(dtype=torch.float16, policy=torch_mp.OpPolicy.default("cpu_fp16"),
+                                          fuse_convolutions=False)
     job = Conversion(torch_mp.prepare(model, calibration[0]), options)
     kept, error, conversions = bisect_fallback(job, calibration, 5e-3)
     assert error <= 5e-3 and 1 <= len(kept) <= 3 and conversions > len(kept)

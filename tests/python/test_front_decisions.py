@@ -132,7 +132,7 @@ def _judged(options, **numbers):
     ("observed", [("x", 3e38, False)], "range guard"),
 ])
 def test_classify_nodes_takes_every_fact_the_export_front_gives(fact, value, kind):
-    options = torch_mp.ConversionOptions(dtype=torch.bfloat16, policy=torch_mp.OpPolicy.default("cpu_bf16")).bind()
+    options = torch_mp.ConversionOptions(dtype=torch.bfloat16, policy=torch_mp.OpPolicy.default("cpu_bf16")).bind_request()
     facts = _judged(options, **{fact: value}) if fact in ("scalars", "constants", "observed") else \
         _linear_facts(**{fact: value})
     [plain, decided] = _C.classify_nodes([_linear_facts(), facts], options)
@@ -151,7 +151,7 @@ def test_the_range_guards_judge_the_numbers_in_the_options_dtype(fact, value, dt
     """core/range_guards, not the front, decides whether a number fits: the same numbers pass in the other dtype."""
     def decide(low):
         target = "cpu_fp16" if low == torch.float16 else "cpu_bf16"
-        options = torch_mp.ConversionOptions(dtype=low, policy=torch_mp.OpPolicy.default(target)).bind()
+        options = torch_mp.ConversionOptions(dtype=low, policy=torch_mp.OpPolicy.default(target)).bind_request()
         return _C.classify_nodes([_judged(options, **{fact: value})], options)[0]
 
     decided = decide(dtype)

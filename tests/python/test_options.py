@@ -56,7 +56,7 @@ def test_options_are_checked_before_the_model_is_captured(model, monkeypatch):
 
 def test_options_whole_or_as_keywords_make_the_same_conversion(model):
     x = torch.randn(4, 16)
-    options = torch_mp.ConversionOptions(dtype=torch.bfloat16, keep_io_dtypes=False, fuse_casts=False)
+    options = torch_mp.TorchScriptOptions(dtype=torch.bfloat16, keep_io_dtypes=False, fuse_casts=False)
     whole = torch_mp.convert(model, x, options=options)
     keywords = torch_mp.convert(model, x, torch.bfloat16, keep_io_dtypes=False, fuse_casts=False)
     body = lambda module: str(module.graph).split("\n", 1)[1]  # noqa: E731 - the first line names the module's class
@@ -70,6 +70,14 @@ def test_options_whole_or_as_keywords_make_the_same_conversion(model):
 def test_export_refuses_the_torchscript_fronts_options(model):
     with pytest.raises(ValueError, match="kernels='fused'"):
         torch_mp.export(model, (torch.randn(4, 16),), torch.float16, kernels="fused")
+    # by type: a ConversionOptions has none of TorchScriptOptions' knobs, and export takes no TorchScriptOptions
+    with pytest.raises(ValueError, match="fuse_casts=False is an option of the TorchScript front only .*TorchScriptOptions"):
+        torch_mp.ConversionOptions(fuse_casts=False)
+    with pytest.raises(TypeError, match="must be a torch_mp.ConversionOptions, got TorchScriptOptions"):
+        torch_mp.export(model, (torch.randn(4, 16),), options=torch_mp.TorchScriptOptions(dtype=torch.float16))
+    # convert takes either: a ConversionOptions is a TorchScriptOptions with the knobs at their defaults
+    chosen = torch_mp.TorchScriptOptions.of(torch_mp.ConversionOptions(dtype=torch.float16), kernels="fused")
+    assert type(chosen) is torch_mp.TorchScriptOptions and chosen.dtype == torch.float16 and chosen.kernels == "fused"
 
 
 def test_the_load_time_pass_refuses_what_it_cannot_do():
@@ -128,6 +136,5 @@ def test_the_vocabularies_are_the_ones_the_cpp_options_parse(model):
     for kernels in KERNELS:
         torch_mp.convert(model, (x,), torch.bfloat16, kernels=kernels)
     with pytest.raises(ValueError, match="planner must be one of 'min-cut', 'greedy', got 'best'"):
-        _C.ConvertOptions(dtype="bfloat16", policy=torch_mp.OpPolicy()._c, planner="best", verify=True,
-                          keep_io_dtypes=True, fuse_casts=True, kernels="portable", channels_last=True,
-                          fuse_convolutions=True, node_rule=None)
+        _C.ConversionRequest(dtype="bfloat16", policy=torch_mp.OpPolicy()._c, planner="best", verify=True,
+                             keep_io_dtypes=True)

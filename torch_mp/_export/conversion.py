@@ -63,15 +63,14 @@ def export(
         dtype, calibration_inputs, return_report (deprecated): as for torch_mp.convert.
         dynamic_shapes: passed to torch.export.export.
         options, option_fields: a ConversionOptions and fields replacing its own, as for torch_mp.convert: policy,
-            planner, keep_io_dtypes, tolerance, metric, progress, verify (the TorchScript front's fuse_casts,
-            kernels, channels_last and fuse_convolutions only at their defaults).
+            planner, keep_io_dtypes, tolerance, metric, progress, verify (not a TorchScriptOptions: fuse_casts,
+            kernels, channels_last and fuse_convolutions are the TorchScript front's).
 
     Returns:
         the torch.export.ExportedProgram, carrying its Report (torch_mp.report_of); (program, Report) with
         return_report=True.
     """
     chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
-    chosen.refuse_torchscript_only("torch_mp.export")
     _refuse_autocast("torch_mp.export")
     start = time.perf_counter()
     captured = capture(model, example_inputs, example_kwarg_inputs, dynamic_shapes)
@@ -147,7 +146,7 @@ class ProgramConversion:
             self.int8_cost_model = _C.Int8CostModel.for_cpu()
             self.int8_reduced_range = _C.Int8CostModel.reduced_range()
         self.options = options
-        self.bound = options.bind()  # once, as convert binds its options: every core call takes them
+        self.bound = options.bind_request()  # once, as convert binds its options: every core call takes them
         self.policy = options.policy
         self.keep_non_finite: Set[str] = set()
         self.captured_seconds = 0.0

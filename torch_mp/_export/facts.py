@@ -26,7 +26,7 @@ class ProgramFacts:
     decide hands every node's facts to core::classifyNode in one call (_C.classify_nodes)."""
 
     def __init__(self, program: ExportedProgram, observation: Observation, stored: StoredTensors, policy,
-                 bound: "_C.ConvertOptions"):
+                 bound: "_C.ConversionRequest"):
         self.program = program
         self.seen = observation.values
         self.policy = policy

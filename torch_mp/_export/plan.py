@@ -21,7 +21,7 @@ _SOURCE, _SINK, _FIRST_PLANNED = 0, 1, 2
 
 
 def plan_precision(program: ExportedProgram, decisions: List[Decision], observation: Observation,
-                   stored: StoredTensors, options: ConversionOptions, bound: "_C.ConvertOptions",
+                   stored: StoredTensors, options: ConversionOptions, bound: "_C.ConversionRequest",
                    int8: Optional[Int8Plan] = None) -> Plan:
     """The core planner (the bound options' method) over the program's castable fp32 values; `int8`, an int8
     conversion's int8 plan, goes with it."""

@@ -17,7 +17,7 @@ from .ir import _op_name, _outputs_of
 from .records import Applied, NonFinite, Observation, Plan
 
 
-def build_report(bound: "_C.ConvertOptions", plan: Plan, observation: Observation, applied: Applied,
+def build_report(bound: "_C.ConversionRequest", plan: Plan, observation: Observation, applied: Applied,
                  non_finite: Optional[NonFinite], phases: Dict[str, float]) -> Report:
     names: List[str] = []
     ids: Dict[str, int] = {}

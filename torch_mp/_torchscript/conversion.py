@@ -18,7 +18,7 @@ from .._inputs import (CallInputs, _device_of, _normalize_calibration, _normaliz
 from .._memory import release_freed_memory
 from .jit_calls import TorchScriptDeprecationWarning, jit_call, user_stacklevel
 from .._job import run_job
-from ..options import ConversionOptions
+from ..options import ConversionOptions, TorchScriptOptions
 from ..report import MutableBuffer, Report, carrying_report, returned
 
 
@@ -50,15 +50,15 @@ def convert(
             range guard keeps in fp32 every node whose values on any of them leave the low dtype's safe range, and
             the accuracy fallback and the verification use them.
         return_report: deprecated (a FutureWarning): also return the Report, which torch_mp.report_of(module) gives.
-        options: a ConversionOptions; the keyword options (its fields: policy, planner, verify, fuse_casts,
-            kernels, channels_last, fuse_convolutions, keep_io_dtypes, tolerance, metric, progress; see
-            torch_mp.ConversionOptions) replace its fields.
+        options: a ConversionOptions or a TorchScriptOptions; the keyword options (their fields: policy, planner,
+            verify, fuse_casts, kernels, channels_last, fuse_convolutions, keep_io_dtypes, tolerance, metric,
+            progress; see torch_mp.ConversionOptions and torch_mp.TorchScriptOptions) replace its fields.
 
     Returns:
         the converted torch.jit.ScriptModule, carrying its Report (torch_mp.report_of); (module, Report) with
         return_report=True.
     """
-    chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+    chosen = TorchScriptOptions.of(options, dtype=dtype, **option_fields)
     chosen.refuse_int8("torch_mp.convert")
     prepared = prepare(model, example_inputs, example_kwarg_inputs=example_kwarg_inputs,
                        calibration_inputs=calibration_inputs)
@@ -144,7 +144,7 @@ class PreparedModel:
                 options: Optional[ConversionOptions] = None, **option_fields):
         """Converts a copy of the prepared model: the arguments of torch_mp.convert but the model, its inputs and
         calibration inputs, which the preparation holds. The preparation stays as it is."""
-        chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+        chosen = TorchScriptOptions.of(options, dtype=dtype, **option_fields)
         chosen.refuse_int8("PreparedModel.convert")
         return returned(self._convert(chosen, in_place=False), return_report, "PreparedModel.convert")
 
@@ -165,7 +165,7 @@ class Conversion:
     outputs found). The job interface of torch_mp.fallback and torch_mp.finite_outputs (_job.ConversionJob), which
     _job.run_job runs."""
 
-    def __init__(self, prepared: PreparedModel, options: ConversionOptions):
+    def __init__(self, prepared: PreparedModel, options: TorchScriptOptions):
         self.prepared = prepared
         self.scripted = prepared.scripted
         self.options = options

@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from .. import _C
-from ..options import ConversionOptions
+from ..options import ConversionOptions, TorchScriptOptions
 from ..report import Report
 
 
@@ -55,7 +55,7 @@ class jit_pass:
 
     def __init__(self, dtype: torch.dtype = torch.float16, *, calibrate: bool = True,
                  options: Optional[ConversionOptions] = None, **option_fields):
-        chosen = ConversionOptions.of(options, dtype=dtype, **option_fields)
+        chosen = TorchScriptOptions.of(options, dtype=dtype, **option_fields)
         chosen.refuse_int8("torch_mp.jit_pass")
         self._options = (_checked(chosen), bool(calibrate))
         self._previous: Optional[Tuple[ConversionOptions, bool]] = None

@@ -18,10 +18,12 @@
 #include <unordered_set>
 #include <vector>
 
-#include "jit/ir/cast_record.h"
+#include "contract/conversion_report.h"
 #include "jit/ir/observed_values.h"
 
 namespace torch_mp::jit {
+
+using contract::CastRecord;
 
 // The target dtype of a plain dtype cast, or nothing for any other node.
 std::optional<c10::ScalarType> plainCastTarget(const torch::jit::Node* node);

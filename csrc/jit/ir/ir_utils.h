@@ -15,6 +15,8 @@
 #include <optional>
 #include <unordered_map>
 
+#include "contract/node_id.h"
+
 namespace torch_mp::jit {
 
 // The dtype a value's type records, if any.
@@ -76,7 +78,7 @@ bool isTensorContainer(const c10::TypePtr& type);
 // Whether the value is a module object (a method's self, or a submodule read from it).
 bool isModule(const torch::jit::Value* value);
 
-using NodeId = int64_t;
+using contract::NodeId;
 // The node's id, or nothing for a node created after preparation (casts, fused kernels) or never numbered.
 std::optional<NodeId> nodeIdOf(const torch::jit::Node* node);
 // Numbers the nodes of the graph (blocks included, constants, params and returns excepted) in graph order.

@@ -68,7 +68,7 @@ c10::DeviceType deviceOf(const Block* block) {
 ConvertOptions convertOptionsFor(const JitPassOptions& pass, c10::DeviceType device) {
   ConvertOptions options = pass.conversion;
   if (pass.policyPerGraph) {
-    options.policy = defaultOptions(device, options.lowDtype).policy;
+    options.request.policy = defaultOptions(device, options.request.lowDtype).request.policy;
   }
   return options;
 }
@@ -125,7 +125,7 @@ void runMixedPrecisionPass(std::shared_ptr<Graph>& graph) {
     specializeProfiledTypes(converted);
     ConvertOptions convertOptions = convertOptionsFor(*options, deviceOf(converted->block()));
     // on the recorded inputs, where there are some: its outputs must stay finite on them
-    convertOptions.verifyOutputs = convertOptions.verifyOutputs && !calibration.empty();
+    convertOptions.request.verifyOutputs = convertOptions.request.verifyOutputs && !calibration.empty();
     report = calibration.empty() ? ConvertTypedGraph(converted, convertOptions)
                                  : ConvertObservedGraph(converted, calibration, convertOptions);
   } catch (const c10::Error& error) {
@@ -198,7 +198,7 @@ const char* toString(SkipReason reason) {
 }
 
 void enableMixedPrecisionPass(const JitPassOptions& options) {
-  TORCH_CHECK_VALUE(options.conversion.keepIoDtypes,
+  TORCH_CHECK_VALUE(options.conversion.request.keepIoDtypes,
                     "torch_mp: the load-time pass keeps input and output dtypes (its callers pass what the fp32 "
                     "model takes); convert the model with keep_io_dtypes=False instead");
   PassState& s = state();

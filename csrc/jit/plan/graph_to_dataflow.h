@@ -26,34 +26,17 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
+#include "contract/conversion_request.h"
 #include "core/classify_node.h"
 #include "core/op_policy.h"
 #include "core/precision_planner.h"
 #include "jit/ir/ir_utils.h"
 #include "jit/ir/observed_values.h"
+#include "torch_mp/convert.h"
 
 namespace torch_mp::jit {
-
-// What a per-node rule sees of a node.
-struct NodeDescription {
-  NodeId id = -1;      // jit/ir/ir_utils: the same in every plan made from one preparation
-  std::string op;      // "aten::conv2d"
-  std::string scope;   // module path, "layer1.0.conv1" (jit/ir/module_scope)
-  std::string output;  // debug name of the first output (for people: programs go by `id`)
-  // per input: the observed sizes and dtype of a tensor; nothing for other inputs
-  std::vector<std::optional<std::vector<int64_t>>> inputShapes;
-  std::vector<std::optional<c10::ScalarType>> inputDtypes;
-  std::vector<std::pair<std::string, c10::IValue>> constants;  // schema argument name -> constant input value
-};
-
-using NodeOverride = core::NodeOverride;  // a rule's verdict on one node (core/classify_node)
-
-// Nothing: the node is left to the op policy.
-using NodeRule = std::function<std::optional<NodeOverride>(const NodeDescription&)>;
 
 // Containers of tensors the module keeps as attributes (jit/plan/state_containers finds them): every read of one
 // container shares one precision, and they are containers even where a read was not reached.
@@ -76,12 +59,7 @@ struct PlannedNode {
   bool unobserved = false;                          // left alone because its dtypes are unknown
 };
 
-// Nodes kept fp32 by id, whatever the policy and the user's rules say: the verification's repair of outputs that
-// turned non-finite in low precision, and the accuracy fallback's choice.
-struct KeptFp32 {
-  std::unordered_set<NodeId> nonFinite;
-  std::unordered_set<NodeId> fallback;
-};
+using contract::KeptFp32;  // nodes kept fp32 by id (the verification's repair, the accuracy fallback)
 
 struct DataflowMapping {
   core::DataflowGraph dataflow;

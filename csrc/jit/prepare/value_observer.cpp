@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "jit/ir/tensor_statistics.h"
-#include "jit/model_run_error.h"
+#include "torch_mp/convert.h"
 #include "jit/upstream/graph_runner.h"
 
 namespace torch_mp::jit {

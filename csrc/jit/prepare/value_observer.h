@@ -28,7 +28,7 @@ struct Observation {
 // `inputs` are the graph's inputs in order (the module itself first for a method graph). They are deep-copied, so
 // a graph that mutates its inputs leaves the caller's tensors alone. Each stack of `calibration` (inputs in the
 // same form) runs too: sizes and magnitudes are the largest over all runs; `outputs` are the example inputs' run's.
-// Throws ModelRunError (jit/model_run_error.h) when the graph fails on them.
+// Throws ModelRunError (torch_mp/convert.h) when the graph fails on them.
 Observation observeValues(
     const std::shared_ptr<torch::jit::Graph>& graph,
     const torch::jit::Stack& inputs,

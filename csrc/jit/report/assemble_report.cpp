@@ -207,15 +207,6 @@ void reportWeights(const Graph& graph, const NodeIds& ids, ConversionReport& rep
 
 } // namespace
 
-ConversionReport reportFor(const ConvertOptions& options) {
-  ConversionReport report;
-  report.dtype = core::lowDtypeName(options.lowDtype);
-  report.policy = options.policy.name();
-  report.planner = options.planner == core::PlanMethod::kMinCut ? "min-cut" : "greedy";
-  report.slowKernels = options.policy.slowKernels();
-  return report;
-}
-
 std::vector<NodeDecision> decisionsOf(
     const DataflowMapping& mapping,
     const core::PrecisionPlan& plan,

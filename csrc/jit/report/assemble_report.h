@@ -9,17 +9,12 @@
 #include <vector>
 
 #include "core/precision_planner.h"
-#include "jit/convert_options.h"
 #include "jit/ir/casts.h"
 #include "jit/ir/observed_values.h"
 #include "jit/plan/graph_to_dataflow.h"
 #include "jit/report/conversion_report.h"
 
 namespace torch_mp::jit {
-
-// The report of a conversion with these options, before it runs: the dtype, policy and planner it names, and why the
-// policy keeps heavy ops fp32 where it does (slowKernels).
-ConversionReport reportFor(const ConvertOptions& options);
 
 // One decision per planner node (graph inputs and outputs excepted): its precision and the rule behind it. A node
 // left as it is (not fp32) reports the dtype it runs in.

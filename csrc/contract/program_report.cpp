@@ -1,22 +1,23 @@
-#include "jit/report/program_report.h"
-
-#include <c10/util/Exception.h>
+#include "contract/program_report.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 #include "core/int8_kernels.h"
-#include "jit/report/assemble_report.h"
 
-namespace torch_mp::jit {
+namespace torch_mp::contract {
 
-ConversionReport programReport(const ConvertOptions& options, ProgramRecords records) {
+ConversionReport programReport(const ConversionRequest& request, ProgramRecords records) {
   const std::vector<std::string>& names = records.names;
   const auto named = [&names](NodeId id) {
-    TORCH_CHECK_VALUE(id >= 0 && id < static_cast<NodeId>(names.size()), "torch_mp: report id ", id, " of ",
-                      names.size(), " names");
+    if (id < 0 || id >= static_cast<NodeId>(names.size())) {
+      throw std::invalid_argument("torch_mp: report id " + std::to_string(id) + " of " + std::to_string(names.size()) +
+                                  " names");
+    }
     return id;
   };
-  ConversionReport report = reportFor(options);
+  ConversionReport report = reportFor(request);
   for (const ProgramNode& planned : records.nodes) {
     const core::NodeDecision& decided = planned.decision;
     NodeDecision node;
@@ -80,4 +81,4 @@ ConversionReport programReport(const ConvertOptions& options, ProgramRecords rec
   return report;
 }
 
-} // namespace torch_mp::jit
+} // namespace torch_mp::contract

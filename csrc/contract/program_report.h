@@ -10,12 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "contract/conversion_report.h"
+#include "contract/conversion_request.h"
 #include "core/classify_node.h"
 #include "core/int8_planner.h"
-#include "jit/convert_options.h"
-#include "jit/report/conversion_report.h"
 
-namespace torch_mp::jit {
+namespace torch_mp::contract {
 
 // A planned node: the core's decision (core::classifyNode) and what the planner made of it.
 struct ProgramNode {
@@ -67,8 +67,8 @@ struct ProgramRecords {
   std::vector<std::pair<std::string, double>> phases;  // (stage, seconds), in order
 };
 
-// The report of an exported program converted with these options. Throws c10::ValueError for an id that indexes no
-// name.
-ConversionReport programReport(const ConvertOptions& options, ProgramRecords records);
+// The report of an exported program converted with this request. Throws std::invalid_argument (Python: ValueError)
+// for an id that indexes no name.
+ConversionReport programReport(const ConversionRequest& request, ProgramRecords records);
 
-} // namespace torch_mp::jit
+} // namespace torch_mp::contract
