@@ -64,7 +64,8 @@ class _Seen:
         elif not self.bins.shape[1]:
             self.bins = torch.zeros(3, BINS, dtype=torch.float64)
         self.low, self.high = low, high
-        index, values = _bin_index(flat, low, high), flat.double()
+        values = flat.double()
+        index = _bin_index(values, low, high)
         self.bins += torch.stack([torch.bincount(index, minlength=BINS).double(),
                                   torch.bincount(index, weights=values, minlength=BINS),
                                   torch.bincount(index, weights=values * values, minlength=BINS)])
